@@ -1,0 +1,7 @@
+// ember: one include for the whole public API.
+#pragma once
+#include "ember/autograd.h"
+#include "ember/dtype.h"
+#include "ember/error.h"
+#include "ember/ops.h"
+#include "ember/tensor.h"

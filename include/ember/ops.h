@@ -1,0 +1,70 @@
+// Free-function ops: factories, random numbers, and ops over several tensors.
+#pragma once
+#include <optional>
+#include <vector>
+
+#include "ember/tensor.h"
+
+namespace ember {
+
+// ---- factories ----
+Tensor empty(const Shape& shape, TensorOptions opts = {});
+Tensor zeros(const Shape& shape, TensorOptions opts = {});
+Tensor ones(const Shape& shape, TensorOptions opts = {});
+Tensor full(const Shape& shape, double value, TensorOptions opts = {});
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor full_like(const Tensor& t, double value);
+Tensor scalar_tensor(double value, DType dtype);
+Tensor arange(double start, double end, double step = 1, TensorOptions opts = {});
+Tensor arange(int64_t end, TensorOptions opts = DType::Int64);
+// Copies host data into a new tensor of the given shape (numel must match).
+template <class T>
+Tensor from_vector(const std::vector<T>& data, const Shape& shape, TensorOptions opts = {});
+Tensor tensor(std::initializer_list<double> values, TensorOptions opts = {});
+
+// ---- random (counter-based Philox: the same stream on every device) ----
+void manual_seed(uint64_t seed);
+uint64_t initial_seed();
+// The global generator's position, to save and restore in checkpoints.
+struct RngState {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+RngState get_rng_state();
+void set_rng_state(const RngState& s);
+Tensor rand(const Shape& shape, TensorOptions opts = {});
+Tensor randn(const Shape& shape, TensorOptions opts = {});
+Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts = DType::Int64);
+Tensor dropout(const Tensor& x, double p, bool training = true);
+// Samples indices from each row of non-negative weights (1-D or 2-D).
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false);
+
+// ---- multi-tensor and composite ops ----
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor bmm(const Tensor& a, const Tensor& b);
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+Tensor gelu(const Tensor& x, bool tanh_approx = false);
+// Mean cross entropy of logits [N, C] against int64 targets [N]; targets equal to
+// ignore_index do not count. Logits of more dims [..., C] are flattened first.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// softmax(q k^T * scale [+ causal mask]) v, over [..., L, E] inputs (math path).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    bool is_causal = false, double dropout_p = 0.0,
+                                    std::optional<double> scale = std::nullopt);
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+// Sums a broadcast tensor back down to `shape` (the reverse of expand).
+Tensor sum_to_size(const Tensor& x, const Shape& shape);
+Tensor broadcast_to(const Tensor& x, const Shape& shape);
+Shape broadcast_shapes(const Shape& a, const Shape& b);
+
+}  // namespace ember

@@ -1,0 +1,211 @@
+// Tensor: a cheap handle (shared pointer) to a TensorImpl, with the op methods users call.
+// Every method goes through the dispatcher (autograd -> capture -> backend kernel).
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ember/dtype.h"
+#include "ember/error.h"
+#include "ember/tensor_impl.h"
+
+namespace ember {
+
+class Tensor;
+namespace autograd {
+struct Node;
+}
+
+// Options for factory functions.
+struct TensorOptions {
+  DType dtype = DType::Float32;
+  Device device = kCPU;
+  bool requires_grad = false;
+  TensorOptions() = default;
+  TensorOptions(DType t) : dtype(t) {}
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return bool(impl_); }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+  // ---- metadata ----
+  const Shape& sizes() const { return impl_->sizes; }
+  const Shape& strides() const { return impl_->strides; }
+  int64_t size(int64_t d) const;
+  int64_t stride(int64_t d) const;
+  int64_t dim() const { return impl_->dim(); }
+  int64_t numel() const { return impl_->numel(); }
+  DType dtype() const { return impl_->dtype; }
+  Device device() const { return impl_->device; }
+  int64_t storage_offset() const { return impl_->offset; }
+  bool is_contiguous() const { return impl_->is_contiguous(); }
+  bool is_symbolic() const { return impl_ && !impl_->storage; }
+  uint32_t version() const;
+  std::string shape_str() const;  // "[2, 3]"
+
+  // ---- data access (a sync point under capture) ----
+  void* data_ptr() const;
+  template <class T>
+  T* data_ptr() const {
+    EMBER_CHECK(dtype_of<T>::value == dtype(), "data_ptr<", dtype_name(dtype_of<T>::value),
+                ">: tensor has dtype ", dtype_name(dtype()));
+    return static_cast<T*>(data_ptr());
+  }
+  double item() const;  // one-element tensor -> value
+  template <class T>
+  T item() const {
+    return static_cast<T>(item());
+  }
+  template <class T>
+  std::vector<T> to_vector() const;  // contiguous copy of all elements, converted to T
+  explicit operator bool() const;    // one-element tensor -> truth value
+
+  // ---- autograd ----
+  bool requires_grad() const { return impl_->requires_grad(); }
+  Tensor& requires_grad_(bool on = true);
+  bool is_leaf() const;
+  Tensor grad() const;
+  void set_grad(const Tensor& g) const;
+  std::shared_ptr<autograd::Node> grad_fn() const;
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  Tensor detach() const;  // shares storage, no history
+
+  // ---- pointwise ----
+  Tensor add(const Tensor& o) const;
+  Tensor sub(const Tensor& o) const;
+  Tensor mul(const Tensor& o) const;
+  Tensor div(const Tensor& o) const;
+  Tensor pow(const Tensor& o) const;
+  Tensor pow(double exponent) const;
+  Tensor maximum(const Tensor& o) const;
+  Tensor minimum(const Tensor& o) const;
+  Tensor neg() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor rsqrt() const;
+  Tensor abs() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor relu() const;
+  Tensor gelu(bool tanh_approx = false) const;
+  Tensor silu() const;
+  Tensor sign() const;
+  Tensor clamp(std::optional<double> min, std::optional<double> max) const;
+  Tensor eq(const Tensor& o) const;
+  Tensor ne(const Tensor& o) const;
+  Tensor lt(const Tensor& o) const;
+  Tensor le(const Tensor& o) const;
+  Tensor gt(const Tensor& o) const;
+  Tensor ge(const Tensor& o) const;
+  Tensor eq(double v) const;
+  Tensor ne(double v) const;
+  Tensor lt(double v) const;
+  Tensor le(double v) const;
+  Tensor gt(double v) const;
+  Tensor ge(double v) const;
+  Tensor logical_and(const Tensor& o) const;
+  Tensor logical_or(const Tensor& o) const;
+  Tensor logical_xor(const Tensor& o) const;
+  Tensor logical_not() const;
+  Tensor to(DType t) const;  // cast (returns *this when the dtype already matches)
+  Tensor masked_fill(const Tensor& mask, double value) const;
+  Tensor where(const Tensor& cond, const Tensor& other) const;  // cond ? *this : other
+
+  // ---- reductions (empty dims = all dims) ----
+  Tensor sum(const Shape& dims = {}, bool keepdim = false) const;
+  Tensor mean(const Shape& dims = {}, bool keepdim = false) const;
+  Tensor amax(const Shape& dims = {}, bool keepdim = false) const;
+  Tensor amin(const Shape& dims = {}, bool keepdim = false) const;
+  Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor var(const Shape& dims = {}, int64_t correction = 1, bool keepdim = false) const;
+  Tensor std(const Shape& dims = {}, int64_t correction = 1, bool keepdim = false) const;
+  Tensor logsumexp(const Shape& dims, bool keepdim = false) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  std::pair<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true,
+                                 bool sorted = true) const;
+
+  // ---- linear algebra ----
+  Tensor matmul(const Tensor& o) const;
+
+  // ---- views (share storage) ----
+  Tensor view(const Shape& shape) const;  // -1 infers one size
+  Tensor reshape(const Shape& shape) const;  // a view when possible, else a copy
+  Tensor permute(const Shape& dims) const;
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor t() const;  // transpose of a 2-D tensor
+  Tensor expand(const Shape& shape) const;  // -1 keeps a size
+  Tensor expand_as(const Tensor& o) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor as_strided(const Shape& sizes, const Shape& strides, int64_t offset) const;
+  Tensor contiguous() const;  // *this if already contiguous
+  Tensor clone() const;
+  std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
+  std::vector<Tensor> split_with_sizes(const Shape& sizes, int64_t dim = 0) const;
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+
+  // ---- indexing and masks ----
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+  Tensor gather(int64_t dim, const Tensor& index) const;
+  Tensor tril(int64_t diagonal = 0) const;
+  Tensor triu(int64_t diagonal = 0) const;
+
+  // ---- in-place (bump the version counter) ----
+  Tensor& add_(const Tensor& o);
+  Tensor& sub_(const Tensor& o);
+  Tensor& mul_(const Tensor& o);
+  Tensor& div_(const Tensor& o);
+  Tensor& add_(double v);
+  Tensor& mul_(double v);
+  Tensor& copy_(const Tensor& src);
+  Tensor& fill_(double v);
+  Tensor& zero_();
+  Tensor& masked_fill_(const Tensor& mask, double value);
+  Tensor& clamp_(std::optional<double> min, std::optional<double> max);
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+// Operators (scalars become 0-dim tensors of a matching dtype, as in PyTorch).
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+Tensor& operator+=(Tensor& a, const Tensor& b);
+Tensor& operator-=(Tensor& a, const Tensor& b);
+Tensor& operator*=(Tensor& a, const Tensor& b);
+Tensor& operator/=(Tensor& a, const Tensor& b);
+
+// Printing, PyTorch style: tensor([[1.0000, 2.0000]], dtype=float64)
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+std::string to_string(const Tensor& t);
+
+}  // namespace ember

@@ -1,0 +1,112 @@
+// The backward engine: runs nodes in reverse creation order once all their grads arrived.
+#include <queue>
+#include <unordered_map>
+
+#include "autograd/node.h"
+#include "ember/autograd.h"
+#include "ember/ops.h"
+
+namespace ember {
+
+using autograd::Edge;
+using autograd::Node;
+
+void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads,
+              bool retain_graph) {
+  EMBER_CHECK(grads.empty() || grads.size() == outputs.size(), "backward: got ", grads.size(),
+              " gradients for ", outputs.size(), " outputs");
+  NoGradGuard no_grad;  // grad formulas do not record history (no higher-order grads)
+
+  std::vector<std::pair<Edge, Tensor>> roots;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& out = outputs[i];
+    EMBER_CHECK(out.requires_grad(), "backward: output ", i, " (shape ", out.shape_str(),
+                ") does not require grad and has no grad_fn; did you call it under "
+                "NoGradGuard, or forget requires_grad_() on the inputs?");
+    Tensor g = grads.empty() ? Tensor() : grads[i];
+    if (!g.defined()) {
+      EMBER_CHECK(out.numel() == 1, "backward: output ", i, " has shape ", out.shape_str(),
+                  "; a gradient can be implied only for a one-element output; pass the "
+                  "gradient explicitly");
+      g = ones_like(out);
+    }
+    EMBER_CHECK(g.sizes() == out.sizes(), "backward: gradient shape ", g.shape_str(),
+                " does not match output shape ", out.shape_str());
+    roots.push_back({autograd::gradient_edge(out), g});
+  }
+
+  // Count, for every reachable node, how many edges point at it.
+  std::unordered_map<Node*, int> deps;
+  {
+    std::vector<Node*> stack;
+    std::unordered_map<Node*, bool> seen;
+    for (auto& [e, g] : roots)
+      if (!seen[e.fn.get()]) {
+        seen[e.fn.get()] = true;
+        stack.push_back(e.fn.get());
+      }
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      for (const Edge& e : n->next_edges) {
+        if (!e.valid()) continue;
+        deps[e.fn.get()]++;
+        if (!seen[e.fn.get()]) {
+          seen[e.fn.get()] = true;
+          stack.push_back(e.fn.get());
+        }
+      }
+    }
+  }
+
+  struct Pending {
+    std::shared_ptr<Node> node;
+    std::vector<Tensor> grads;
+  };
+  std::unordered_map<Node*, Pending> buffers;
+  auto add_grad = [&](const Edge& e, const Tensor& g) {
+    Pending& p = buffers[e.fn.get()];
+    if (!p.node) {
+      p.node = e.fn;
+      p.grads.resize(e.fn->output_meta.size());
+    }
+    Tensor& slot = p.grads[e.input_nr];
+    slot = slot.defined() ? slot + g : g;
+  };
+  auto later_first = [](const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) {
+    return a->sequence_nr < b->sequence_nr;
+  };
+  std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>,
+                      decltype(later_first)>
+      ready(later_first);
+  for (auto& [e, g] : roots) {
+    bool first = !buffers.count(e.fn.get());
+    add_grad(e, g);
+    if (first && deps[e.fn.get()] == 0) ready.push(e.fn);
+  }
+
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = ready.top();
+    ready.pop();
+    Pending p = std::move(buffers[node.get()]);
+    buffers.erase(node.get());
+    std::vector<Tensor> in_grads = node->apply(std::move(p.grads));
+    if (!retain_graph) node->release();
+    for (size_t i = 0; i < node->next_edges.size() && i < in_grads.size(); ++i) {
+      const Edge& e = node->next_edges[i];
+      if (!e.valid()) continue;
+      if (in_grads[i].defined()) add_grad(e, in_grads[i]);
+      if (--deps[e.fn.get()] == 0) {
+        // Run it even when no grad arrived, so the nodes behind it are released in turn.
+        Pending& q = buffers[e.fn.get()];
+        if (!q.node) {
+          q.node = e.fn;
+          q.grads.resize(e.fn->output_meta.size());
+        }
+        ready.push(e.fn);
+      }
+    }
+  }
+}
+
+}  // namespace ember

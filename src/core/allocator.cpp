@@ -1,0 +1,111 @@
+// CPU allocator with a size-keyed cache for large blocks.
+#include "core/allocator.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "ember/error.h"
+
+namespace ember {
+
+namespace {
+constexpr size_t kAlign = 64;
+constexpr size_t kCacheMin = size_t(1) << 20;   // blocks from 1 MiB are cached
+constexpr size_t kRound = size_t(2) << 20;      // and rounded up to 2 MiB (huge pages)
+constexpr size_t kCacheMax = size_t(4) << 30;   // at most 4 GiB kept
+
+struct Cache {
+  std::mutex mu;
+  std::multimap<size_t, void*> free_blocks;  // size -> block
+  AllocatorStats stats;
+};
+Cache& cache() {
+  static Cache* c = new Cache;  // never destroyed: tensors may outlive static destructors
+  return *c;
+}
+
+size_t rounded(size_t n) {
+  if (n < kCacheMin) return (n + kAlign - 1) / kAlign * kAlign;
+  return (n + kRound - 1) / kRound * kRound;
+}
+}  // namespace
+
+void* cpu_alloc(size_t nbytes) {
+  size_t n = rounded(nbytes == 0 ? kAlign : nbytes);
+  Cache& c = cache();
+  if (n >= kCacheMin) {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.free_blocks.find(n);
+    if (it != c.free_blocks.end()) {
+      void* p = it->second;
+      c.free_blocks.erase(it);
+      c.stats.cached_bytes -= n;
+      c.stats.allocated_bytes += n;
+      if (c.stats.allocated_bytes > c.stats.peak_allocated_bytes)
+        c.stats.peak_allocated_bytes = c.stats.allocated_bytes;
+      return p;
+    }
+  }
+  void* p = std::aligned_alloc(n >= kCacheMin ? kRound : kAlign, n);
+  if (!p) {
+    cpu_empty_cache();
+    p = std::aligned_alloc(n >= kCacheMin ? kRound : kAlign, n);
+  }
+  EMBER_CHECK(p, "out of memory: could not allocate ", nbytes, " bytes on the CPU");
+  if (n >= kCacheMin) madvise(p, n, MADV_HUGEPAGE);
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.stats.allocated_bytes += n;
+  if (c.stats.allocated_bytes > c.stats.peak_allocated_bytes)
+    c.stats.peak_allocated_bytes = c.stats.allocated_bytes;
+  return p;
+}
+
+void cpu_free(void* p, size_t nbytes) {
+  if (!p) return;
+  size_t n = rounded(nbytes == 0 ? kAlign : nbytes);
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.stats.allocated_bytes -= n;
+  if (n >= kCacheMin && c.stats.cached_bytes + n <= kCacheMax) {
+    c.free_blocks.emplace(n, p);
+    c.stats.cached_bytes += n;
+    return;
+  }
+  std::free(p);
+}
+
+void cpu_empty_cache() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  for (auto& [n, p] : c.free_blocks) std::free(p);
+  c.free_blocks.clear();
+  c.stats.cached_bytes = 0;
+}
+
+AllocatorStats cpu_allocator_stats() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.stats;
+}
+
+void cpu_reset_peak() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.stats.peak_allocated_bytes = c.stats.allocated_bytes;
+}
+
+std::shared_ptr<Storage> new_storage(size_t nbytes, Device device) {
+  EMBER_CHECK(device.type == DeviceType::CPU, "device ", device.str(),
+              " is not supported by this build; use the CPU");
+  auto s = std::make_shared<Storage>();
+  s->data = cpu_alloc(nbytes);
+  s->nbytes = nbytes;
+  s->device = device;
+  s->deleter = &cpu_free;
+  return s;
+}
+
+}  // namespace ember

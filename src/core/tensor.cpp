@@ -1,0 +1,112 @@
+// Tensor handle methods: metadata, host data access, autograd accessors.
+#include "ember/tensor.h"
+
+#include <cstring>
+
+#include "autograd/node.h"
+#include "core/make_tensor.h"
+#include "core/shape.h"
+#include "dispatch/dispatcher.h"
+#include "ember/autograd.h"
+#include "kernels/cpu/dtype_visit.h"
+
+namespace ember {
+
+int64_t Tensor::size(int64_t d) const { return sizes()[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+uint32_t Tensor::version() const {
+  return impl_->storage ? impl_->storage->version.load() : 0;
+}
+std::string Tensor::shape_str() const { return ember::shape_str(sizes()); }
+
+void* Tensor::data_ptr() const {
+  EMBER_CHECK(defined(), "data_ptr: undefined tensor");
+  sync_for_host_read(*this, "data_ptr");
+  return impl_->data();
+}
+
+double Tensor::item() const {
+  EMBER_CHECK(defined(), "item: undefined tensor");
+  EMBER_CHECK(numel() == 1, "item: a tensor with ", numel(), " elements (shape ", shape_str(),
+              ") cannot be converted to a scalar; only one-element tensors can");
+  sync_for_host_read(*this, "item");
+  double v = 0;
+  cpu::visit_all(dtype(), "item", [&]<class T>() {
+    v = double(cpu::compute_t<T>(*static_cast<const T*>(impl_->data())));
+  });
+  return v;
+}
+
+Tensor::operator bool() const {
+  EMBER_CHECK(defined(), "bool: undefined tensor");
+  EMBER_CHECK(numel() == 1, "bool: the truth value of a tensor with ", numel(),
+              " elements (shape ", shape_str(), ") is ambiguous");
+  return item() != 0;
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  EMBER_CHECK(defined(), "to_vector: undefined tensor");
+  sync_for_host_read(*this, "to_vector");
+  Tensor c;
+  {
+    NoGradGuard g;
+    c = detach().to(dtype_of<T>::value).contiguous();
+  }
+  std::vector<T> out(size_t(c.numel()));
+  if (!out.empty()) std::memcpy(out.data(), c.impl()->data(), out.size() * sizeof(T));
+  return out;
+}
+template std::vector<float> Tensor::to_vector() const;
+template std::vector<double> Tensor::to_vector() const;
+template std::vector<int32_t> Tensor::to_vector() const;
+template std::vector<int64_t> Tensor::to_vector() const;
+
+Tensor& Tensor::requires_grad_(bool on) {
+  EMBER_CHECK(defined(), "requires_grad_: undefined tensor");
+  EMBER_CHECK(!on || is_floating(dtype()), "requires_grad_: only floating-point tensors can "
+              "require gradients, got ", dtype_name(dtype()));
+  EMBER_CHECK(on || is_leaf(), "requires_grad_(false): only leaf tensors can drop requires_grad; "
+              "use detach()");
+  impl_->autograd_meta().requires_grad = on;
+  return *this;
+}
+
+bool Tensor::is_leaf() const { return !impl_->autograd || !impl_->autograd->grad_fn; }
+
+Tensor Tensor::grad() const {
+  if (!impl_->autograd || !impl_->autograd->grad) return Tensor();
+  return Tensor(impl_->autograd->grad);
+}
+
+void Tensor::set_grad(const Tensor& g) const {
+  if (g.defined())
+    EMBER_CHECK(g.sizes() == sizes(), "set_grad: gradient of shape ", g.shape_str(),
+                " for a tensor of shape ", shape_str());
+  impl_->autograd_meta().grad = g.defined() ? g.impl_ptr() : nullptr;
+}
+
+std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
+  return impl_->autograd ? impl_->autograd->grad_fn : nullptr;
+}
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  ember::backward({*this}, gradient.defined() ? std::vector<Tensor>{gradient}
+                                              : std::vector<Tensor>{},
+                  retain_graph);
+}
+
+Tensor Tensor::detach() const {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = impl_->storage;
+  impl->symbolic = impl_->symbolic;
+  impl->sizes = impl_->sizes;
+  impl->strides = impl_->strides;
+  impl->offset = impl_->offset;
+  impl->dtype = impl_->dtype;
+  impl->device = impl_->device;
+  impl->is_view = impl_->is_view;
+  return Tensor(std::move(impl));
+}
+
+}  // namespace ember

@@ -1,0 +1,123 @@
+// Dispatcher: autograd layer, capture hook, backend.
+#include "dispatch/dispatcher.h"
+
+#include "autograd/function.h"
+#include "core/make_tensor.h"
+#include "core/shape.h"
+#include "ember/autograd.h"
+
+namespace ember {
+
+namespace {
+thread_local CaptureHook* tls_capture_hook = nullptr;
+
+void check_arity(OpId op, size_t n) {
+  const OpInfo& info = op_info(op);
+  EMBER_CHECK(info.num_inputs < 0 || size_t(info.num_inputs) == n, info.name, ": expected ",
+              int(info.num_inputs), " tensor inputs, got ", n);
+}
+
+void check_inputs(OpId op, std::span<const Tensor> inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    EMBER_CHECK(inputs[i].defined(), op_name(op), ": input ", i, " is an undefined tensor");
+    EMBER_CHECK(inputs[i].device() == inputs[0].device(), op_name(op),
+                ": all inputs must be on the same device, got ", inputs[0].device().str(),
+                " and ", inputs[i].device().str(), " (input ", i, ")");
+  }
+}
+}  // namespace
+
+CaptureHook* capture_hook() { return tls_capture_hook; }
+void set_capture_hook(CaptureHook* hook) { tls_capture_hook = hook; }
+
+void sync_for_host_read(const Tensor& t, const char* why) {
+  if (tls_capture_hook && t.is_symbolic()) tls_capture_hook->on_sync(t, why);
+  EMBER_CHECK(!t.is_symbolic(), why, ": the tensor has no data (it is symbolic, from capture)");
+}
+
+std::vector<Tensor> run_backend(OpId op, std::span<const Tensor> inputs, const Attrs& attrs) {
+  const OpInfo& info = op_info(op);
+  const OpImpl& impl = op_impl(op);
+  MetaList metas = impl.infer(inputs, attrs);
+  std::vector<Tensor> outs;
+  outs.reserve(metas.size());
+  if (info.kind == OpKind::View) {
+    for (const TensorMeta& m : metas) outs.push_back(make_view(inputs[0], m.sizes, m.strides, m.offset));
+    return outs;
+  }
+  Device dev = inputs.empty() ? kCPU : inputs[0].device();
+  for (const TensorMeta& m : metas) outs.push_back(make_tensor(m.sizes, m.dtype, dev));
+  bool any_work = false;
+  for (const Tensor& o : outs) any_work |= o.numel() > 0;
+  if (any_work) impl.cpu(inputs, outs, attrs);
+  return outs;
+}
+
+void run_backend_into(OpId op, std::span<const Tensor> inputs, const Tensor& out,
+                      const Attrs& attrs) {
+  const OpInfo& info = op_info(op);
+  EMBER_CHECK(info.has(kInplaceable), info.name, " has no in-place form");
+  const OpImpl& impl = op_impl(op);
+  MetaList metas = impl.infer(inputs, attrs);
+  EMBER_CHECK(metas.size() == 1 && metas[0].sizes == out.sizes(), info.name,
+              "_: the result has shape ", shape_str(metas[0].sizes),
+              ", which does not match the shape ", shape_str(out.sizes()),
+              " of the tensor written in place");
+  EMBER_CHECK(metas[0].dtype == out.dtype(), info.name, "_: result dtype ",
+              dtype_name(metas[0].dtype), " cannot be written into a ", dtype_name(out.dtype()),
+              " tensor in place");
+  if (out.numel() == 0) return;
+  // An input that overlaps the output in a different layout would be read after being
+  // written: compute out of place, then copy.
+  bool overlap = false;
+  for (const Tensor& in : inputs) {
+    if (in.impl()->storage != out.impl()->storage) continue;
+    if (in.storage_offset() != out.storage_offset() || in.strides() != out.strides() ||
+        in.sizes() != out.sizes())
+      overlap = true;
+  }
+  Tensor target = overlap ? make_tensor(out.sizes(), out.dtype(), out.device()) : out;
+  Tensor outs[1] = {target};
+  impl.cpu(inputs, std::span<Tensor>(outs, 1), attrs);
+  if (overlap) {
+    Tensor ins[1] = {target};
+    Tensor dst[1] = {out};
+    op_impl(OpId::clone).cpu(std::span<const Tensor>(ins, 1), std::span<Tensor>(dst, 1), Attrs{});
+  }
+}
+
+std::vector<Tensor> dispatch_below_autograd(OpId op, std::span<const Tensor> inputs,
+                                            const Attrs& attrs) {
+  if (tls_capture_hook) return tls_capture_hook->on_op(op, inputs, attrs);
+  return run_backend(op, inputs, attrs);
+}
+
+std::vector<Tensor> dispatch(OpId op, std::vector<Tensor> inputs, const Attrs& attrs) {
+  check_arity(op, inputs.size());
+  check_inputs(op, inputs);
+  if (autograd::needs_history(op, inputs)) return autograd::record(op, inputs, attrs);
+  return dispatch_below_autograd(op, inputs, attrs);
+}
+
+Tensor dispatch1(OpId op, std::vector<Tensor> inputs, const Attrs& attrs) {
+  return dispatch(op, std::move(inputs), attrs)[0];
+}
+
+void dispatch_inplace(OpId op, const Tensor& self, std::vector<Tensor> inputs,
+                      const Attrs& attrs) {
+  check_arity(op, inputs.size());
+  check_inputs(op, inputs);
+  EMBER_CHECK(self.defined(), op_name(op), "_: the tensor written in place is undefined");
+  bool history = autograd::needs_history(op, inputs) ||
+                 (self.requires_grad() && is_grad_enabled());
+  if (history) {
+    autograd::record_inplace(op, self, inputs, attrs);
+  } else if (tls_capture_hook) {
+    tls_capture_hook->on_inplace(op, inputs, self, attrs);
+  } else {
+    run_backend_into(op, inputs, self, attrs);
+  }
+  if (self.impl()->storage) self.impl()->storage->version++;
+}
+
+}  // namespace ember

@@ -1,0 +1,47 @@
+// The dispatcher: every op call goes Autograd -> Capture -> backend kernel.
+// Ops are called boxed (OpId, input tensors, Attrs), so each layer handles all ops uniformly.
+#pragma once
+#include <span>
+#include <vector>
+
+#include "ops/op_impl.h"
+
+namespace ember {
+
+// Full dispatch: records autograd history when needed.
+std::vector<Tensor> dispatch(OpId op, std::vector<Tensor> inputs, const Attrs& attrs = {});
+// The single output of a one-output op.
+Tensor dispatch1(OpId op, std::vector<Tensor> inputs, const Attrs& attrs = {});
+// Computes op(inputs) and writes it into `self` (which must have the result's shape and
+// dtype). Bumps self's version. Records autograd history when needed.
+void dispatch_inplace(OpId op, const Tensor& self, std::vector<Tensor> inputs,
+                      const Attrs& attrs = {});
+
+// Below autograd: the capture hook if one is active on this thread, else the backend.
+std::vector<Tensor> dispatch_below_autograd(OpId op, std::span<const Tensor> inputs,
+                                            const Attrs& attrs);
+// The backend alone: shape rule, output allocation, kernel.
+std::vector<Tensor> run_backend(OpId op, std::span<const Tensor> inputs, const Attrs& attrs);
+// The backend writing into an existing tensor (in-place form).
+void run_backend_into(OpId op, std::span<const Tensor> inputs, const Tensor& out,
+                      const Attrs& attrs);
+
+// Capture plugs in here: while a hook is set on this thread, ops below autograd go to it.
+class CaptureHook {
+ public:
+  virtual ~CaptureHook() = default;
+  virtual std::vector<Tensor> on_op(OpId op, std::span<const Tensor> inputs,
+                                    const Attrs& attrs) = 0;
+  virtual void on_inplace(OpId op, std::span<const Tensor> inputs, const Tensor& out,
+                          const Attrs& attrs) = 0;
+  // A tensor's values are needed on the host (item(), printing, data_ptr()).
+  virtual void on_sync(const Tensor& t, const char* why) = 0;
+};
+CaptureHook* capture_hook();
+void set_capture_hook(CaptureHook* hook);
+
+// Called before host code reads a tensor's data: graph break under capture, errors otherwise
+// if the tensor has no storage.
+void sync_for_host_read(const Tensor& t, const char* why);
+
+}  // namespace ember

@@ -1,0 +1,32 @@
+// Helpers shared by the op front ends (the functions users call): promotion, scalars,
+// attribute building.
+#pragma once
+#include <optional>
+
+#include "core/shape.h"
+#include "dispatch/dispatcher.h"
+#include "ember/autograd.h"
+#include "ember/ops.h"
+
+namespace ember {
+
+// The dtype a binary op computes in: PyTorch's rules, where a 0-dim tensor only decides the
+// category (bool < integer < floating), not the width.
+DType result_type(const Tensor& a, const Tensor& b);
+// A 0-dim tensor holding `v`, typed to combine with `like` as a Python scalar would.
+Tensor wrap_scalar(double v, const Tensor& like);
+// t cast to dtype (no-op when equal).
+inline Tensor cast_to(const Tensor& t, DType d) { return t.dtype() == d ? t : t.to(d); }
+// Integral and bool inputs are promoted to the default float dtype (exp, log, div ...).
+Tensor to_floating(const Tensor& t);
+
+// Elementwise op on two tensors after promotion to a common dtype.
+Tensor binary(OpId op, const Tensor& a, const Tensor& b);
+Tensor unary(OpId op, const Tensor& a, const Attrs& attrs = {});
+
+// Normalized reduction dims (sorted, unique, wrapped); empty means all dims.
+Shape reduction_dims(const Shape& dims, int64_t ndim, const char* op);
+// Shape after reducing `dims` (normalized) with or without keepdim.
+Shape reduced_shape(const Shape& sizes, const Shape& dims, bool keepdim);
+
+}  // namespace ember
