@@ -24,4 +24,10 @@ struct Neg { template <class T> EMBER_FN T operator()(T a) const { return -a; } 
 // Copy / cast: the conversion happens when the loop stores the result.
 struct Identity { template <class T> EMBER_FN T operator()(T a) const { return a; } };
 
+// ---- transcendental (float types only) ----
+struct Exp { template <class T> EMBER_FN T operator()(T a) const { return std::exp(a); } };
+struct Log { template <class T> EMBER_FN T operator()(T a) const { return std::log(a); } };
+struct Sqrt { template <class T> EMBER_FN T operator()(T a) const { return std::sqrt(a); } };
+struct Rsqrt { template <class T> EMBER_FN T operator()(T a) const { return T(1) / std::sqrt(a); } };
+
 }  // namespace ember::fn
