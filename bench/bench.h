@@ -1,0 +1,43 @@
+// ember-bench: a registry of benchmark rows, each printing one JSON object per line:
+// {"name", "eager_ms", "compiled_ms", "speedup", ...extra fields}.
+#pragma once
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ember::bench {
+
+// One result line. Fields left NaN are printed as null.
+struct Row {
+  std::string name;
+  double eager_ms = NAN;
+  double compiled_ms = NAN;
+  std::vector<std::pair<std::string, double>> extra;  // e.g. {"gbps", 41.2}
+  std::string note;
+};
+
+struct Options {
+  int repeat = 20;   // timed runs per measurement (the median is reported)
+  bool quick = false;  // smaller sizes / fewer runs (smoke test)
+  std::string filter;  // regex; empty selects everything
+  // Whether a row of this name is selected; groups skip the work of unselected rows.
+  bool wants(const std::string& row_name) const;
+};
+
+using BenchFn = std::function<std::vector<Row>(const Options&)>;
+struct Registrar {
+  Registrar(const char* group, BenchFn fn);
+};
+std::vector<std::pair<std::string, BenchFn>>& registry();
+
+// Median wall time of fn() in milliseconds over `repeat` runs after `warmup` runs.
+double time_ms(const std::function<void()>& fn, int repeat, int warmup = 2);
+
+}  // namespace ember::bench
+
+#define EMBER_BENCH(group) \
+  static std::vector<::ember::bench::Row> group##_bench(const ::ember::bench::Options&); \
+  static ::ember::bench::Registrar group##_registrar(#group, &group##_bench);             \
+  static std::vector<::ember::bench::Row> group##_bench(const ::ember::bench::Options& opt)

@@ -1,0 +1,110 @@
+// ember-bench driver: runs the registered groups, prints JSON lines, --filter selects rows.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <regex>
+#include <string>
+
+#include "bench.h"
+
+namespace ember::bench {
+
+std::vector<std::pair<std::string, BenchFn>>& registry() {
+  static std::vector<std::pair<std::string, BenchFn>> r;
+  return r;
+}
+Registrar::Registrar(const char* group, BenchFn fn) { registry().emplace_back(group, std::move(fn)); }
+
+double time_ms(const std::function<void()>& fn, int repeat, int warmup) {
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<double> t;
+  for (int i = 0; i < repeat; ++i) {
+    auto a = std::chrono::steady_clock::now();
+    fn();
+    auto b = std::chrono::steady_clock::now();
+    t.push_back(std::chrono::duration<double, std::milli>(b - a).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+bool Options::wants(const std::string& row_name) const {
+  return filter.empty() || std::regex_search(row_name, std::regex(filter));
+}
+
+namespace {
+std::string num(double v) {
+  if (std::isnan(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+std::string escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o;
+}
+void print(const Row& r) {
+  double speedup = r.eager_ms / r.compiled_ms;
+  std::cout << "{\"name\": \"" << escape(r.name) << "\", \"eager_ms\": " << num(r.eager_ms)
+            << ", \"compiled_ms\": " << num(r.compiled_ms) << ", \"speedup\": " << num(speedup);
+  for (auto& [k, v] : r.extra) std::cout << ", \"" << escape(k) << "\": " << num(v);
+  if (!r.note.empty()) std::cout << ", \"note\": \"" << escape(r.note) << "\"";
+  std::cout << "}" << std::endl;
+}
+}  // namespace
+
+}  // namespace ember::bench
+
+int main(int argc, char** argv) {
+  using namespace ember::bench;
+  std::string filter;
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--filter" && i + 1 < argc) {
+      filter = argv[++i];
+    } else if (a.rfind("--filter=", 0) == 0) {
+      filter = a.substr(9);
+    } else if (a == "--repeat" && i + 1 < argc) {
+      opt.repeat = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--quick") {
+      opt.quick = true;
+      opt.repeat = 3;
+    } else if (a == "--list") {
+      for (auto& [g, f] : registry()) std::cout << g << "\n";
+      return 0;
+    } else if (a == "--help" || a == "-h") {
+      std::cout << "usage: ember-bench [--filter REGEX] [--repeat N] [--quick] [--list]\n"
+                   "Prints one JSON object per line: {name, eager_ms, compiled_ms, speedup, ...}.\n"
+                   "--filter selects groups or rows whose name matches REGEX.\n";
+      return 0;
+    } else {
+      std::cerr << "ember-bench: unknown argument '" << a << "' (see --help)\n";
+      return 2;
+    }
+  }
+  try {
+    std::regex check(filter);
+  } catch (const std::regex_error&) {
+    std::cerr << "ember-bench: --filter '" << filter << "' is not a valid regular expression\n";
+    return 2;
+  }
+  opt.filter = filter;
+  int printed = 0;
+  for (auto& [group, fn] : registry()) {
+    for (const Row& r : fn(opt)) {
+      if (!opt.wants(r.name)) continue;
+      print(r);
+      ++printed;
+    }
+  }
+  if (printed == 0) {
+    std::cerr << "ember-bench: no rows match '" << filter << "'\n";
+    return 1;
+  }
+}

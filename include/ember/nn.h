@@ -1,0 +1,194 @@
+// Neural-network modules: parameters, buffers and submodules with PyTorch-style dotted names,
+// train/eval modes, state dicts; the layers of a GPT.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ember/tensor.h"
+
+namespace ember::nn {
+
+// Ordered name -> tensor mapping (insertion order is kept, like Python dicts).
+using StateDict = std::vector<std::pair<std::string, Tensor>>;
+
+// What load_state_dict found (empty lists = an exact match).
+struct LoadReport {
+  std::vector<std::string> missing;     // expected by the module, absent in the dict
+  std::vector<std::string> unexpected;  // in the dict, unknown to the module
+  std::vector<std::string> mismatched;  // "name: expected [..] float32, got [..] float64"
+  bool ok() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
+  std::string str() const;
+};
+
+class Module {
+ public:
+  explicit Module(std::string type_name) : type_name_(std::move(type_name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  const std::string& type_name() const { return type_name_; }
+
+  // Parameters, deduplicated (a tied weight appears once), in registration order.
+  std::vector<Tensor> parameters() const;
+  // Every (dotted name, parameter), deduplicated by tensor identity (first name wins).
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers() const;
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  int64_t num_parameters() const;
+
+  virtual void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  void zero_grad();
+
+  // Parameters and buffers by dotted name; tied tensors appear under every name.
+  StateDict state_dict() const;
+  // Copies values into the module's own tensors. strict: throws on any missing, unexpected
+  // or mismatched key, without changing anything; non-strict: loads what matches and
+  // reports the rest. Keys prefixed "_orig_mod." (written by compiled wrappers elsewhere)
+  // are accepted.
+  LoadReport load_state_dict(const StateDict& dict, bool strict = true);
+  // Replaces a registered parameter by another tensor (weight tying).
+  void tie_parameter(const std::string& name, const Tensor& t);
+
+ protected:
+  Tensor register_parameter(const std::string& name, Tensor t);
+  Tensor register_buffer(const std::string& name, Tensor t);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    children_.emplace_back(name, m);
+    return m;
+  }
+
+ private:
+  void collect(const std::string& prefix, StateDict& params, StateDict& buffers) const;
+  std::string type_name_;
+  bool training_ = true;
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+// A plain container of named submodules (for nesting names like "transformer.h.0").
+class ModuleList : public Module {
+ public:
+  ModuleList() : Module("ModuleList") {}
+  template <class M>
+  std::shared_ptr<M> add(const std::string& name, std::shared_ptr<M> m) {
+    return register_module(name, std::move(m));
+  }
+};
+
+// ---- layers ----
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Tensor forward(const Tensor& x) const;
+  Tensor weight, bias;  // weight [out, in]
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t dim);
+  Tensor forward(const Tensor& indices) const;
+  Tensor weight;  // [num, dim]
+};
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t dim, bool bias = true, double eps = 1e-5);
+  Tensor forward(const Tensor& x) const;
+  Tensor weight, bias;
+  double eps;
+};
+
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p);
+  Tensor forward(const Tensor& x) const;
+  double p;
+};
+
+class GELU : public Module {
+ public:
+  explicit GELU(bool tanh_approx = false);
+  Tensor forward(const Tensor& x) const;
+  bool tanh_approx;
+};
+
+struct GPTConfig {
+  int64_t block_size = 256;
+  int64_t vocab_size = 65;
+  int64_t n_layer = 6;
+  int64_t n_head = 6;
+  int64_t n_embd = 384;
+  double dropout = 0.0;
+  bool bias = true;
+  std::string to_json() const;
+  static GPTConfig from_json(const std::string& json);
+};
+
+class CausalSelfAttention : public Module {
+ public:
+  explicit CausalSelfAttention(const GPTConfig& c);
+  Tensor forward(const Tensor& x) const;  // [B, T, C] -> [B, T, C]
+  std::shared_ptr<Linear> c_attn, c_proj;
+  std::shared_ptr<Dropout> attn_dropout, resid_dropout;
+  int64_t n_head, n_embd;
+  double dropout;
+};
+
+class MLP : public Module {
+ public:
+  explicit MLP(const GPTConfig& c);
+  Tensor forward(const Tensor& x) const;
+  std::shared_ptr<Linear> c_fc, c_proj;
+  std::shared_ptr<GELU> gelu;
+  std::shared_ptr<Dropout> dropout;
+};
+
+class Block : public Module {
+ public:
+  explicit Block(const GPTConfig& c);
+  Tensor forward(const Tensor& x) const;
+  std::shared_ptr<LayerNorm> ln_1, ln_2;
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<MLP> mlp;
+};
+
+// nanoGPT's GPT: token + position embeddings, pre-norm blocks, final norm, a head tied to the
+// token embedding. Parameter names match nanoGPT's (transformer.wte.weight, ...).
+class GPT : public Module {
+ public:
+  explicit GPT(const GPTConfig& c);
+  // idx [B, T] int64 -> logits [B, T, vocab]
+  Tensor forward(const Tensor& idx) const;
+  // Mean cross entropy of the logits against targets [B, T].
+  Tensor loss(const Tensor& idx, const Tensor& targets) const;
+  // Appends max_new_tokens sampled tokens to idx [B, T] (eval mode, no grad).
+  Tensor generate(const Tensor& idx, int64_t max_new_tokens, double temperature = 1.0,
+                  int64_t top_k = 0);
+  // Parameter count without the position embedding (as nanoGPT reports).
+  int64_t num_params_reported() const;
+  GPTConfig config;
+  std::shared_ptr<ModuleList> transformer;  // wte, wpe, drop, h.<i>, ln_f
+  std::shared_ptr<Embedding> wte, wpe;
+  std::shared_ptr<Dropout> drop;
+  std::vector<std::shared_ptr<Block>> h;
+  std::shared_ptr<LayerNorm> ln_f;
+  std::shared_ptr<Linear> lm_head;
+
+ private:
+  void init_weights();
+};
+
+// Fills t in place (no grad) with normal(0, std) / zeros.
+void init_normal_(Tensor& t, double std);
+void init_zeros_(Tensor& t);
+
+}  // namespace ember::nn

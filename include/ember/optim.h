@@ -1,0 +1,73 @@
+// Optimizers (AdamW, SGD with momentum), gradient clipping and learning-rate schedules.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "ember/nn.h"
+#include "ember/tensor.h"
+
+namespace ember::optim {
+
+struct ParamGroup {
+  std::vector<Tensor> params;
+  double weight_decay = 0.0;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual void step() = 0;
+  void zero_grad();
+  void set_lr(double lr) { lr_ = lr; }
+  double lr() const { return lr_; }
+  int64_t steps() const { return step_; }
+  // Optimizer state as named tensors ("<group>.<index>.<slot>") plus the step count, for
+  // checkpoints; load_state_dict checks names, shapes and dtypes before changing anything.
+  virtual nn::StateDict state_dict() const = 0;
+  virtual void load_state_dict(const nn::StateDict& state) = 0;
+  std::vector<ParamGroup>& groups() { return groups_; }
+
+ protected:
+  Optimizer(std::vector<ParamGroup> groups, double lr);
+  std::vector<ParamGroup> groups_;
+  double lr_;
+  int64_t step_ = 0;
+};
+
+// Adam with decoupled weight decay (Loshchilov & Hutter), as torch.optim.AdamW.
+class AdamW : public Optimizer {
+ public:
+  AdamW(std::vector<ParamGroup> groups, double lr = 1e-3, double beta1 = 0.9,
+        double beta2 = 0.999, double eps = 1e-8);
+  void step() override;
+  nn::StateDict state_dict() const override;
+  void load_state_dict(const nn::StateDict& state) override;
+  double beta1, beta2, eps;
+
+ private:
+  std::vector<std::vector<Tensor>> exp_avg_, exp_avg_sq_;  // per group, per param
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<ParamGroup> groups, double lr, double momentum = 0.0);
+  void step() override;
+  nn::StateDict state_dict() const override;
+  void load_state_dict(const nn::StateDict& state) override;
+  double momentum;
+
+ private:
+  std::vector<std::vector<Tensor>> buf_;
+};
+
+// nanoGPT's grouping: weight decay on tensors of 2+ dims (matmul weights, embeddings), none
+// on biases and norm weights.
+std::vector<ParamGroup> decay_groups(const nn::Module& m, double weight_decay);
+
+// Scales all grads so their global L2 norm is at most max_norm; returns the norm before.
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
+
+// Linear warmup, then cosine decay from lr to min_lr until decay_iters (nanoGPT's schedule).
+double cosine_lr(int64_t it, double lr, double min_lr, int64_t warmup_iters, int64_t decay_iters);
+
+}  // namespace ember::optim

@@ -1,0 +1,156 @@
+// nanoGPT's GPT: attention, MLP, blocks, the model, and sampling.
+#include <cmath>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "ember/autograd.h"
+#include "ember/nn.h"
+#include "ember/ops.h"
+
+namespace ember::nn {
+
+CausalSelfAttention::CausalSelfAttention(const GPTConfig& c)
+    : Module("CausalSelfAttention"), n_head(c.n_head), n_embd(c.n_embd), dropout(c.dropout) {
+  EMBER_CHECK(c.n_embd % c.n_head == 0, "GPT: n_embd (", c.n_embd,
+              ") must be divisible by n_head (", c.n_head, ")");
+  c_attn = register_module("c_attn", std::make_shared<Linear>(c.n_embd, 3 * c.n_embd, c.bias));
+  c_proj = register_module("c_proj", std::make_shared<Linear>(c.n_embd, c.n_embd, c.bias));
+  attn_dropout = register_module("attn_dropout", std::make_shared<Dropout>(c.dropout));
+  resid_dropout = register_module("resid_dropout", std::make_shared<Dropout>(c.dropout));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) const {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / n_head;
+  std::vector<Tensor> qkv = c_attn->forward(x).split(n_embd, 2);
+  // [B, T, C] -> [B, nh, T, hs]
+  auto heads = [&](const Tensor& t) { return t.view({B, T, n_head, hs}).transpose(1, 2); };
+  Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+  Tensor y = scaled_dot_product_attention(q, k, v, /*is_causal=*/true,
+                                          is_training() ? dropout : 0.0);
+  y = y.transpose(1, 2).contiguous().view({B, T, C});
+  return resid_dropout->forward(c_proj->forward(y));
+}
+
+MLP::MLP(const GPTConfig& c) : Module("MLP") {
+  c_fc = register_module("c_fc", std::make_shared<Linear>(c.n_embd, 4 * c.n_embd, c.bias));
+  gelu = register_module("gelu", std::make_shared<GELU>(false));
+  c_proj = register_module("c_proj", std::make_shared<Linear>(4 * c.n_embd, c.n_embd, c.bias));
+  dropout = register_module("dropout", std::make_shared<Dropout>(c.dropout));
+}
+
+Tensor MLP::forward(const Tensor& x) const {
+  return dropout->forward(c_proj->forward(gelu->forward(c_fc->forward(x))));
+}
+
+Block::Block(const GPTConfig& c) : Module("Block") {
+  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd, c.bias));
+  attn = register_module("attn", std::make_shared<CausalSelfAttention>(c));
+  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(c.n_embd, c.bias));
+  mlp = register_module("mlp", std::make_shared<MLP>(c));
+}
+
+Tensor Block::forward(const Tensor& x) const {
+  Tensor h = x + attn->forward(ln_1->forward(x));
+  return h + mlp->forward(ln_2->forward(h));
+}
+
+GPT::GPT(const GPTConfig& c) : Module("GPT"), config(c) {
+  EMBER_CHECK(c.vocab_size > 0 && c.block_size > 0 && c.n_layer > 0 && c.n_head > 0 &&
+                  c.n_embd > 0,
+              "GPT: every size in the config must be positive");
+  transformer = register_module("transformer", std::make_shared<ModuleList>());
+  wte = transformer->add("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd));
+  wpe = transformer->add("wpe", std::make_shared<Embedding>(c.block_size, c.n_embd));
+  drop = transformer->add("drop", std::make_shared<Dropout>(c.dropout));
+  auto hl = transformer->add("h", std::make_shared<ModuleList>());
+  for (int64_t i = 0; i < c.n_layer; ++i)
+    h.push_back(hl->add(std::to_string(i), std::make_shared<Block>(c)));
+  ln_f = transformer->add("ln_f", std::make_shared<LayerNorm>(c.n_embd, c.bias));
+  lm_head = register_module("lm_head", std::make_shared<Linear>(c.n_embd, c.vocab_size, false));
+  init_weights();
+  // Weight tying: the head reads the token embedding matrix.
+  lm_head->weight = wte->weight;
+  lm_head->tie_parameter("weight", wte->weight);
+}
+
+void GPT::init_weights() {
+  // GPT-2 init: normal(0, 0.02) everywhere (done by the layers), residual projections scaled
+  // by 1/sqrt(2 * n_layer).
+  double proj_std = 0.02 / std::sqrt(2.0 * double(config.n_layer));
+  for (auto& b : h) {
+    init_normal_(b->attn->c_proj->weight, proj_std);
+    init_normal_(b->mlp->c_proj->weight, proj_std);
+  }
+}
+
+int64_t GPT::num_params_reported() const { return num_parameters() - wpe->weight.numel(); }
+
+Tensor GPT::forward(const Tensor& idx) const {
+  EMBER_CHECK(idx.dim() == 2, "GPT: idx must be [batch, time], got shape ", idx.shape_str());
+  EMBER_CHECK(idx.dtype() == DType::Int64 || idx.dtype() == DType::Int32,
+              "GPT: idx must hold integer token ids, got ", dtype_name(idx.dtype()));
+  const int64_t T = idx.size(1);
+  EMBER_CHECK(T <= config.block_size, "GPT: cannot forward a sequence of length ", T,
+              ", the block size is only ", config.block_size);
+  Tensor pos = arange(T);
+  Tensor x = drop->forward(wte->forward(idx) + wpe->forward(pos));
+  for (const auto& b : h) x = b->forward(x);
+  return lm_head->forward(ln_f->forward(x));
+}
+
+Tensor GPT::loss(const Tensor& idx, const Tensor& targets) const {
+  Tensor logits = forward(idx);
+  return cross_entropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}), -1);
+}
+
+Tensor GPT::generate(const Tensor& idx, int64_t max_new_tokens, double temperature,
+                     int64_t top_k) {
+  EMBER_CHECK(temperature > 0, "generate: temperature must be positive, got ", temperature);
+  NoGradGuard no_grad;
+  bool was_training = is_training();
+  eval();
+  Tensor seq = idx;
+  for (int64_t i = 0; i < max_new_tokens; ++i) {
+    int64_t T = seq.size(1);
+    Tensor cond = T <= config.block_size ? seq : seq.slice(1, T - config.block_size, T);
+    Tensor logits = forward(cond).select(1, -1) / temperature;  // [B, V]
+    if (top_k > 0) {
+      int64_t k = std::min(top_k, logits.size(-1));
+      Tensor kth = logits.topk(k, -1).first.slice(1, k - 1, k);  // [B, 1]
+      logits = logits.masked_fill(logits.lt(kth), -INFINITY);
+    }
+    Tensor probs = logits.softmax(-1);
+    Tensor next = multinomial(probs, 1, false);
+    seq = cat({seq, next}, 1);
+  }
+  train(was_training);
+  return seq;
+}
+
+std::string GPTConfig::to_json() const {
+  std::ostringstream os;
+  os << "{\"block_size\": " << block_size << ", \"vocab_size\": " << vocab_size
+     << ", \"n_layer\": " << n_layer << ", \"n_head\": " << n_head << ", \"n_embd\": " << n_embd
+     << ", \"dropout\": " << dropout << ", \"bias\": " << (bias ? "true" : "false") << "}";
+  return os.str();
+}
+
+GPTConfig GPTConfig::from_json(const std::string& text) {
+  GPTConfig c;
+  try {
+    auto j = nlohmann::json::parse(text);
+    c.block_size = j.at("block_size").get<int64_t>();
+    c.vocab_size = j.at("vocab_size").get<int64_t>();
+    c.n_layer = j.at("n_layer").get<int64_t>();
+    c.n_head = j.at("n_head").get<int64_t>();
+    c.n_embd = j.at("n_embd").get<int64_t>();
+    c.dropout = j.value("dropout", 0.0);
+    c.bias = j.value("bias", true);
+  } catch (const nlohmann::json::exception& e) {
+    EMBER_FAIL("GPTConfig: cannot read the model config '", text, "': ", e.what());
+  }
+  return c;
+}
+
+}  // namespace ember::nn
