@@ -61,6 +61,7 @@ void gather(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
     const std::vector<int64_t> ot = offset_table(is, x.strides(), 0, d);
     const std::vector<int64_t> it = offset_table(is, x.strides(), d + 1, nd);
     const int64_t xs = x.strides()[d];
+    const bool unit = is_identity(it);
     visit_bits(x.dtype(), [&]<class U>() {
       const U* xp = static_cast<const U*>(x.impl()->data());
       U* op = static_cast<U*>(o.impl()->data());
@@ -70,26 +71,31 @@ void gather(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
         const U* src = xp + ot[r / m];
         const I* row_idx = ip + r * inner;
         U* dst = op + r * inner;
-        for (int64_t i = 0; i < inner; ++i) dst[i] = src[int64_t(row_idx[i]) * xs + it[i]];
+        if (unit) {
+          for (int64_t i = 0; i < inner; ++i) dst[i] = src[int64_t(row_idx[i]) * xs + i];
+        } else {
+          for (int64_t i = 0; i < inner; ++i) dst[i] = src[int64_t(row_idx[i]) * xs + it[i]];
+        }
       }
     });
   });
 }
 
 namespace {
-// out = x, then out[outer o, index(o, j, i), inner i] += src[o, j, i] for every position of the
-// index space [outer, m, inner]. `index_at(o, j, i)` reads the (checked) index; src and out
-// are addressed by their tables. Shared by index_add (index depends on j only) and
-// scatter_add (index depends on all three).
-template <class T, class IndexAt>
-void scatter_accumulate(const Tensor& o, const Tensor& src, int64_t d, int64_t outer, int64_t m,
-                        int64_t inner, const std::vector<int64_t>& oot,
+// out[outer o, index, inner i] += src[o, j, i] for every position (o, j, i) of the index space
+// [outer, m, inner]. kPerSlice: the index is 1-D and picks a whole slice for each j
+// (index_add); otherwise the index has one entry per position (scatter_add). out and src are
+// addressed by their offset tables.
+template <class T, bool kPerSlice, class I>
+void scatter_accumulate(const Tensor& o, const Tensor& src, const I* ip, int64_t d, int64_t outer,
+                        int64_t m, int64_t inner, const std::vector<int64_t>& oot,
                         const std::vector<int64_t>& oit, const std::vector<int64_t>& sot,
-                        const std::vector<int64_t>& sit, IndexAt index_at) {
+                        const std::vector<int64_t>& sit) {
   using C = compute_t<T>;
   const T* sp = static_cast<const T*>(src.impl()->data());
   T* op = static_cast<T*>(o.impl()->data());
   const int64_t os = o.strides()[d], ss = src.strides()[d];
+  const bool unit = is_identity(oit) && is_identity(sit);
   const int64_t blocks = (inner + kInnerBlock - 1) / kInnerBlock;
   const int64_t work = outer * m * inner;
 #pragma omp parallel for collapse(2) if (work >= kParallelGrain && outer * blocks > 1)
@@ -98,10 +104,20 @@ void scatter_accumulate(const Tensor& o, const Tensor& src, int64_t d, int64_t o
       const int64_t i0 = b * kInnerBlock, i1 = std::min(inner, i0 + kInnerBlock);
       for (int64_t j = 0; j < m; ++j) {
         const T* s = sp + sot[oo] + j * ss;
-        T* dst = op + oot[oo];
-        for (int64_t i = i0; i < i1; ++i) {
-          T& e = dst[index_at(oo, j, i) * os + oit[i]];
-          e = T(C(e) + C(s[sit[i]]));
+        if constexpr (kPerSlice) {
+          T* dst = op + oot[oo] + int64_t(ip[j]) * os;
+          if (unit) {
+            for (int64_t i = i0; i < i1; ++i) dst[i] = T(C(dst[i]) + C(s[i]));
+          } else {
+            for (int64_t i = i0; i < i1; ++i) dst[oit[i]] = T(C(dst[oit[i]]) + C(s[sit[i]]));
+          }
+        } else {
+          T* dst = op + oot[oo];
+          const I* row = ip + (oo * m + j) * inner;
+          for (int64_t i = i0; i < i1; ++i) {
+            T& e = dst[int64_t(row[i]) * os + oit[i]];
+            e = T(C(e) + C(s[sit[i]]));
+          }
         }
       }
     }
@@ -133,8 +149,7 @@ void index_add(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a
     const std::vector<int64_t> sot = offset_table(src.sizes(), src.strides(), 0, d);
     const std::vector<int64_t> sit = offset_table(src.sizes(), src.strides(), d + 1, nd);
     visit_numeric(o.dtype(), "index_add", [&]<class T>() {
-      scatter_accumulate<T>(o, src, d, outer, n, inner, oot, oit, sot, sit,
-                            [ip](int64_t, int64_t j, int64_t) { return int64_t(ip[j]); });
+      scatter_accumulate<T, true>(o, src, ip, d, outer, n, inner, oot, oit, sot, sit);
     });
   });
 }
@@ -158,10 +173,7 @@ void scatter_add(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
     const std::vector<int64_t> sot = offset_table(is, src.strides(), 0, d);
     const std::vector<int64_t> sit = offset_table(is, src.strides(), d + 1, nd);
     visit_numeric(o.dtype(), "scatter_add", [&]<class T>() {
-      scatter_accumulate<T>(o, src, d, outer, m, inner, oot, oit, sot, sit,
-                            [ip, m, inner](int64_t oo, int64_t j, int64_t i) {
-                              return int64_t(ip[(oo * m + j) * inner + i]);
-                            });
+      scatter_accumulate<T, false>(o, src, ip, d, outer, m, inner, oot, oit, sot, sit);
     });
   });
 }

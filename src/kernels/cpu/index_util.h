@@ -28,6 +28,13 @@ inline std::vector<int64_t> offset_table(const Shape& sizes, const Shape& stride
   return t;
 }
 
+// True when a table is 0, 1, 2, ...: those dims are contiguous and a loop needs no lookups.
+inline bool is_identity(const std::vector<int64_t>& t) {
+  for (size_t i = 0; i < t.size(); ++i)
+    if (t[i] != int64_t(i)) return false;
+  return true;
+}
+
 // Product of sizes[begin, end).
 inline int64_t span_numel(const Shape& sizes, int64_t begin, int64_t end) {
   int64_t n = 1;
