@@ -28,7 +28,9 @@ std::vector<Tensor> grad_cat(const GradCtx& c) {
 }
 
 // PyTorch's legacy rule: a 1-D tensor of size 0 joins any cat and contributes nothing.
-bool is_legacy_empty(const Tensor& t) { return t.dim() == 1 && t.sizes()[0] == 0; }
+bool is_legacy_empty(const Tensor& t) {
+  return t.dim() == 1 && t.sizes()[0] == 0;
+}
 }  // namespace
 
 const OpImpl op_impl_cat{infer_cat, cpu::cat, grad_cat};

@@ -1,7 +1,8 @@
 // Index-driven ops: slice_backward, index_select, gather, index_add, scatter_add (shape rules,
 // grads, front ends) and the embedding front end built on index_select.
-#include "core/make_tensor.h"
 #include "kernels/cpu/index.h"
+
+#include "core/make_tensor.h"
 #include "kernels/cpu/pointwise.h"
 #include "ops/frontend.h"
 
@@ -92,8 +93,7 @@ std::vector<Tensor> grad_scatter_add(const GradCtx& c) {
 
 }  // namespace
 
-const OpImpl op_impl_slice_backward{infer_slice_backward, cpu_slice_backward,
-                                    grad_slice_backward};
+const OpImpl op_impl_slice_backward{infer_slice_backward, cpu_slice_backward, grad_slice_backward};
 const OpImpl op_impl_index_select{infer_index_select, cpu::index_select, grad_index_select, 0b10};
 const OpImpl op_impl_gather{infer_gather, cpu::gather, grad_gather, 0b10};
 const OpImpl op_impl_index_add{infer_like_first, cpu::index_add, grad_index_add, 0b010};
@@ -147,8 +147,8 @@ Tensor Tensor::gather(int64_t d, const Tensor& index) const {
               "index shape ", index.shape_str(), " for input shape ", shape_str());
   int64_t w = wrap_dim(d, dim(), op);
   for (int64_t i = 0; i < dim(); ++i)
-    EMBER_CHECK(i == w || index.sizes()[i] <= sizes()[i], op, ": index shape ",
-                index.shape_str(), " does not fit input shape ", shape_str(), " at dim ", i,
+    EMBER_CHECK(i == w || index.sizes()[i] <= sizes()[i], op, ": index shape ", index.shape_str(),
+                " does not fit input shape ", shape_str(), " at dim ", i,
                 " (the index may not be larger than the input except at dim ", w, ")");
   return dispatch1(OpId::gather, {*this, index}, dim_attrs(w));
 }
@@ -195,9 +195,9 @@ Tensor scatter_add(const Tensor& x, int64_t d, const Tensor& index, const Tensor
   for (int64_t i = 0; i < x.dim(); ++i) {
     EMBER_CHECK(index.sizes()[i] <= src.sizes()[i], op, ": index shape ", index.shape_str(),
                 " is larger than src shape ", src.shape_str(), " at dim ", i);
-    EMBER_CHECK(i == w || index.sizes()[i] <= x.sizes()[i], op, ": index shape ",
-                index.shape_str(), " is larger than input shape ", x.shape_str(), " at dim ", i,
-                " (only dim ", w, " may differ)");
+    EMBER_CHECK(i == w || index.sizes()[i] <= x.sizes()[i], op, ": index shape ", index.shape_str(),
+                " is larger than input shape ", x.shape_str(), " at dim ", i, " (only dim ", w,
+                " may differ)");
   }
   return dispatch1(OpId::scatter_add, {cast_to(x, t), index, cast_to(src, t)}, dim_attrs(w));
 }

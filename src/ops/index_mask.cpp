@@ -9,8 +9,12 @@ MetaList infer_tri(std::span<const Tensor> in, const Attrs&) {
   return {TensorMeta{in[0].sizes(), {}, 0, in[0].dtype()}};
 }
 // The mask is fixed by position, so the grad is the same mask applied to the grad.
-std::vector<Tensor> grad_tril(const GradCtx& c) { return {c.grads[0].tril(c.attrs.start)}; }
-std::vector<Tensor> grad_triu(const GradCtx& c) { return {c.grads[0].triu(c.attrs.start)}; }
+std::vector<Tensor> grad_tril(const GradCtx& c) {
+  return {c.grads[0].tril(c.attrs.start)};
+}
+std::vector<Tensor> grad_triu(const GradCtx& c) {
+  return {c.grads[0].triu(c.attrs.start)};
+}
 
 Tensor tri(OpId op, const Tensor& x, int64_t diagonal) {
   const char* name = op_name(op).data();
@@ -26,7 +30,11 @@ Tensor tri(OpId op, const Tensor& x, int64_t diagonal) {
 const OpImpl op_impl_tril{infer_tri, cpu::tril, grad_tril};
 const OpImpl op_impl_triu{infer_tri, cpu::triu, grad_triu};
 
-Tensor Tensor::tril(int64_t diagonal) const { return tri(OpId::tril, *this, diagonal); }
-Tensor Tensor::triu(int64_t diagonal) const { return tri(OpId::triu, *this, diagonal); }
+Tensor Tensor::tril(int64_t diagonal) const {
+  return tri(OpId::tril, *this, diagonal);
+}
+Tensor Tensor::triu(int64_t diagonal) const {
+  return tri(OpId::triu, *this, diagonal);
+}
 
 }  // namespace ember

@@ -27,7 +27,8 @@ const OpImpl op_impl_topk{infer_topk, cpu::topk, grad_topk, 0, 0b10};
 std::pair<Tensor, Tensor> Tensor::topk(int64_t k, int64_t d, bool largest, bool sorted) const {
   (void)sorted;  // results always come sorted, which sorted=false permits as well
   EMBER_CHECK(defined(), "topk: undefined tensor argument");
-  EMBER_CHECK(dtype() != DType::Bool, "topk: not supported for bool tensors; cast with .to() "
+  EMBER_CHECK(dtype() != DType::Bool,
+              "topk: not supported for bool tensors; cast with .to() "
               "first");
   if (dim() == 0) {  // a 0-dim tensor is one element along dim 0
     wrap_dim(d, 0, "topk");
@@ -37,8 +38,8 @@ std::pair<Tensor, Tensor> Tensor::topk(int64_t k, int64_t d, bool largest, bool 
   Attrs a;
   a.dim = wrap_dim(d, dim(), "topk");
   const int64_t n = sizes()[a.dim];
-  EMBER_CHECK(k >= 0 && k <= n, "topk: k = ", k, " is out of range for dim ", a.dim,
-              " of size ", n, " (shape ", shape_str(), "); k must be in [0, ", n, "]");
+  EMBER_CHECK(k >= 0 && k <= n, "topk: k = ", k, " is out of range for dim ", a.dim, " of size ", n,
+              " (shape ", shape_str(), "); k must be in [0, ", n, "]");
   a.start = k;
   a.flag = largest;
   std::vector<Tensor> out = dispatch(OpId::topk, {*this}, a);

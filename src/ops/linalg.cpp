@@ -6,7 +6,9 @@
 namespace ember {
 
 namespace {
-Shape batch_of(const Shape& s) { return Shape(s.begin(), s.end() - 2); }
+Shape batch_of(const Shape& s) {
+  return Shape(s.begin(), s.end() - 2);
+}
 
 MetaList infer_matmul(std::span<const Tensor> in, const Attrs&) {
   const Shape &a = in[0].sizes(), &b = in[1].sizes();
@@ -16,8 +18,12 @@ MetaList infer_matmul(std::span<const Tensor> in, const Attrs&) {
   return {TensorMeta{s, {}, 0, in[0].dtype()}};
 }
 
-Tensor mm(const Tensor& a, const Tensor& b) { return dispatch1(OpId::matmul, {a, b}); }
-Tensor mT(const Tensor& t) { return t.transpose(-2, -1); }
+Tensor mm(const Tensor& a, const Tensor& b) {
+  return dispatch1(OpId::matmul, {a, b});
+}
+Tensor mT(const Tensor& t) {
+  return t.transpose(-2, -1);
+}
 
 // d(a @ b) = g @ b^T for a and a^T @ g for b, summed over the batch dims each was broadcast
 // along. Transposed operands are views: the kernel hands them to BLAS as trans flags.
@@ -62,8 +68,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (col) y = y.unsqueeze(1);
   const int64_t ka = x.sizes()[x.dim() - 1], kb = y.sizes()[y.dim() - 2];
   EMBER_CHECK(ka == kb, "matmul: shapes ", a.shape_str(), " and ", b.shape_str(),
-              " cannot be multiplied (", ka, " != ", kb, "): the last dim of the first must "
-              "equal the ", col ? "size of the second" : "second-to-last dim of the second");
+              " cannot be multiplied (", ka, " != ", kb,
+              "): the last dim of the first must "
+              "equal the ",
+              col ? "size of the second" : "second-to-last dim of the second");
   const Shape ba = batch_of(x.sizes()), bb = batch_of(y.sizes());
   const size_t nb = std::max(ba.size(), bb.size());
   for (size_t i = 0; i < nb; ++i) {
@@ -78,7 +86,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return r;
 }
 
-Tensor Tensor::matmul(const Tensor& o) const { return ember::matmul(*this, o); }
+Tensor Tensor::matmul(const Tensor& o) const {
+  return ember::matmul(*this, o);
+}
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
   DType t = product_dtype(a, b, "bmm");
@@ -87,8 +97,8 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
               "; use matmul for other ranks");
   EMBER_CHECK(a.sizes()[0] == b.sizes()[0], "bmm: batch sizes differ: shapes ", a.shape_str(),
               " and ", b.shape_str(), " (bmm does not broadcast; use matmul)");
-  EMBER_CHECK(a.sizes()[2] == b.sizes()[1], "bmm: shapes ", a.shape_str(), " and ",
-              b.shape_str(), " cannot be multiplied (", a.sizes()[2], " != ", b.sizes()[1], ")");
+  EMBER_CHECK(a.sizes()[2] == b.sizes()[1], "bmm: shapes ", a.shape_str(), " and ", b.shape_str(),
+              " cannot be multiplied (", a.sizes()[2], " != ", b.sizes()[1], ")");
   return mm(cast_to(a, t), cast_to(b, t));
 }
 
@@ -102,8 +112,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor y = matmul(x, weight.t());
   if (!bias.defined()) return y;
   EMBER_CHECK(bias.dim() <= 1 && (bias.numel() == weight.sizes()[0] || bias.numel() == 1),
-              "linear: the bias must have shape [", weight.sizes()[0], "], got ",
-              bias.shape_str());
+              "linear: the bias must have shape [", weight.sizes()[0], "], got ", bias.shape_str());
   return y + bias;
 }
 

@@ -29,8 +29,8 @@ OpCase cat_case(std::string name, int64_t d, std::vector<Shapes> shapes) {
   c.name = std::move(name);
   c.covers = {OpId::cat};
   c.shapes = std::move(shapes);
-  c.dtypes = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32,
-              DType::Int64, DType::Bool};
+  c.dtypes = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16,
+              DType::Int32,   DType::Int64,   DType::Bool};
   c.make_inputs = [](const Shapes& s, DType t) {
     Inputs in;
     for (const Shape& sh : s)
@@ -48,7 +48,8 @@ OpCase cat_case(std::string name, int64_t d, std::vector<Shapes> shapes) {
 
 EMBER_OP_CASES(cat) {
   std::vector<OpCase> cases;
-  cases.push_back(cat_case("cat_dim0", 0, {{{2, 3}, {4, 3}, {0, 3}}, {{5}, {2}}, {{1, 2, 2}, {3, 2, 2}}}));
+  cases.push_back(
+      cat_case("cat_dim0", 0, {{{2, 3}, {4, 3}, {0, 3}}, {{5}, {2}}, {{1, 2, 2}, {3, 2, 2}}}));
   cases.push_back(cat_case("cat_dim1", 1, {{{2, 3}, {2, 1}, {2, 5}}, {{3, 0, 2}, {3, 4, 2}}}));
   cases.push_back(cat_case("cat_last", -1, {{{2, 3, 4}, {2, 3, 1}}, {{4}}}));
   OpCase big_cat = cat_case("cat_parallel", 1, {{{300, 70}, {300, 90}}});

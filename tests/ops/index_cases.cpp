@@ -8,11 +8,11 @@
 namespace ember::test {
 
 namespace {
-const std::vector<DType> kAllDTypes = {DType::Float32, DType::Float64, DType::Float16,
+const std::vector<DType> kAllDTypes = {DType::Float32,  DType::Float64, DType::Float16,
                                        DType::BFloat16, DType::Int32,   DType::Int64,
                                        DType::Bool};
-const std::vector<DType> kNumericDTypes = {DType::Float32, DType::Float64, DType::Float16,
-                                           DType::BFloat16, DType::Int32, DType::Int64};
+const std::vector<DType> kNumericDTypes = {DType::Float32,  DType::Float64, DType::Float16,
+                                           DType::BFloat16, DType::Int32,   DType::Int64};
 
 // Values of a dtype: random floats, small integers, or random bools.
 Tensor values(const Shape& s, DType t) {
@@ -21,7 +21,9 @@ Tensor values(const Shape& s, DType t) {
   return random_tensor(s, t);
 }
 
-int64_t wrap(int64_t d, int64_t n) { return d < 0 ? d + n : d; }
+int64_t wrap(int64_t d, int64_t n) {
+  return d < 0 ? d + n : d;
+}
 
 // ---- float64 references: plain loops over multi-indices ----
 
@@ -120,7 +122,8 @@ OpCase index_select_case(std::string name, int64_t d, std::vector<Shapes> shapes
   c.dtypes = kAllDTypes;
   c.make_inputs = [d, index_dtype](const Shapes& s, DType t) {
     int64_t n = s[0][wrap(d, int64_t(s[0].size()))];
-    return Inputs{values(s[0], t), random_int_tensor(s[1], 0, std::max<int64_t>(n, 1), index_dtype)};
+    return Inputs{values(s[0], t),
+                  random_int_tensor(s[1], 0, std::max<int64_t>(n, 1), index_dtype)};
   };
   c.run = [d](const Inputs& in) { return Inputs{in[0].index_select(d, in[1])}; };
   c.reference = [d](const std::vector<Ref>& r) {
@@ -187,9 +190,7 @@ OpCase tri_case(bool lower, int64_t k, std::vector<Shapes> shapes) {
   c.shapes = std::move(shapes);
   c.dtypes = kAllDTypes;
   c.make_inputs = [](const Shapes& s, DType t) { return Inputs{values(s[0], t)}; };
-  c.run = [lower, k](const Inputs& in) {
-    return Inputs{lower ? in[0].tril(k) : in[0].triu(k)};
-  };
+  c.run = [lower, k](const Inputs& in) { return Inputs{lower ? in[0].tril(k) : in[0].triu(k)}; };
   c.reference = [lower, k](const std::vector<Ref>& r) {
     return std::vector<Ref>{ref_tri(r[0], k, lower)};
   };
@@ -220,23 +221,25 @@ OpCase topk_case(std::string name, int64_t k, int64_t d, bool largest, std::vect
 
 EMBER_OP_CASES(index) {
   std::vector<OpCase> cases;
-  cases.push_back(index_select_case("index_select_dim0", 0,
-                                    {{{5, 4}, {3}}, {{3, 6, 2}, {7}}, {{0, 3}, {0}}, {{4, 0}, {2}},
-                                     {{6}, {9}}}));
+  cases.push_back(index_select_case(
+      "index_select_dim0", 0,
+      {{{5, 4}, {3}}, {{3, 6, 2}, {7}}, {{0, 3}, {0}}, {{4, 0}, {2}}, {{6}, {9}}}));
   cases.push_back(index_select_case("index_select_dim1", 1, {{{5, 4}, {6}}, {{3, 6, 2}, {4}}}));
   cases.push_back(index_select_case("index_select_last_int32_index", -1,
                                     {{{5, 4}, {6}}, {{2, 3, 5}, {2}}}, DType::Int32));
   OpCase big_select = index_select_case("index_select_parallel", 0, {{{300, 130}, {400}}});
   big_select.gradcheck = false;
   cases.push_back(big_select);
-  OpCase big_select_inner = index_select_case("index_select_parallel_dim1", 1, {{{120, 300}, {400}}});
+  OpCase big_select_inner =
+      index_select_case("index_select_parallel_dim1", 1, {{{120, 300}, {400}}});
   big_select_inner.gradcheck = false;
   cases.push_back(big_select_inner);
 
-  cases.push_back(gather_case("gather_dim1", 1,
-                              {{{4, 5}, {4, 3}}, {{4, 5}, {2, 8}}, {{3, 4, 5}, {2, 6, 3}},
-                               {{2, 3}, {0, 3}}}));
-  cases.push_back(gather_case("gather_dim0", 0, {{{4, 5}, {6, 5}}, {{7}, {10}}, {{3, 2, 2}, {4, 1, 2}}}));
+  cases.push_back(
+      gather_case("gather_dim1", 1,
+                  {{{4, 5}, {4, 3}}, {{4, 5}, {2, 8}}, {{3, 4, 5}, {2, 6, 3}}, {{2, 3}, {0, 3}}}));
+  cases.push_back(
+      gather_case("gather_dim0", 0, {{{4, 5}, {6, 5}}, {{7}, {10}}, {{3, 2, 2}, {4, 1, 2}}}));
   cases.push_back(gather_case("gather_last", -1, {{{2, 3, 5}, {2, 3, 7}}}));
   OpCase big_gather = gather_case("gather_parallel", 1, {{{200, 210}, {200, 200}}});
   big_gather.gradcheck = false;
@@ -244,20 +247,20 @@ EMBER_OP_CASES(index) {
 
   cases.push_back(index_add_case("index_add_dim0", 0,
                                  {{{5, 3}, {7}, {7, 3}}, {{4}, {6}, {6}}, {{3, 2}, {0}, {0, 2}}}));
-  cases.push_back(index_add_case("index_add_dim1", 1,
-                                 {{{2, 5, 3}, {4}, {2, 4, 3}}, {{4, 6}, {8}, {4, 8}}},
-                                 DType::Int32));
+  cases.push_back(index_add_case(
+      "index_add_dim1", 1, {{{2, 5, 3}, {4}, {2, 4, 3}}, {{4, 6}, {8}, {4, 8}}}, DType::Int32));
   OpCase big_index_add = index_add_case("index_add_parallel", 0, {{{50, 300}, {400}, {400, 300}}});
   big_index_add.gradcheck = false;
   big_index_add.tol_scale = 16;  // up to ~20 adds land on one element
   cases.push_back(big_index_add);
 
-  cases.push_back(scatter_add_case("scatter_add_dim1", 1,
-                                   {{{4, 5}, {4, 3}, {4, 6}}, {{3, 4, 2}, {2, 6, 2}, {3, 7, 2}},
-                                    {{3, 4}, {0, 2}, {1, 2}}}));
-  cases.push_back(scatter_add_case("scatter_add_dim0", 0,
-                                   {{{5, 3}, {7, 3}, {7, 3}}, {{6}, {10}, {12}}}));
-  OpCase big_scatter = scatter_add_case("scatter_add_parallel", 0, {{{40, 300}, {300, 300}, {300, 300}}});
+  cases.push_back(scatter_add_case(
+      "scatter_add_dim1", 1,
+      {{{4, 5}, {4, 3}, {4, 6}}, {{3, 4, 2}, {2, 6, 2}, {3, 7, 2}}, {{3, 4}, {0, 2}, {1, 2}}}));
+  cases.push_back(
+      scatter_add_case("scatter_add_dim0", 0, {{{5, 3}, {7, 3}, {7, 3}}, {{6}, {10}, {12}}}));
+  OpCase big_scatter =
+      scatter_add_case("scatter_add_parallel", 0, {{{40, 300}, {300, 300}, {300, 300}}});
   big_scatter.gradcheck = false;
   big_scatter.tol_scale = 16;
   cases.push_back(big_scatter);

@@ -11,7 +11,9 @@
 namespace ember {
 namespace {
 
-Tensor idx(std::vector<int64_t> v) { return from_vector(v, {int64_t(v.size())}, DType::Int64); }
+Tensor idx(std::vector<int64_t> v) {
+  return from_vector(v, {int64_t(v.size())}, DType::Int64);
+}
 
 // Runs f, expects an ember::Error whose message contains every one of `parts`.
 template <class F>
@@ -54,8 +56,11 @@ TEST(IndexSelect, AcceptsInt32AndZeroDimIndex) {
 
 TEST(Gather, ErrorsOnBadIndicesAndShapes) {
   Tensor x = ones({3, 4});
-  expect_error([&] { x.gather(1, from_vector(std::vector<int64_t>{0, 4}, {1, 2}, DType::Int64)); },
-               {"gather", "index 4", "size 4"});
+  expect_error(
+      [&] {
+        x.gather(1, from_vector(std::vector<int64_t>{0, 4}, {1, 2}, DType::Int64));
+      },
+      {"gather", "index 4", "size 4"});
   expect_error([&] { x.gather(1, zeros({3}, DType::Int64)); }, {"gather", "dims"});
   expect_error([&] { x.gather(1, zeros({4, 2}, DType::Int64)); }, {"gather", "[4, 2]", "dim 0"});
   expect_error([&] { x.gather(0, zeros({2, 2}, DType::Bool)); }, {"gather", "bool"});
@@ -63,11 +68,22 @@ TEST(Gather, ErrorsOnBadIndicesAndShapes) {
 
 TEST(IndexAdd, ErrorsOnBadIndicesAndShapes) {
   Tensor x = zeros({4, 3});
-  expect_error([&] { index_add(x, 0, idx({1, 4}), ones({2, 3})); }, {"index_add", "index 4", "size 4"});
-  expect_error([&] { index_add(x, 0, idx({1, 2}), ones({3, 3})); }, {"index_add", "[3, 3]", "[2, 3]"});
+  expect_error(
+      [&] {
+        index_add(x, 0, idx({1, 4}), ones({2, 3}));
+      },
+      {"index_add", "index 4", "size 4"});
+  expect_error(
+      [&] {
+        index_add(x, 0, idx({1, 2}), ones({3, 3}));
+      },
+      {"index_add", "[3, 3]", "[2, 3]"});
   expect_error([&] { index_add(x, 0, tensor({1}), ones({1, 3})); }, {"index_add", "int64"});
-  expect_error([&] { index_add(x.to(DType::Bool), 0, idx({1}), ones({1, 3}, DType::Bool)); },
-               {"index_add", "bool"});
+  expect_error(
+      [&] {
+        index_add(x.to(DType::Bool), 0, idx({1}), ones({1, 3}, DType::Bool));
+      },
+      {"index_add", "bool"});
 }
 
 TEST(IndexAdd, AccumulatesRepeatedIndicesAndPromotes) {
@@ -82,10 +98,16 @@ TEST(ScatterAdd, ErrorsOnBadIndicesAndShapes) {
   Tensor x = zeros({2, 3});
   Tensor bad = from_vector(std::vector<int64_t>{0, 3}, {1, 2}, DType::Int64);
   expect_error([&] { scatter_add(x, 1, bad, ones({1, 2})); }, {"scatter_add", "index 3", "size 3"});
-  expect_error([&] { scatter_add(x, 1, zeros({2, 3}, DType::Int64), ones({2, 2})); },
-               {"scatter_add", "larger than src"});
-  expect_error([&] { scatter_add(x, 1, zeros({3, 1}, DType::Int64), ones({3, 1})); },
-               {"scatter_add", "larger than input"});
+  expect_error(
+      [&] {
+        scatter_add(x, 1, zeros({2, 3}, DType::Int64), ones({2, 2}));
+      },
+      {"scatter_add", "larger than src"});
+  expect_error(
+      [&] {
+        scatter_add(x, 1, zeros({3, 1}, DType::Int64), ones({3, 1}));
+      },
+      {"scatter_add", "larger than input"});
   expect_error([&] { scatter_add(x, 1, zeros({2}, DType::Int64), ones({2})); },
                {"scatter_add", "same number of dims"});
 }

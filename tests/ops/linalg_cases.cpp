@@ -79,7 +79,8 @@ OpCase transposed_case(std::string name, bool ta, bool tb, std::vector<Shapes> s
     c.shapes.push_back(s);
   }
   c.run = [ta, tb](const Inputs& in) {
-    return Inputs{matmul(ta ? in[0].transpose(-2, -1) : in[0], tb ? in[1].transpose(-2, -1) : in[1])};
+    return Inputs{
+        matmul(ta ? in[0].transpose(-2, -1) : in[0], tb ? in[1].transpose(-2, -1) : in[1])};
   };
   c.reference = [ta, tb](const std::vector<Ref>& r) {
     return std::vector<Ref>{
@@ -104,26 +105,27 @@ EMBER_OP_CASES(linalg) {
                                                            {{2, 1, 3, 4}, {5, 4, 2}},
                                                            {{2, 3, 4}, {1, 4, 2}},
                                                            {{0, 3, 4}, {4, 2}}}));
-  cases.push_back(matmul_case("matmul_vectors", {{{4}, {4}},
-                                                 {{4}, {4, 3}},
-                                                 {{3, 4}, {4}},
-                                                 {{4}, {2, 4, 3}},
-                                                 {{2, 3, 4}, {4}},
-                                                 {{0}, {0}}}));
+  cases.push_back(matmul_case(
+      "matmul_vectors",
+      {{{4}, {4}}, {{4}, {4, 3}}, {{3, 4}, {4}}, {{4}, {2, 4, 3}}, {{2, 3, 4}, {4}}, {{0}, {0}}}));
   cases.push_back(transposed_case("matmul_a_transposed", true, false,
                                   {{{3, 4}, {4, 5}}, {{2, 3, 4}, {4, 5}}, {{1, 4}, {4, 2}}}));
   cases.push_back(transposed_case("matmul_b_transposed", false, true,
                                   {{{3, 4}, {4, 5}}, {{2, 3, 4}, {2, 4, 5}}, {{3, 4}, {4, 1}}}));
   cases.push_back(transposed_case("matmul_both_transposed", true, true,
                                   {{{3, 4}, {4, 5}}, {{2, 3, 4}, {4, 5}}}));
-  OpCase big = matmul_case("matmul_large_batched", {{{8, 40, 50}, {8, 50, 30}}, {{4, 150, 140}, {140, 130}}});
+  OpCase big = matmul_case("matmul_large_batched",
+                           {{{8, 40, 50}, {8, 50, 30}}, {{4, 150, 140}, {140, 130}}});
   big.gradcheck = false;
   big.tol_scale = 4;
   cases.push_back(big);
 
   // Integers: a plain loop, exact.
-  OpCase ints = matmul_case("matmul_int", {{{3, 4}, {4, 5}}, {{2, 3, 4}, {4}}, {{2, 1, 4, 3}, {5, 3, 2}},
-                                           {{70, 64}, {64, 60}}, {{3, 0}, {0, 2}}});
+  OpCase ints = matmul_case("matmul_int", {{{3, 4}, {4, 5}},
+                                           {{2, 3, 4}, {4}},
+                                           {{2, 1, 4, 3}, {5, 3, 2}},
+                                           {{70, 64}, {64, 60}},
+                                           {{3, 0}, {0, 2}}});
   ints.dtypes = {DType::Int32, DType::Int64};
   ints.make_inputs = [](const Shapes& s, DType t) {
     return Inputs{random_int_tensor(s[0], -20, 20, t), random_int_tensor(s[1], -20, 20, t)};

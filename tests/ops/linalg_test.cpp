@@ -26,12 +26,19 @@ Tensor seq(const Shape& s, DType t = DType::Float64) {
 }
 
 TEST(Matmul, ShapeAndDtypeErrors) {
-  expect_error([] { matmul(ones({2, 3}), ones({4, 2})); }, {"matmul", "[2, 3]", "[4, 2]", "3 != 4"});
+  expect_error(
+      [] {
+        matmul(ones({2, 3}), ones({4, 2}));
+      },
+      {"matmul", "[2, 3]", "[4, 2]", "3 != 4"});
   expect_error([] { matmul(ones({3}), ones({4})); }, {"matmul", "3 != 4"});
   expect_error([] { matmul(ones({}), ones({3})); }, {"matmul", "at least 1 dim"});
   expect_error([] { matmul(ones({2, 2, 3}), ones({3, 3, 4})); }, {"matmul", "batch", "2 vs 3"});
-  expect_error([] { matmul(ones({2, 2}, DType::Bool), ones({2, 2}, DType::Bool)); },
-               {"matmul", "bool"});
+  expect_error(
+      [] {
+        matmul(ones({2, 2}, DType::Bool), ones({2, 2}, DType::Bool));
+      },
+      {"matmul", "bool"});
 }
 
 TEST(Matmul, BmmAndLinearErrors) {
@@ -51,8 +58,9 @@ TEST(Matmul, PromotesMixedDtypes) {
 
 TEST(Matmul, LayoutsBlasCannotTakeAreCopied) {
   // Rows of b repeat (stride 0) and a's columns are strided by 2: neither is a BLAS layout.
-  Tensor a = seq({2, 6}).slice(1, 0, 6, 2);                                 // [2, 3], strides [6, 2]
-  Tensor b = from_vector(std::vector<double>{1, 2}, {1, 2}).expand({3, 2});  // [3, 2], strides [0, 1]
+  Tensor a = seq({2, 6}).slice(1, 0, 6, 2);  // [2, 3], strides [6, 2]
+  Tensor b =
+      from_vector(std::vector<double>{1, 2}, {1, 2}).expand({3, 2});  // [3, 2], strides [0, 1]
   Tensor r = matmul(a, b);
   // a = [[0, 2, 4], [6, 8, 10]]; every row of b is [1, 2].
   EXPECT_EQ(r.to_vector<double>(), (std::vector<double>{6, 12, 24, 48}));

@@ -15,7 +15,8 @@ void cat(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
     if (t.numel() > 0) {
       Shape sizes = o.sizes();
       sizes[d] = len;
-      Tensor dst[1] = {make_view(o, sizes, o.strides(), o.storage_offset() + start * o.strides()[d])};
+      Tensor dst[1] = {
+          make_view(o, sizes, o.strides(), o.storage_offset() + start * o.strides()[d])};
       Tensor src[1] = {t};
       clone(src, dst, Attrs{});
     }

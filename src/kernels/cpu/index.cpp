@@ -1,9 +1,10 @@
 // CPU kernels of gathers and scatters by index tensors: index_select, gather, index_add and
 // scatter_add. Inputs may be strided: outer and inner dims are addressed through offset
 // tables. Every index is bounds-checked before any thread starts writing.
+#include "kernels/cpu/index.h"
+
 #include <cstring>
 
-#include "kernels/cpu/index.h"
 #include "kernels/cpu/index_util.h"
 
 namespace ember::cpu {

@@ -83,9 +83,14 @@ void check_indices(const I* idx, int64_t n, int64_t size, const char* op, int64_
 template <class F>
 void visit_index(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::Int64: f.template operator()<int64_t>(); return;
-    case DType::Int32: f.template operator()<int32_t>(); return;
-    default: EMBER_FAIL(op, ": index tensors must be int64 or int32, got ", dtype_name(t));
+    case DType::Int64:
+      f.template operator()<int64_t>();
+      return;
+    case DType::Int32:
+      f.template operator()<int32_t>();
+      return;
+    default:
+      EMBER_FAIL(op, ": index tensors must be int64 or int32, got ", dtype_name(t));
   }
 }
 
@@ -94,10 +99,18 @@ void visit_index(DType t, const char* op, F&& f) {
 template <class F>
 void visit_bits(DType t, F&& f) {
   switch (dtype_size(t)) {
-    case 1: f.template operator()<uint8_t>(); return;
-    case 2: f.template operator()<uint16_t>(); return;
-    case 4: f.template operator()<uint32_t>(); return;
-    default: f.template operator()<uint64_t>(); return;
+    case 1:
+      f.template operator()<uint8_t>();
+      return;
+    case 2:
+      f.template operator()<uint16_t>();
+      return;
+    case 4:
+      f.template operator()<uint32_t>();
+      return;
+    default:
+      f.template operator()<uint64_t>();
+      return;
   }
 }
 

@@ -18,10 +18,10 @@ namespace {
 
 // One operand seen as a batch of matrices, each `rows x cols`.
 struct MatrixBatch {
-  Tensor t;                       // the operand (possibly a contiguous copy)
+  Tensor t;                        // the operand (possibly a contiguous copy)
   std::vector<int64_t> batch_off;  // element offset of each output batch position
-  bool trans = false;             // stored column-major (a transposed row-major matrix)
-  int64_t ld = 0;                 // BLAS leading dimension
+  bool trans = false;              // stored column-major (a transposed row-major matrix)
+  int64_t ld = 0;                  // BLAS leading dimension
 };
 
 // The BLAS view of a rows x cols matrix with strides (rs, cs): row-major when elements of a
@@ -67,8 +67,7 @@ MatrixBatch prepare(const Tensor& t, const Shape& batch) {
 
 void check_blas_size(int64_t v, const char* what) {
   EMBER_CHECK(v <= int64_t(std::numeric_limits<blasint>::max()), "matmul: ", what, " ", v,
-              " exceeds what the BLAS library accepts (", std::numeric_limits<blasint>::max(),
-              ")");
+              " exceeds what the BLAS library accepts (", std::numeric_limits<blasint>::max(), ")");
 }
 
 inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
@@ -106,8 +105,7 @@ void blas_matmul(const Tensor& a, const Tensor& b, const Tensor& o) {
   for (int64_t i = 0; fold && i < nb; ++i)
     fold = B.batch_off[i] == B.batch_off[0] && A.batch_off[i] == A.batch_off[0] + i * m * A.ld;
   if (fold && nb * m <= int64_t(std::numeric_limits<blasint>::max())) {
-    gemm(false, B.trans, nb * m, n, k, ap + A.batch_off[0], A.ld, bp + B.batch_off[0], B.ld, op,
-         n);
+    gemm(false, B.trans, nb * m, n, k, ap + A.batch_off[0], A.ld, bp + B.batch_off[0], B.ld, op, n);
     return;
   }
   if (nb > 1 && m * n * k <= kSmallGemm && omp_get_max_threads() > 1 && !omp_in_parallel()) {
@@ -180,13 +178,24 @@ void matmul(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
     return;
   }
   switch (o.dtype()) {
-    case DType::Float32: blas_matmul<float>(a, b, o); return;
-    case DType::Float64: blas_matmul<double>(a, b, o); return;
+    case DType::Float32:
+      blas_matmul<float>(a, b, o);
+      return;
+    case DType::Float64:
+      blas_matmul<double>(a, b, o);
+      return;
     case DType::Float16:
-    case DType::BFloat16: half_matmul(a, b, o); return;
-    case DType::Int32: integer_matmul<int32_t>(a, b, o); return;
-    case DType::Int64: integer_matmul<int64_t>(a, b, o); return;
-    default: EMBER_FAIL("matmul: not implemented for dtype ", dtype_name(o.dtype()));
+    case DType::BFloat16:
+      half_matmul(a, b, o);
+      return;
+    case DType::Int32:
+      integer_matmul<int32_t>(a, b, o);
+      return;
+    case DType::Int64:
+      integer_matmul<int64_t>(a, b, o);
+      return;
+    default:
+      EMBER_FAIL("matmul: not implemented for dtype ", dtype_name(o.dtype()));
   }
 }
 
