@@ -67,11 +67,12 @@ struct Abs {
   EMBER_FN int32_t operator()(int32_t a) const { return a < 0 ? int32_t(0u - uint32_t(a)) : a; }
   EMBER_FN int64_t operator()(int64_t a) const { return a < 0 ? int64_t(0u - uint64_t(a)) : a; }
 };
-// -1, 0 or 1; NaN stays NaN (a != a is false for integers and folds away).
+// -1, 0 or 1. Zero and NaN fall through both compares and are returned as they are, so the
+// whole thing is two selects (vectorizes) and NaN stays NaN.
 struct Sign {
   template <class T>
   EMBER_FN T operator()(T a) const {
-    return a != a ? a : T(int(T(0) < a) - int(a < T(0)));
+    return a > T(0) ? T(1) : (a < T(0) ? T(-1) : a);
   }
 };
 // NaN-propagating max / min, written as selects so contiguous loops vectorize.
@@ -162,7 +163,14 @@ struct LogicalXor {
 struct LogicalNot { template <class T> EMBER_FN bool operator()(T a) const { return a == T(0); } };
 
 // ---- selection ----
-struct Where { template <class T> EMBER_FN T operator()(bool c, T a, T b) const { return c ? a : b; } };
+// Kernels may pass the condition / mask as its storage byte (uint8_t): loops over bool
+// loads do not vectorize, byte loads converted to bool here do.
+struct Where {
+  template <class T>
+  EMBER_FN T operator()(bool c, T a, T b) const {
+    return c ? a : b;
+  }
+};
 template <class T>
 struct MaskedFill {
   T value;

@@ -138,8 +138,9 @@ Tensor Tensor::pow(double e) const {
   a.value = e;
   if (is_floating(dtype()) || !is_integral_value(e))
     return dispatch1(OpId::pow_scalar, {to_floating(*this)}, a);
-  EMBER_CHECK(e >= 0, "pow: integers to negative integer powers are not allowed (", dtype_name(dtype()),
-              " tensor of shape ", shape_str(), " ** ", e, "); convert the tensor to float first");
+  EMBER_CHECK(e >= 0, "pow: integers to negative integer powers are not allowed (",
+              dtype_name(dtype()), " tensor of shape ", shape_str(), " ** ", e,
+              "); convert the tensor to float first");
   // Exponents past 2^62 only ever give 0, +-1 or wrapped garbage; keep the cast defined.
   EMBER_CHECK(e < 4611686018427387904.0, "pow: exponent ", e, " is too large for an ",
               dtype_name(dtype()), " tensor; convert the tensor to float first");

@@ -28,8 +28,8 @@ double ref_gelu_tanh_grad(double x) {
   return 0.5 * (1 + std::tanh(u)) + 0.5 * x * k * (1 + 3 * c * x * x) / (ch * ch);
 }
 
-OpCase unary_case(std::string name, std::vector<OpId> covers, std::function<Tensor(const Tensor&)> f,
-                  std::function<double(double)> ref) {
+OpCase unary_case(std::string name, std::vector<OpId> covers,
+                  std::function<Tensor(const Tensor&)> f, std::function<double(double)> ref) {
   OpCase c;
   c.name = std::move(name);
   c.covers = std::move(covers);
@@ -52,8 +52,8 @@ EMBER_OP_CASES(activation) {
   std::vector<OpCase> cases;
   cases.push_back(unary_case("tanh", {OpId::tanh}, [](const Tensor& t) { return t.tanh(); },
                              [](double x) { return std::tanh(x); }));
-  cases.push_back(unary_case("sigmoid", {OpId::sigmoid}, [](const Tensor& t) { return t.sigmoid(); },
-                             ref_sigmoid));
+  cases.push_back(unary_case(
+      "sigmoid", {OpId::sigmoid}, [](const Tensor& t) { return t.sigmoid(); }, ref_sigmoid));
   cases.push_back(unary_case("silu", {OpId::silu}, [](const Tensor& t) { return t.silu(); },
                              [](double x) { return x * ref_sigmoid(x); }));
   cases.push_back(unary_case("relu", {OpId::relu}, [](const Tensor& t) { return t.relu(); },
@@ -69,7 +69,9 @@ EMBER_OP_CASES(activation) {
   OpCase tails = unary_case("activation_tails", {OpId::sigmoid, OpId::silu, OpId::tanh},
                             [](const Tensor& t) { return t.sigmoid(); }, ref_sigmoid);
   tails.dtypes = {DType::Float32, DType::Float64};
-  tails.make_inputs = [](const Shapes& s, DType t) { return Inputs{random_tensor(s[0], t, -120, 120)}; };
+  tails.make_inputs = [](const Shapes& s, DType t) {
+    return Inputs{random_tensor(s[0], t, -120, 120)};
+  };
   tails.run = [](const Inputs& in) {
     return Inputs{in[0].sigmoid(), in[0].silu(), in[0].tanh(), in[0].gelu(), in[0].gelu(true)};
   };

@@ -4,9 +4,10 @@
 namespace ember::test {
 
 namespace {
+// The last shape is past the parallel grain, so the OpenMP split runs as well.
 const std::vector<Shapes> kBinaryShapes = {
-    {{}, {}},   {{5}, {5}},     {{3, 4}, {3, 4}}, {{3, 4}, {4}},    {{2, 1, 4}, {3, 1}},
-    {{0, 4}, {4}}, {{2, 3}, {}}, {{}, {2, 3}},    {{67, 33}, {67, 33}}};
+    {{}, {}},      {{5}, {5}},   {{3, 4}, {3, 4}}, {{3, 4}, {4}},       {{2, 1, 4}, {3, 1}},
+    {{0, 4}, {4}}, {{2, 3}, {}}, {{}, {2, 3}},     {{67, 33}, {67, 33}}, {{300, 120}, {120}}};
 const std::vector<DType> kAllDTypes = {DType::Float32, DType::Float64, DType::Float16,
                                        DType::BFloat16, DType::Int32,  DType::Int64, DType::Bool};
 
@@ -55,7 +56,8 @@ OpCase logical(std::string name, OpId op, Tensor (Tensor::*f)(const Tensor&) con
                   (in[0].*f)(in[1].to(DType::Bool))};
   };
   c.reference = [ref](const std::vector<Ref>& r) {
-    Ref out = ref_zip(r[0], r[1], [ref](double a, double b) { return ref(a != 0, b != 0) ? 1.0 : 0.0; });
+    Ref out =
+        ref_zip(r[0], r[1], [ref](double a, double b) { return ref(a != 0, b != 0) ? 1.0 : 0.0; });
     return std::vector<Ref>{out, out, out};
   };
   return c;
@@ -87,7 +89,8 @@ EMBER_OP_CASES(compare) {
                             [](double a, double b) { return a <= b; });
   mixed.dtypes = {DType::Float32};
   mixed.make_inputs = [](const Shapes& s, DType) {
-    return Inputs{random_int_tensor(s[0], -3, 4), random_int_tensor(s[1], -3, 4).to(DType::Float32)};
+    return Inputs{random_int_tensor(s[0], -3, 4),
+                  random_int_tensor(s[1], -3, 4).to(DType::Float32)};
   };
   cases.push_back(mixed);
 
@@ -132,7 +135,8 @@ EMBER_OP_CASES(compare) {
     return Inputs{where(in[0], in[1], in[2]), in[1].where(in[0], in[2])};
   };
   where_case.reference = [](const std::vector<Ref>& r) {
-    Ref out = ref_zip3(r[0], r[1], r[2], [](double c, double a, double b) { return c != 0 ? a : b; });
+    Ref out =
+        ref_zip3(r[0], r[1], r[2], [](double c, double a, double b) { return c != 0 ? a : b; });
     return std::vector<Ref>{out, out};
   };
   where_case.gradcheck = true;
@@ -146,6 +150,7 @@ EMBER_OP_CASES(compare) {
     return Inputs{random_bool_tensor(s[0]), random_int_tensor(s[1], -5, 5),
                   random_tensor(s[2], DType::Float32)};
   };
+  where_mixed.shapes.push_back({{300, 1}, {300, 120}, {120}});
   where_mixed.gradcheck = false;
   cases.push_back(where_mixed);
 
@@ -176,9 +181,11 @@ EMBER_OP_CASES(compare) {
       return Inputs{r};
     };
     mf.reference = [v](const std::vector<Ref>& r) {
-      return std::vector<Ref>{ref_zip(r[0], r[1], [v](double x, double m) { return m != 0 ? v : x; })};
+      return std::vector<Ref>{
+          ref_zip(r[0], r[1], [v](double x, double m) { return m != 0 ? v : x; })};
     };
     mf.gradcheck = is_floating(f.dtypes[0]);
+    if (!mf.gradcheck) mf.shapes.push_back({{300, 120}, {120}});
     mf.grad_inputs = {0};
     cases.push_back(mf);
   }

@@ -82,6 +82,7 @@ EMBER_OP_CASES(math) {
     return Inputs{random_int_tensor(s[0], -5, 6, t), random_int_tensor(s[1], -3, 8, t)};
   };
   pow_int.gradcheck = false;
+  pow_int.shapes.push_back({{300, 120}, {120}});
   cases.push_back(pow_int);
 
   // Constant exponents: the specialized ones (1, 2, 0.5, -1) and generic ones; integral
@@ -151,8 +152,9 @@ EMBER_OP_CASES(math) {
                          [](const Tensor& a, const Tensor& b) { return a.maximum(b); }, nan_max));
   cases.push_back(binary("minimum", OpId::minimum,
                          [](const Tensor& a, const Tensor& b) { return a.minimum(b); }, nan_min));
-  OpCase maxmin_int = binary("maximum_minimum_int", OpId::maximum,
-                             [](const Tensor& a, const Tensor& b) { return a.maximum(b); }, nan_max);
+  OpCase maxmin_int = binary(
+      "maximum_minimum_int", OpId::maximum,
+      [](const Tensor& a, const Tensor& b) { return a.maximum(b); }, nan_max);
   maxmin_int.covers = {OpId::maximum, OpId::minimum};
   maxmin_int.dtypes = {DType::Int32, DType::Int64, DType::Bool};
   maxmin_int.make_inputs = [](const Shapes& s, DType t) {
@@ -165,6 +167,7 @@ EMBER_OP_CASES(math) {
   maxmin_int.reference = [](const std::vector<Ref>& r) {
     return std::vector<Ref>{ref_zip(r[0], r[1], nan_max), ref_zip(r[0], r[1], nan_min)};
   };
+  maxmin_int.shapes.push_back({{300, 120}, {120}});  // past the parallel grain
   maxmin_int.gradcheck = false;
   cases.push_back(maxmin_int);
 
@@ -188,16 +191,19 @@ EMBER_OP_CASES(math) {
   clamp_int.dtypes = kInts;
   clamp_int.make_inputs = small_ints(-20, 20);
   clamp_int.run = [](const Inputs& in) {
-    return Inputs{in[0].clamp(-7, 9), in[0].clamp(std::nullopt, 3), in[0].clamp(std::ldexp(1.0, 70), std::nullopt)};
+    return Inputs{in[0].clamp(-7, 9), in[0].clamp(std::nullopt, 3),
+                  in[0].clamp(std::ldexp(1.0, 70), std::nullopt)};
   };
   clamp_int.reference = [](const std::vector<Ref>& r) {
-    return std::vector<Ref>{ref_map(r[0], [](double x) { return std::min(std::max(x, -7.0), 9.0); }),
-                            ref_map(r[0], [](double x) { return std::min(x, 3.0); }),
-                            ref_map(r[0], [](double) { return std::ldexp(1.0, 70); })};
+    return std::vector<Ref>{
+        ref_map(r[0], [](double x) { return std::min(std::max(x, -7.0), 9.0); }),
+        ref_map(r[0], [](double x) { return std::min(x, 3.0); }),
+        ref_map(r[0], [](double) { return std::ldexp(1.0, 70); })};
   };
   // A bound no integer of the dtype can hold (2^70) promotes the tensor to float instead of
   // saturating to a wrong answer.
   clamp_int.gradcheck = false;
+  clamp_int.shapes.push_back({{300, 120}});
   cases.push_back(clamp_int);
   return cases;
 }

@@ -38,7 +38,8 @@ const double kInf = std::numeric_limits<double>::infinity();
 TEST(PointwiseErrors, WhereNeedsABoolCondition) {
   Tensor a = ones({3}), b = zeros({3});
   EXPECT_THROW(where(ones({3}), a, b), Error);
-  EXPECT_ERROR_NAMES(where(tensor({1, 0, 1}, DType::Int64), a, b), "where: the condition must be a bool");
+  EXPECT_ERROR_NAMES(where(tensor({1, 0, 1}, DType::Int64), a, b),
+                     "where: the condition must be a bool");
   EXPECT_ERROR_NAMES(a.where(ones({3}, DType::Int32), b), "where");
 }
 
