@@ -10,10 +10,24 @@
 namespace ember {
 
 namespace {
+// The kernels read the condition / mask as bytes and both branches as one type: checked here
+// too, since callers below the front ends (graph replay, grad formulas) skip those checks.
 MetaList infer_where(std::span<const Tensor> in, const Attrs& a) {
+  EMBER_CHECK(in[0].dtype() == DType::Bool && in[1].dtype() == in[2].dtype(),
+              "where: expected a bool condition and branches of one dtype, got ",
+              dtype_name(in[0].dtype()), ", ", dtype_name(in[1].dtype()), " and ",
+              dtype_name(in[2].dtype()));
   MetaList m = infer_broadcast(in, a);
   m[0].dtype = in[1].dtype();
   return m;
+}
+MetaList infer_masked_fill(std::span<const Tensor> in, const Attrs& a) {
+  EMBER_CHECK(in[1].dtype() == DType::Bool, "masked_fill: the mask must be a bool tensor, got ",
+              dtype_name(in[1].dtype()));
+  EMBER_CHECK(broadcast_pair(in[0].sizes(), in[1].sizes(), "masked_fill") == in[0].sizes(),
+              "masked_fill: the mask of shape ", in[1].shape_str(),
+              " cannot be broadcast to the tensor's shape ", in[0].shape_str());
+  return infer_same(in, a);
 }
 
 // Each branch gets the gradient where it was chosen, summed back to its own shape.
@@ -99,7 +113,7 @@ const OpImpl op_impl_logical_or{infer_broadcast_bool, cpu::logical_or, nullptr};
 const OpImpl op_impl_logical_xor{infer_broadcast_bool, cpu::logical_xor, nullptr};
 const OpImpl op_impl_logical_not{infer_broadcast_bool, cpu::logical_not, nullptr};
 const OpImpl op_impl_where{infer_where, cpu::where, grad_where, 0b001, 0};
-const OpImpl op_impl_masked_fill{infer_same, cpu::masked_fill, grad_masked_fill, 0b10, 0};
+const OpImpl op_impl_masked_fill{infer_masked_fill, cpu::masked_fill, grad_masked_fill, 0b10, 0};
 
 // ---- front ends ----
 

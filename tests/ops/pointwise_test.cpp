@@ -41,6 +41,9 @@ TEST(PointwiseErrors, WhereNeedsABoolCondition) {
   EXPECT_ERROR_NAMES(where(tensor({1, 0, 1}, DType::Int64), a, b),
                      "where: the condition must be a bool");
   EXPECT_ERROR_NAMES(a.where(ones({3}, DType::Int32), b), "where");
+  // The op itself checks too, for callers below the front end.
+  EXPECT_ERROR_NAMES(dispatch1(OpId::where, {ones({3}), a, b}), "where");
+  EXPECT_ERROR_NAMES(dispatch1(OpId::masked_fill, {a, ones({3})}), "masked_fill");
 }
 
 TEST(PointwiseErrors, WhereShapesMustBroadcast) {
