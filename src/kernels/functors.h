@@ -30,4 +30,151 @@ struct Log { template <class T> EMBER_FN T operator()(T a) const { return std::l
 struct Sqrt { template <class T> EMBER_FN T operator()(T a) const { return std::sqrt(a); } };
 struct Rsqrt { template <class T> EMBER_FN T operator()(T a) const { return T(1) / std::sqrt(a); } };
 
+// ---- powers ----
+// Integer power by repeated squaring. The products are taken modulo 2^64 (unsigned), so
+// overflow wraps like the integer kernels of other frameworks instead of being undefined.
+// A negative exponent gives 1/base**e truncated toward zero: 0 unless |base| == 1.
+template <class T>
+EMBER_FN T int_pow(T base, T e) {
+  if (e < T(0)) return base == T(1) ? T(1) : base == T(-1) ? ((e & T(1)) ? T(-1) : T(1)) : T(0);
+  uint64_t r = 1, b = uint64_t(base);
+  for (uint64_t k = uint64_t(e); k != 0; k >>= 1) {
+    if (k & 1u) r *= b;
+    b *= b;
+  }
+  return T(r);
+}
+struct Pow {
+  EMBER_FN float operator()(float a, float b) const { return std::pow(a, b); }
+  EMBER_FN double operator()(double a, double b) const { return std::pow(a, b); }
+  EMBER_FN int32_t operator()(int32_t a, int32_t b) const { return int_pow(a, b); }
+  EMBER_FN int64_t operator()(int64_t a, int64_t b) const { return int_pow(a, b); }
+};
+// x ** e for a constant e (kernels pick Square / Sqrt / Reciprocal for the common exponents).
+template <class T>
+struct PowScalar {
+  T e;
+  EMBER_FN T operator()(T a) const { return Pow{}(a, e); }
+};
+struct Square { template <class T> EMBER_FN T operator()(T a) const { return a * a; } };
+struct Reciprocal { template <class T> EMBER_FN T operator()(T a) const { return T(1) / a; } };
+
+// ---- sign-like ----
+// Integer abs negates in unsigned arithmetic so that abs(INT_MIN) wraps instead of being UB.
+struct Abs {
+  EMBER_FN float operator()(float a) const { return std::fabs(a); }
+  EMBER_FN double operator()(double a) const { return std::fabs(a); }
+  EMBER_FN int32_t operator()(int32_t a) const { return a < 0 ? int32_t(0u - uint32_t(a)) : a; }
+  EMBER_FN int64_t operator()(int64_t a) const { return a < 0 ? int64_t(0u - uint64_t(a)) : a; }
+};
+// -1, 0 or 1. Zero and NaN fall through both compares and are returned as they are, so the
+// whole thing is two selects (vectorizes) and NaN stays NaN.
+struct Sign {
+  template <class T>
+  EMBER_FN T operator()(T a) const {
+    return a > T(0) ? T(1) : (a < T(0) ? T(-1) : a);
+  }
+};
+// NaN-propagating max / min, written as selects so contiguous loops vectorize.
+struct Maximum {
+  template <class T> EMBER_FN T operator()(T a, T b) const { return (a != a || a > b) ? a : b; }
+};
+struct Minimum {
+  template <class T> EMBER_FN T operator()(T a, T b) const { return (a != a || a < b) ? a : b; }
+};
+// min(max(x, lo), hi): NaN stays NaN, and lo > hi gives hi everywhere.
+template <class T>
+struct Clamp {
+  T lo, hi;
+  EMBER_FN T operator()(T a) const {
+    T t = a < lo ? lo : a;
+    return t > hi ? hi : t;
+  }
+};
+
+// ---- activations (float types; relu also integers) ----
+struct Tanh { template <class T> EMBER_FN T operator()(T a) const { return std::tanh(a); } };
+// exp(-a) overflows to inf for very negative a, giving exactly 0: no NaN.
+struct Sigmoid {
+  template <class T> EMBER_FN T operator()(T a) const { return T(1) / (T(1) + std::exp(-a)); }
+};
+// a < 0 ? 0 : a keeps NaN (like max(a, 0) in other frameworks) and compiles to a select.
+struct Relu { template <class T> EMBER_FN T operator()(T a) const { return a < T(0) ? T(0) : a; } };
+struct Silu {
+  template <class T> EMBER_FN T operator()(T a) const { return a / (T(1) + std::exp(-a)); }
+};
+// Constants of the gelu forms: 1/sqrt(2), 1/sqrt(2*pi), sqrt(2/pi), and the tanh form's cubic
+// coefficient.
+inline constexpr double kSqrt1_2 = 0.70710678118654752440;
+inline constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+inline constexpr double kSqrt2_Pi = 0.79788456080286535588;
+inline constexpr double kGeluCubic = 0.044715;
+// Exact gelu: x * Phi(x), Phi the standard normal CDF.
+struct Gelu {
+  template <class T>
+  EMBER_FN T operator()(T a) const {
+    return T(0.5) * a * (T(1) + std::erf(a * T(kSqrt1_2)));
+  }
+};
+struct GeluTanh {
+  template <class T>
+  EMBER_FN T operator()(T a) const {
+    T inner = T(kSqrt2_Pi) * (a + T(kGeluCubic) * a * a * a);
+    return T(0.5) * a * (T(1) + std::tanh(inner));
+  }
+};
+// grad * gelu'(x): d/dx x*Phi(x) = Phi(x) + x*phi(x).
+struct GeluBackward {
+  template <class T>
+  EMBER_FN T operator()(T g, T x) const {
+    T cdf = T(0.5) * (T(1) + std::erf(x * T(kSqrt1_2)));
+    T pdf = T(kInvSqrt2Pi) * std::exp(T(-0.5) * x * x);
+    return g * (cdf + x * pdf);
+  }
+};
+// grad * d/dx [x/2 (1 + tanh(u))], u = k (x + c x^3):
+//   1/2 (1 + tanh(u)) + x/2 (1 - tanh(u)^2) k (1 + 3 c x^2).
+struct GeluTanhBackward {
+  template <class T>
+  EMBER_FN T operator()(T g, T x) const {
+    T t = std::tanh(T(kSqrt2_Pi) * (x + T(kGeluCubic) * x * x * x));
+    T du = T(kSqrt2_Pi) * (T(1) + T(3 * kGeluCubic) * x * x);
+    return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
+  }
+};
+
+// ---- comparisons and logic (bool results) ----
+struct Eq { template <class T> EMBER_FN bool operator()(T a, T b) const { return a == b; } };
+struct Ne { template <class T> EMBER_FN bool operator()(T a, T b) const { return a != b; } };
+struct Lt { template <class T> EMBER_FN bool operator()(T a, T b) const { return a < b; } };
+struct Le { template <class T> EMBER_FN bool operator()(T a, T b) const { return a <= b; } };
+struct Gt { template <class T> EMBER_FN bool operator()(T a, T b) const { return a > b; } };
+struct Ge { template <class T> EMBER_FN bool operator()(T a, T b) const { return a >= b; } };
+// Truthiness is x != 0 (NaN is true). Non-short-circuit & and | keep the loops branch-free.
+struct LogicalAnd {
+  template <class T> EMBER_FN bool operator()(T a, T b) const { return (a != T(0)) & (b != T(0)); }
+};
+struct LogicalOr {
+  template <class T> EMBER_FN bool operator()(T a, T b) const { return (a != T(0)) | (b != T(0)); }
+};
+struct LogicalXor {
+  template <class T> EMBER_FN bool operator()(T a, T b) const { return (a != T(0)) != (b != T(0)); }
+};
+struct LogicalNot { template <class T> EMBER_FN bool operator()(T a) const { return a == T(0); } };
+
+// ---- selection ----
+// Kernels may pass the condition / mask as its storage byte (uint8_t): loops over bool
+// loads do not vectorize, byte loads converted to bool here do.
+struct Where {
+  template <class T>
+  EMBER_FN T operator()(bool c, T a, T b) const {
+    return c ? a : b;
+  }
+};
+template <class T>
+struct MaskedFill {
+  T value;
+  EMBER_FN T operator()(T a, bool mask) const { return mask ? value : a; }
+};
+
 }  // namespace ember::fn

@@ -85,9 +85,11 @@ inline T load(const char* p) {
 }
 
 // Inner loop with compile-time knowledge of which inputs are contiguous (bit set) and which
-// are broadcast scalars (stride 0), so the common cases vectorize.
+// are broadcast scalars (stride 0), so the common cases vectorize. The functor is taken by
+// value: through a reference, its members (a fill value, clamp bounds) could alias the output
+// and would be reloaded after every store, which stops vectorization.
 template <class Out, class... In, class F, size_t... I>
-inline void row_loop(char** ptrs, const int64_t* st, int64_t n, F& f, std::index_sequence<I...>) {
+inline void row_loop(char** ptrs, const int64_t* st, int64_t n, F f, std::index_sequence<I...>) {
   Out* o = reinterpret_cast<Out*>(ptrs[0]);
   constexpr size_t N = sizeof...(In);
   bool out_contig = st[0] == int64_t(sizeof(Out));
