@@ -1,0 +1,106 @@
+// The reducers that the reduction kernels fold with (interface: see reduce_loops.h). Steps are
+// branch-free selects where they can be, so the lane loops vectorize.
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/functors.h"
+
+namespace ember::cpu {
+
+template <class V>
+inline bool is_nan(V v) {
+  if constexpr (std::is_floating_point_v<V>)
+    return v != v;
+  else
+    return false;
+}
+
+template <class A>
+struct SumReducer {
+  using Acc = A;
+  Acc init() const { return Acc(0); }
+  template <class V>
+  void step(Acc& a, V v, int64_t) const {
+    a += Acc(v);
+  }
+  void merge(Acc& a, const Acc& b) const { a += b; }
+};
+
+// Largest (Max) or smallest value; a NaN wins, as in PyTorch.
+template <class A, bool Max>
+struct ExtremeReducer {
+  using Acc = A;
+  Acc init() const {
+    if constexpr (std::numeric_limits<Acc>::has_infinity)
+      return Max ? -std::numeric_limits<Acc>::infinity() : std::numeric_limits<Acc>::infinity();
+    else
+      return Max ? std::numeric_limits<Acc>::lowest() : std::numeric_limits<Acc>::max();
+  }
+  template <class V>
+  void step(Acc& a, V v, int64_t) const {
+    Acc x = Acc(v);
+    bool take = (Max ? x > a : x < a) | is_nan(x);
+    a = take ? x : a;
+  }
+  void merge(Acc& a, const Acc& b) const { step(a, b, 0); }
+};
+
+// Position of the largest (Max) or smallest value; the first one on ties, the first NaN if any.
+template <class A>
+struct ValueIndex {
+  A value;
+  int64_t index;  // -1: no element yet
+};
+template <class A, bool Max>
+struct ArgExtremeReducer {
+  using Acc = ValueIndex<A>;
+  Acc init() const { return {A(0), -1}; }
+  static bool beats(A x, A y) {
+    if (is_nan(y)) return false;
+    return is_nan(x) || (Max ? x > y : x < y);
+  }
+  static bool ties(A x, A y) { return x == y || (is_nan(x) && is_nan(y)); }
+  template <class V>
+  void step(Acc& a, V v, int64_t i) const {
+    // Each lane sees increasing indices, so only a strict improvement replaces.
+    A x = A(v);
+    if (a.index < 0 || beats(x, a.value)) a = {x, i};
+  }
+  void merge(Acc& a, const Acc& b) const {
+    if (b.index < 0) return;
+    if (a.index < 0 || beats(b.value, a.value) ||
+        (ties(b.value, a.value) && b.index < a.index))
+      a = b;
+  }
+};
+
+// Sum of squared deviations from a known mean (second pass of var/std).
+template <class A>
+struct SquaredDeviationReducer {
+  using Acc = A;
+  Acc mean;
+  Acc init() const { return Acc(0); }
+  template <class V>
+  void step(Acc& a, V v, int64_t) const {
+    Acc d = Acc(v) - mean;
+    a += d * d;
+  }
+  void merge(Acc& a, const Acc& b) const { a += b; }
+};
+
+// Sum of exp(x - max) for a known max (second pass of logsumexp).
+template <class A>
+struct ExpSumReducer {
+  using Acc = A;
+  Acc max;
+  Acc init() const { return Acc(0); }
+  template <class V>
+  void step(Acc& a, V v, int64_t) const {
+    a += fn::Exp{}(Acc(v) - max);
+  }
+  void merge(Acc& a, const Acc& b) const { a += b; }
+};
+
+}  // namespace ember::cpu
