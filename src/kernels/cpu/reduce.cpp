@@ -27,15 +27,21 @@ void extreme(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a, 
   });
 }
 
+// The extreme first, then the first position that holds it.
 template <bool Max>
 void arg_extreme(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a,
                  const char* name) {
   visit_numeric(in[0].dtype(), name, [&]<class T>() {
-    using R = ArgExtremeReducer<compute_t<T>, Max>;
+    using C = compute_t<T>;
+    ReduceSource src = prepare_reduce(in[0], a.dims);
+    std::vector<C> best(size_t(src.plan.outer_numel));
+    run_reduce<T>(
+        src, [](int64_t) { return ExtremeReducer<C, Max>{}; },
+        [&best](int64_t i, C m, int64_t) { best[i] = m; });
     int64_t* o = data_of<int64_t>(out[0]);
-    reduce<T>(
-        in[0], a.dims, [](int64_t) { return R{}; },
-        [o](int64_t i, typename R::Acc acc, int64_t) { o[i] = acc.index; });
+    run_reduce<T>(
+        src, [&best](int64_t i) { return FirstMatchReducer<C>{best[i], is_nan(best[i])}; },
+        [o](int64_t i, int64_t pos, int64_t) { o[i] = pos; });
   });
 }
 

@@ -47,33 +47,22 @@ struct ExtremeReducer {
   void merge(Acc& a, const Acc& b) const { step(a, b, 0); }
 };
 
-// Position of the largest (Max) or smallest value; the first one on ties, the first NaN if any.
+// Position of the first element equal to a known value (NaN matching NaN): the second pass of
+// argmax/argmin, after the extreme itself. Two vectorized passes beat one pass that carries
+// (value, index) pairs.
 template <class A>
-struct ValueIndex {
-  A value;
-  int64_t index;  // -1: no element yet
-};
-template <class A, bool Max>
-struct ArgExtremeReducer {
-  using Acc = ValueIndex<A>;
-  Acc init() const { return {A(0), -1}; }
-  static bool beats(A x, A y) {
-    if (is_nan(y)) return false;
-    return is_nan(x) || (Max ? x > y : x < y);
-  }
-  static bool ties(A x, A y) { return x == y || (is_nan(x) && is_nan(y)); }
+struct FirstMatchReducer {
+  using Acc = int64_t;  // -1: no match yet
+  A target;
+  bool target_nan;
+  Acc init() const { return -1; }
   template <class V>
   void step(Acc& a, V v, int64_t i) const {
-    // Each lane sees increasing indices, so only a strict improvement replaces.
     A x = A(v);
-    if (a.index < 0 || beats(x, a.value)) a = {x, i};
+    bool hit = (x == target) | (target_nan & is_nan(x));
+    a = (a < 0) & hit ? i : a;
   }
-  void merge(Acc& a, const Acc& b) const {
-    if (b.index < 0) return;
-    if (a.index < 0 || beats(b.value, a.value) ||
-        (ties(b.value, a.value) && b.index < a.index))
-      a = b;
-  }
+  void merge(Acc& a, const Acc& b) const { a = (a < 0) | ((b >= 0) & (b < a)) ? b : a; }
 };
 
 // Sum of squared deviations from a known mean (second pass of var/std).
