@@ -175,6 +175,19 @@ void add_cross_entropy_cases(std::vector<OpCase>& cases) {
       cases.push_back(std::move(c));
     }
   }
+  // Large logits: exp(x) alone would overflow; the loss must still be exact to rounding.
+  OpCase big;
+  big.name = "cross_entropy_large_values";
+  big.covers = {OpId::cross_entropy};
+  big.shapes = {{{4, 5}, {4}}, {{8, 30}, {8}}};
+  big.make_inputs = [](const Shapes& s, DType t) {
+    return Inputs{random_tensor(s[0], t, -1000, 1000), make_targets(s[1], s[0].back(), -100)};
+  };
+  big.run = [](const Inputs& in) { return Inputs{cross_entropy(in[0], in[1])}; };
+  big.reference = [](const std::vector<Ref>& r) {
+    return std::vector<Ref>{ref_cross_entropy(r[0], r[1], -100)};
+  };
+  cases.push_back(std::move(big));
 }
 
 // target_weights for each float dtype; the dtype comes in as a 0-dim tensor of that dtype.

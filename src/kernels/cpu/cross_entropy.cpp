@@ -40,8 +40,12 @@ void cross_entropy(std::span<const Tensor> in, std::span<Tensor> out, const Attr
       const C* xr = xp + r * classes;
       const C m = fold_run(xr, classes, ExtremeReducer<C, true>{});
       const C s = fold_run(xr, classes, ExpSumReducer<C>{m});
-      lse[r] = std::isfinite(m) ? m + fn::Log{}(s) : m;
-      row_loss[size_t(r)] = t[r] == ignore ? 0.0 : double(lse[r] - xr[t[r]]);
+      const C log_sum = fn::Log{}(s);
+      lse[r] = std::isfinite(m) ? m + log_sum : m;
+      // (max - logit) + log(sum): exact up to the last rounding even when logits are large.
+      if (t[r] != ignore)
+        row_loss[size_t(r)] = std::isfinite(m) ? double((m - xr[t[r]]) + log_sum)
+                                               : double(lse[r] - xr[t[r]]);
     }
   });
   double total = 0;

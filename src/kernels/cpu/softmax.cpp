@@ -17,8 +17,10 @@ template <class C>
 void softmax_row(const C* x, C* y, int64_t n, bool log) {
   const C m = fold_run(x, n, ExtremeReducer<C, true>{});
   if (log) {
-    const C lse = m + fn::Log{}(fold_run(x, n, ExpSumReducer<C>{m}));
-    for (int64_t i = 0; i < n; ++i) y[i] = x[i] - lse;
+    // (x - max) - log(sum), not x - (max + log(sum)): the latter rounds max + log(sum) at the
+    // scale of x and loses the small results.
+    const C log_sum = fn::Log{}(fold_run(x, n, ExpSumReducer<C>{m}));
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - m) - log_sum;
     return;
   }
   for (int64_t i = 0; i < n; ++i) y[i] = fn::Exp{}(x[i] - m);
@@ -49,13 +51,13 @@ void softmax_columns(const C* x, C* y, int64_t n, int64_t inner, int64_t w, bool
       if (!log) yr[j] = e;
     }
   }
-  for (int64_t j = 0; j < w; ++j) s[j] = log ? m[j] + fn::Log{}(s[j]) : C(1) / s[j];
+  for (int64_t j = 0; j < w; ++j) s[j] = log ? fn::Log{}(s[j]) : C(1) / s[j];
   for (int64_t k = 0; k < n; ++k) {
     const C* xr = x + k * inner;
     C* yr = y + k * inner;
     if (log) {
 #pragma omp simd
-      for (int64_t j = 0; j < w; ++j) yr[j] = xr[j] - s[j];
+      for (int64_t j = 0; j < w; ++j) yr[j] = (xr[j] - m[j]) - s[j];
     } else {
 #pragma omp simd
       for (int64_t j = 0; j < w; ++j) yr[j] *= s[j];
