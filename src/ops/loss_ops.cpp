@@ -6,7 +6,9 @@ namespace ember {
 
 namespace {
 // Dtype of the per-row logsumexp: float32 for 16-bit logits (it is computed in float).
-DType stats_dtype(DType t) { return t == DType::Float64 ? t : DType::Float32; }
+DType stats_dtype(DType t) {
+  return t == DType::Float64 ? t : DType::Float32;
+}
 
 MetaList infer_cross_entropy(std::span<const Tensor> in, const Attrs&) {
   const Tensor& logits = in[0];
@@ -45,13 +47,15 @@ const OpImpl op_impl_target_weights{infer_target_weights, cpu::target_weights, n
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
   EMBER_CHECK(logits.defined() && targets.defined(), "cross_entropy: undefined tensor argument");
-  EMBER_CHECK(logits.dim() >= 1, "cross_entropy: logits must have a class dim (last), got a "
-                                 "0-dim tensor");
+  EMBER_CHECK(logits.dim() >= 1,
+              "cross_entropy: logits must have a class dim (last), got a "
+              "0-dim tensor");
   EMBER_CHECK(is_floating(logits.dtype()), "cross_entropy: logits must be floating point, got ",
               dtype_name(logits.dtype()));
-  EMBER_CHECK(is_integral(targets.dtype()), "cross_entropy: targets must be class indices of an "
-              "integer dtype (int64), got ", dtype_name(targets.dtype()),
-              "; class-probability targets are not supported");
+  EMBER_CHECK(is_integral(targets.dtype()),
+              "cross_entropy: targets must be class indices of an "
+              "integer dtype (int64), got ",
+              dtype_name(targets.dtype()), "; class-probability targets are not supported");
   const Shape lead(logits.sizes().begin(), logits.sizes().end() - 1);
   EMBER_CHECK(targets.sizes() == lead, "cross_entropy: targets of shape ", targets.shape_str(),
               " do not match logits of shape ", logits.shape_str(), " (expected targets of shape ",

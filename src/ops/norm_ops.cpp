@@ -8,7 +8,9 @@ namespace ember {
 
 namespace {
 // Dtype of the per-row statistics: float32 for 16-bit inputs (they are computed in float).
-DType stats_dtype(DType t) { return t == DType::Float64 ? t : DType::Float32; }
+DType stats_dtype(DType t) {
+  return t == DType::Float64 ? t : DType::Float32;
+}
 
 MetaList infer_layer_norm(std::span<const Tensor> in, const Attrs& a) {
   const Tensor& x = in[0];
@@ -52,16 +54,15 @@ void check_affine(const Tensor& t, const Shape& normalized_shape, const char* wh
 }
 }  // namespace
 
-const OpImpl op_impl_layer_norm{infer_layer_norm, cpu::layer_norm, grad_layer_norm, 0b011,
-                                0b110};
+const OpImpl op_impl_layer_norm{infer_layer_norm, cpu::layer_norm, grad_layer_norm, 0b011, 0b110};
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
   EMBER_CHECK(x.defined(), "layer_norm: undefined input");
   const int64_t k = int64_t(normalized_shape.size());
   EMBER_CHECK(k >= 1, "layer_norm: normalized_shape must name at least one dim, got []");
-  EMBER_CHECK(k <= x.dim() && std::equal(normalized_shape.begin(), normalized_shape.end(),
-                                         x.sizes().end() - k),
+  EMBER_CHECK(k <= x.dim() &&
+                  std::equal(normalized_shape.begin(), normalized_shape.end(), x.sizes().end() - k),
               "layer_norm: normalized_shape ", shape_str(normalized_shape),
               " must match the trailing dims of the input, which has shape ", x.shape_str());
   EMBER_CHECK(is_floating(x.dtype()), "layer_norm: input must be floating point, got ",

@@ -35,7 +35,9 @@ Tensor expand_reduced_grad(const Tensor& g, const GradCtx& c) {
   return keep_reduced(g, c).expand(c.input_meta[0].sizes);
 }
 
-std::vector<Tensor> grad_sum(const GradCtx& c) { return {expand_reduced_grad(c.grads[0], c)}; }
+std::vector<Tensor> grad_sum(const GradCtx& c) {
+  return {expand_reduced_grad(c.grads[0], c)};
+}
 
 std::vector<Tensor> grad_mean(const GradCtx& c) {
   int64_t n = reduced_count(c.input_meta[0].sizes, c.attrs.dims);

@@ -32,11 +32,17 @@ Tensor softmax_like(OpId op, const Tensor& x, int64_t dim) {
 const OpImpl op_impl_softmax{infer_same, cpu::softmax, grad_softmax, 0, 0b1};
 const OpImpl op_impl_log_softmax{infer_same, cpu::log_softmax, grad_log_softmax, 0, 0b1};
 
-Tensor Tensor::softmax(int64_t dim) const { return softmax_like(OpId::softmax, *this, dim); }
+Tensor Tensor::softmax(int64_t dim) const {
+  return softmax_like(OpId::softmax, *this, dim);
+}
 Tensor Tensor::log_softmax(int64_t dim) const {
   return softmax_like(OpId::log_softmax, *this, dim);
 }
-Tensor softmax(const Tensor& x, int64_t dim) { return x.softmax(dim); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return x.log_softmax(dim); }
+Tensor softmax(const Tensor& x, int64_t dim) {
+  return x.softmax(dim);
+}
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return x.log_softmax(dim);
+}
 
 }  // namespace ember

@@ -52,9 +52,8 @@ void add_softmax_cases(std::vector<OpCase>& cases, bool log) {
         return Inputs{log ? in[0].log_softmax(dim) : in[0].softmax(dim)};
       };
       c.reference = [log, dim](const std::vector<Ref>& r) {
-        return std::vector<Ref>{ref_lanes(r[0], dim, [log](const std::vector<double>& v) {
-          return ref_softmax(v, log);
-        })};
+        return std::vector<Ref>{ref_lanes(
+            r[0], dim, [log](const std::vector<double>& v) { return ref_softmax(v, log); })};
       };
       c.gradcheck = d.gradcheck && !big_values;
       if (!d.gradcheck) c.dtypes = {DType::Float32, DType::BFloat16};
@@ -91,12 +90,11 @@ void add_layer_norm_cases(std::vector<OpCase>& cases) {
       OpCase c;
       c.name = "layer_norm_affine" + std::to_string(affine) + (large ? "_large" : "");
       c.covers = {OpId::layer_norm};
-      std::vector<Shapes> base = large ? std::vector<Shapes>{{{48, 768}, {768}}, {{2, 20000}, {20000}}}
-                                       : std::vector<Shapes>{{{4, 10}, {10}},
-                                                             {{2, 3, 4}, {3, 4}},
-                                                             {{7}, {7}},
-                                                             {{0, 5}, {5}},
-                                                             {{3, 1}, {1}}};
+      std::vector<Shapes> base =
+          large
+              ? std::vector<Shapes>{{{48, 768}, {768}}, {{2, 20000}, {20000}}}
+              : std::vector<Shapes>{
+                    {{4, 10}, {10}}, {{2, 3, 4}, {3, 4}}, {{7}, {7}}, {{0, 5}, {5}}, {{3, 1}, {1}}};
       for (Shapes& s : base) {
         Shape norm = s[1];
         s.resize(1);
@@ -161,8 +159,8 @@ void add_cross_entropy_cases(std::vector<OpCase>& cases) {
       c.name = "cross_entropy_ignore" + std::to_string(ignore) + (large ? "_large" : "");
       c.covers = {OpId::cross_entropy};
       c.shapes = large ? std::vector<Shapes>{{{40, 1000}, {40}}, {{2, 20000}, {2}}}
-                       : std::vector<Shapes>{{{4, 5}, {4}},  {{1, 7}, {1}},       {{0, 5}, {0}},
-                                             {{8, 3}, {8}},  {{3, 4, 6}, {3, 4}}, {{6}, {}}};
+                       : std::vector<Shapes>{{{4, 5}, {4}}, {{1, 7}, {1}},       {{0, 5}, {0}},
+                                             {{8, 3}, {8}}, {{3, 4, 6}, {3, 4}}, {{6}, {}}};
       c.make_inputs = [ignore](const Shapes& s, DType t) {
         return Inputs{random_tensor(s[0], t, -4, 4), make_targets(s[1], s[0].back(), ignore)};
       };

@@ -99,9 +99,15 @@ double ref_sum(const std::vector<double>& v) {
   for (double x : v) s += x;
   return s;
 }
-double ref_mean(const std::vector<double>& v) { return ref_sum(v) / double(v.size()); }
-double ref_max(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
-double ref_min(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+double ref_mean(const std::vector<double>& v) {
+  return ref_sum(v) / double(v.size());
+}
+double ref_max(const std::vector<double>& v) {
+  return *std::max_element(v.begin(), v.end());
+}
+double ref_min(const std::vector<double>& v) {
+  return *std::min_element(v.begin(), v.end());
+}
 double ref_var(const std::vector<double>& v, double correction) {
   double m = ref_mean(v), ss = 0;
   for (double x : v) ss += (x - m) * (x - m);
@@ -121,7 +127,9 @@ double ref_argmin(const std::vector<double>& v) {
   return double(std::min_element(v.begin(), v.end()) - v.begin());
 }
 
-Inputs small_ints(const Shapes& s, DType t) { return {random_int_tensor(s[0], -3, 4, t)}; }
+Inputs small_ints(const Shapes& s, DType t) {
+  return {random_int_tensor(s[0], -3, 4, t)};
+}
 
 }  // namespace
 
@@ -133,9 +141,8 @@ EMBER_OP_CASES(reduction) {
   add_reduce_cases(
       cases, "sum_int", OpId::sum,
       [](const Tensor& x, const Shape& d, bool k) { return x.sum(d, k); }, ref_sum, true, false,
-      {DType::Int32, DType::Int64}, [](const Shapes& s, DType t) {
-        return Inputs{random_int_tensor(s[0], -1000, 1000, t)};
-      });
+      {DType::Int32, DType::Int64},
+      [](const Shapes& s, DType t) { return Inputs{random_int_tensor(s[0], -1000, 1000, t)}; });
   add_reduce_cases(
       cases, "mean", OpId::mean,
       [](const Tensor& x, const Shape& d, bool k) { return x.mean(d, k); }, ref_mean, true, true);
@@ -223,7 +230,8 @@ EMBER_OP_CASES(reduction) {
   };
   mask.run = [](const Inputs& in) { return Inputs{dispatch1(OpId::equal_mask, {in[0], in[1]})}; };
   mask.reference = [](const std::vector<Ref>& r) {
-    return std::vector<Ref>{ref_zip(r[0], r[1], [](double a, double b) { return a == b ? 1.0 : 0.0; })};
+    return std::vector<Ref>{
+        ref_zip(r[0], r[1], [](double a, double b) { return a == b ? 1.0 : 0.0; })};
   };
   cases.push_back(std::move(mask));
   return cases;

@@ -1,6 +1,7 @@
 // Reductions and row-wise ops: errors, edge values (ties, NaN, infinities, ignored targets) and
 // grads that the table-driven cases cannot express.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <limits>
@@ -13,9 +14,13 @@ namespace {
 const double kInf = std::numeric_limits<double>::infinity();
 const double kNan = std::numeric_limits<double>::quiet_NaN();
 
-Tensor vec(std::initializer_list<double> v, DType t = DType::Float64) { return tensor(v, t); }
+Tensor vec(std::initializer_list<double> v, DType t = DType::Float64) {
+  return tensor(v, t);
+}
 
-std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+std::vector<double> values(const Tensor& t) {
+  return t.to_vector<double>();
+}
 
 // Runs f and returns the message of the ember::Error it throws ("" if none).
 template <class F>
@@ -177,6 +182,23 @@ TEST(Reductions, SumOfLongRowIsAccurate) {
   // The same down a column (a stride-0 column: no memory behind it).
   for (double got : values(full({1, 2}, 0.1).expand({n, 2}).sum({0})))
     EXPECT_NEAR(got, want, 1e-6 * want);
+}
+
+TEST(Reductions, ResultsDoNotDependOnTheThreadCount) {
+  // Chunks and row blocks, not threads, decide how partial sums combine.
+  std::vector<float> v;
+  for (int i = 0; i < 3 * 50000; ++i) v.push_back(float(std::sin(i * 0.37)) * 1000.f);
+  Tensor x = from_vector(v, {3, 50000});
+  auto run = [&](int threads) {
+    int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    std::vector<std::vector<double>> r = {values(x.sum({1})), values(x.sum()),
+                                          values(x.reshape({5000, 30}).sum({0})),
+                                          values(x.reshape({1000, 150}).var({0}))};
+    omp_set_num_threads(before);
+    return r;
+  };
+  EXPECT_EQ(run(1), run(3));
 }
 
 TEST(Softmax, RowsWithNegativeInfinity) {

@@ -16,10 +16,10 @@ namespace {
 // Targets must be classes or ignore_index; checked before any parallel loop (no throwing there).
 void check_targets(const int64_t* t, int64_t n, int64_t classes, int64_t ignore_index) {
   for (int64_t i = 0; i < n; ++i) {
-    EMBER_CHECK(t[i] == ignore_index || (t[i] >= 0 && t[i] < classes),
-                "cross_entropy: target ", t[i], " (at position ", i, ") is out of range for ",
-                classes, " classes; targets must be in [0, ", classes,
-                ") or equal ignore_index (", ignore_index, ")");
+    EMBER_CHECK(t[i] == ignore_index || (t[i] >= 0 && t[i] < classes), "cross_entropy: target ",
+                t[i], " (at position ", i, ") is out of range for ", classes,
+                " classes; targets must be in [0, ", classes, ") or equal ignore_index (",
+                ignore_index, ")");
   }
 }
 }  // namespace
@@ -44,8 +44,8 @@ void cross_entropy(std::span<const Tensor> in, std::span<Tensor> out, const Attr
       lse[r] = std::isfinite(m) ? m + log_sum : m;
       // (max - logit) + log(sum): exact up to the last rounding even when logits are large.
       if (t[r] != ignore)
-        row_loss[size_t(r)] = std::isfinite(m) ? double((m - xr[t[r]]) + log_sum)
-                                               : double(lse[r] - xr[t[r]]);
+        row_loss[size_t(r)] =
+            std::isfinite(m) ? double((m - xr[t[r]]) + log_sum) : double(lse[r] - xr[t[r]]);
     }
   });
   double total = 0;
@@ -56,9 +56,8 @@ void cross_entropy(std::span<const Tensor> in, std::span<Tensor> out, const Attr
     ++count;
   }
   const double loss = total / double(count);  // nan when every target is ignored, as in PyTorch
-  visit_float(out[0].dtype(), "cross_entropy", [&]<class T>() {
-    *static_cast<T*>(out[0].impl()->data()) = T(compute_t<T>(loss));
-  });
+  visit_float(out[0].dtype(), "cross_entropy",
+              [&]<class T>() { *static_cast<T*>(out[0].impl()->data()) = T(compute_t<T>(loss)); });
 }
 
 void target_weights(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {

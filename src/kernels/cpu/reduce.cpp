@@ -40,15 +40,17 @@ void arg_extreme(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
         [&best](int64_t i, C m, int64_t) { best[i] = m; });
     int64_t* o = data_of<int64_t>(out[0]);
     run_reduce<T>(
-        src, [&best](int64_t i) { return FirstMatchReducer<C>{best[i], is_nan(best[i])}; },
+        src,
+        [&best](int64_t i) {
+          return FirstMatchReducer<C>{best[i], is_nan(best[i])};
+        },
         [o](int64_t i, int64_t pos, int64_t) { o[i] = pos; });
   });
 }
 
 // Two passes over the same source: the mean, then the squared deviations from it.
 template <bool Sqrt>
-void variance(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a,
-              const char* name) {
+void variance(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a, const char* name) {
   visit_float(in[0].dtype(), name, [&]<class T>() {
     using Acc = acc_t<T>;
     ReduceSource src = prepare_reduce(in[0], a.dims);

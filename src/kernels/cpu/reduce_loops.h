@@ -209,7 +209,7 @@ void reduce_column_form(const T* base, const ReducePlan& p, const MakeR& make,
   const int64_t groups = p.outer_numel / cols, rows = p.inner_numel;
   const int64_t nrb = (rows + kColumnRowBlock - 1) / kColumnRowBlock;
   const int64_t ncb = (cols + kColumnBlock - 1) / kColumnBlock;
-  // Partials of every row block (only when there are several), merged in order below.
+  // Partials of every row block (only when there are several), merged pairwise below.
   std::vector<Acc> part(size_t(nrb > 1 ? groups * nrb * cols : 0));
   const bool threads = use_threads(p.outer_numel * rows);
 

@@ -7,7 +7,9 @@
 namespace ember::cpu {
 
 // float64 stays, every other floating dtype computes in float32.
-inline DType compute_dtype(DType t) { return t == DType::Float64 ? t : DType::Float32; }
+inline DType compute_dtype(DType t) {
+  return t == DType::Float64 ? t : DType::Float32;
+}
 // Calls f.template operator()<C>() with C = double for float64, float otherwise.
 template <class F>
 void visit_compute(DType t, F&& f) {

@@ -65,8 +65,7 @@ void softmax_columns(const C* x, C* y, int64_t n, int64_t inner, int64_t w, bool
   }
 }
 
-void softmax_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a,
-                    bool log) {
+void softmax_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a, bool log) {
   const Tensor x = compute_contiguous(in[0]);
   const Tensor y = compute_buffer(out[0]);
   // [outer, n, inner] around the softmax dim (a 0-dim tensor is one element).
