@@ -160,10 +160,15 @@ typename R::Acc fold_chunks(const T* x, int64_t n, int64_t lo, int64_t hi, const
   return acc;
 }
 
-// Folds a contiguous run of any length.
+// Folds a contiguous run of any length. Runs shorter than the lanes fold in one accumulator:
+// setting up and merging the lanes would cost more than the run.
 template <class T, class R>
 typename R::Acc fold_run(const T* x, int64_t n, const R& r) {
-  if (n == 0) return r.init();
+  if (n < kLanes<typename R::Acc>) {
+    typename R::Acc acc = r.init();
+    for (int64_t i = 0; i < n; ++i) r.step(acc, load_compute(x[i]), i);
+    return acc;
+  }
   return fold_chunks(x, n, 0, (n + kReduceChunk - 1) / kReduceChunk, r);
 }
 

@@ -41,8 +41,8 @@ struct ExtremeReducer {
   template <class V>
   void step(Acc& a, V v, int64_t) const {
     Acc x = Acc(v);
-    bool take = (Max ? x > a : x < a) | is_nan(x);
-    a = take ? x : a;
+    a = (Max ? a < x : x < a) ? x : a;  // one max/min instruction; a NaN already in a stays
+    if (is_nan(x)) a = x;               // rare, so a well-predicted branch in scalar code
   }
   void merge(Acc& a, const Acc& b) const { step(a, b, 0); }
 };
