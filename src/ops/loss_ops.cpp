@@ -48,13 +48,11 @@ const OpImpl op_impl_target_weights{infer_target_weights, cpu::target_weights, n
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
   EMBER_CHECK(logits.defined() && targets.defined(), "cross_entropy: undefined tensor argument");
   EMBER_CHECK(logits.dim() >= 1,
-              "cross_entropy: logits must have a class dim (last), got a "
-              "0-dim tensor");
+              "cross_entropy: logits need a class dim (the last), got a 0-dim tensor");
   EMBER_CHECK(is_floating(logits.dtype()), "cross_entropy: logits must be floating point, got ",
               dtype_name(logits.dtype()));
   EMBER_CHECK(is_integral(targets.dtype()),
-              "cross_entropy: targets must be class indices of an "
-              "integer dtype (int64), got ",
+              "cross_entropy: targets must be class indices of an integer dtype (int64), got ",
               dtype_name(targets.dtype()), "; class-probability targets are not supported");
   const Shape lead(logits.sizes().begin(), logits.sizes().end() - 1);
   EMBER_CHECK(targets.sizes() == lead, "cross_entropy: targets of shape ", targets.shape_str(),
