@@ -1,0 +1,71 @@
+// Cross entropy: shape rules, grad and front end, and the target_weights op its grad uses.
+#include "kernels/cpu/rowwise.h"
+#include "ops/frontend.h"
+
+namespace ember {
+
+namespace {
+// Dtype of the per-row logsumexp: float32 for 16-bit logits (it is computed in float).
+DType stats_dtype(DType t) {
+  return t == DType::Float64 ? t : DType::Float32;
+}
+
+MetaList infer_cross_entropy(std::span<const Tensor> in, const Attrs&) {
+  const Tensor& logits = in[0];
+  return {TensorMeta{{}, {}, 0, logits.dtype()},
+          TensorMeta{{logits.sizes()[0]}, {}, 0, stats_dtype(logits.dtype())}};
+}
+
+MetaList infer_target_weights(std::span<const Tensor> in, const Attrs& a) {
+  Shape s = in[0].sizes();
+  s.push_back(a.start);
+  return {TensorMeta{s, {}, 0, a.dtype}};
+}
+
+// loss = mean over counted rows of lse - logit[target], so
+//   dlogits = (softmax(logits) - onehot(target)) * g / count on counted rows, 0 on ignored ones.
+// target_weights holds onehot / count (zero rows where ignored); its row sums are the per-row
+// factor 1/count or 0 for the softmax term, and when nothing is counted the grad is all zeros.
+std::vector<Tensor> grad_cross_entropy(const GradCtx& c) {
+  const Tensor& g = c.grads[0];
+  if (!g.defined() || !c.needs_grad[0]) return {Tensor(), Tensor()};
+  const Tensor& logits = c.inputs[0];
+  const Tensor& lse = c.outputs[1];
+  Attrs a;
+  a.start = logits.sizes()[1];
+  a.end = c.attrs.end;
+  a.dtype = lse.dtype();
+  Tensor weights = dispatch1(OpId::target_weights, {c.inputs[1]}, a);
+  Tensor probs = (logits - lse.unsqueeze(1)).exp();
+  return {(probs * weights.sum({1}, true) - weights) * g, Tensor()};
+}
+}  // namespace
+
+const OpImpl op_impl_cross_entropy{infer_cross_entropy, cpu::cross_entropy, grad_cross_entropy,
+                                   0b11, 0b10};
+const OpImpl op_impl_target_weights{infer_target_weights, cpu::target_weights, nullptr};
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  EMBER_CHECK(logits.defined() && targets.defined(), "cross_entropy: undefined tensor argument");
+  EMBER_CHECK(logits.dim() >= 1,
+              "cross_entropy: logits need a class dim (the last), got a 0-dim tensor");
+  EMBER_CHECK(is_floating(logits.dtype()), "cross_entropy: logits must be floating point, got ",
+              dtype_name(logits.dtype()));
+  EMBER_CHECK(is_integral(targets.dtype()),
+              "cross_entropy: targets must be class indices of an integer dtype (int64), got ",
+              dtype_name(targets.dtype()), "; class-probability targets are not supported");
+  const Shape lead(logits.sizes().begin(), logits.sizes().end() - 1);
+  EMBER_CHECK(targets.sizes() == lead, "cross_entropy: targets of shape ", targets.shape_str(),
+              " do not match logits of shape ", logits.shape_str(), " (expected targets of shape ",
+              shape_str(lead), ": one class index per row of logits)");
+  const int64_t classes = logits.sizes().back(), rows = shape_numel(lead);
+  EMBER_CHECK(classes > 0 || rows == 0, "cross_entropy: logits of shape ", logits.shape_str(),
+              " have no classes (the last dim is 0)");
+  Attrs a;
+  a.end = ignore_index;
+  return dispatch(OpId::cross_entropy,
+                  {logits.reshape({rows, classes}), cast_to(targets, DType::Int64).reshape({rows})},
+                  a)[0];
+}
+
+}  // namespace ember

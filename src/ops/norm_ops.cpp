@@ -1,0 +1,86 @@
+// Layer norm: shape rule, grad and front end.
+#include <algorithm>
+
+#include "kernels/cpu/rowwise.h"
+#include "ops/frontend.h"
+
+namespace ember {
+
+namespace {
+// Dtype of the per-row statistics: float32 for 16-bit inputs (they are computed in float).
+DType stats_dtype(DType t) {
+  return t == DType::Float64 ? t : DType::Float32;
+}
+
+MetaList infer_layer_norm(std::span<const Tensor> in, const Attrs& a) {
+  const Tensor& x = in[0];
+  Shape stats = x.sizes();
+  std::fill(stats.end() - int64_t(a.shape.size()), stats.end(), 1);
+  DType s = stats_dtype(x.dtype());
+  return {TensorMeta{x.sizes(), {}, 0, x.dtype()}, TensorMeta{stats, {}, 0, s},
+          TensorMeta{stats, {}, 0, s}};
+}
+
+// With xhat = (x - mean) * rstd and y = xhat * w + b, gw = g * w:
+//   dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))   (means over the normalized dims)
+//   dw = sum(g * xhat), db = sum(g)                          (sums over the leading dims)
+// The grads of the mean and rstd outputs are not propagated (they are statistics, not results).
+std::vector<Tensor> grad_layer_norm(const GradCtx& c) {
+  const size_t nin = c.input_meta.size();
+  std::vector<Tensor> grads(nin);
+  const Tensor& g = c.grads[0];
+  if (!g.defined()) return grads;
+  const Tensor& x = c.inputs[0];
+  const int64_t nd = x.dim(), k = int64_t(c.attrs.shape.size());
+  Shape norm_dims, lead_dims;
+  for (int64_t d = 0; d < nd; ++d) (d < nd - k ? lead_dims : norm_dims).push_back(d);
+  const Tensor xhat = (x - c.outputs[1]) * c.outputs[2];
+  if (c.needs_grad[0]) {
+    Tensor gw = nin > 1 ? g * c.inputs[1] : g;
+    Tensor centered = gw - gw.mean(norm_dims, true) - xhat * (gw * xhat).mean(norm_dims, true);
+    grads[0] = c.outputs[2] * centered;
+  }
+  auto sum_lead = [&](const Tensor& t) { return lead_dims.empty() ? t : t.sum(lead_dims); };
+  if (nin > 1 && c.needs_grad[1]) grads[1] = sum_lead(g * xhat);
+  if (nin > 2 && c.needs_grad[2]) grads[2] = sum_lead(g);
+  return grads;
+}
+
+void check_affine(const Tensor& t, const Shape& normalized_shape, const char* what) {
+  EMBER_CHECK(t.sizes() == normalized_shape, "layer_norm: ", what, " of shape ", t.shape_str(),
+              " does not match normalized_shape ", shape_str(normalized_shape));
+  EMBER_CHECK(is_floating(t.dtype()), "layer_norm: ", what, " must be floating point, got ",
+              dtype_name(t.dtype()));
+}
+}  // namespace
+
+const OpImpl op_impl_layer_norm{infer_layer_norm, cpu::layer_norm, grad_layer_norm, 0b011, 0b110};
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  EMBER_CHECK(x.defined(), "layer_norm: undefined input");
+  const int64_t k = int64_t(normalized_shape.size());
+  EMBER_CHECK(k >= 1, "layer_norm: normalized_shape must name at least one dim, got []");
+  EMBER_CHECK(k <= x.dim() &&
+                  std::equal(normalized_shape.begin(), normalized_shape.end(), x.sizes().end() - k),
+              "layer_norm: normalized_shape ", shape_str(normalized_shape),
+              " must match the trailing dims of the input, which has shape ", x.shape_str());
+  EMBER_CHECK(is_floating(x.dtype()), "layer_norm: input must be floating point, got ",
+              dtype_name(x.dtype()), "; convert it with .to()");
+  std::vector<Tensor> inputs = {x};
+  if (weight.defined() || bias.defined()) {
+    if (weight.defined()) check_affine(weight, normalized_shape, "weight");
+    inputs.push_back(weight.defined() ? cast_to(weight, x.dtype())
+                                      : ones(normalized_shape, x.dtype()));
+  }
+  if (bias.defined()) {
+    check_affine(bias, normalized_shape, "bias");
+    inputs.push_back(cast_to(bias, x.dtype()));
+  }
+  Attrs a;
+  a.shape = normalized_shape;
+  a.value = eps;
+  return dispatch(OpId::layer_norm, std::move(inputs), a)[0];
+}
+
+}  // namespace ember
