@@ -292,6 +292,10 @@ SafetensorsHeader parse_header(std::string_view json, uint64_t header_length,
                                uint64_t buffer_size, std::string_view source) {
   ST_CHECK(!json.empty() && json[0] == '{', "the header must begin with '{' (not a",
            " safetensors file?)");
+  // The JSON parser stops at a NUL byte as at the end of input; JSON allows none anywhere.
+  const size_t nul = json.find('\0');
+  ST_CHECK(nul == std::string_view::npos, "the header is not valid JSON: a NUL byte at",
+           " header offset ", nul);
   // Duplicate keys would silently replace each other in a JSON object: track them per object.
   std::vector<std::set<std::string>> keys;
   int depth = 0;
