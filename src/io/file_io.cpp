@@ -34,6 +34,14 @@ std::string unique_suffix() {
          std::to_string(ticks % 1000000007u);
 }
 
+// "<dir>/<name>.tmp.<unique>", with <name> shortened so that the temporary's name stays
+// within the usual 255-byte limit even when the target's own name is near it.
+std::string temp_name_for(const std::string& path) {
+  std::filesystem::path p(path);
+  std::string name = p.filename().string().substr(0, 180);
+  return (p.parent_path() / (name + ".tmp." + unique_suffix())).string();
+}
+
 // Makes the rename itself durable; filesystems without directory fsync answer EINVAL.
 void sync_directory(const std::string& dir, const std::string& path) {
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -54,7 +62,7 @@ AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
   EMBER_CHECK(!std::filesystem::is_directory(path_, ec), "save ", path_,
               ": is a directory, not a file");
   for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
-    temp_path_ = path_ + ".tmp." + unique_suffix();
+    temp_path_ = temp_name_for(path_);
     fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd_ < 0 && errno != EEXIST) break;
   }
