@@ -338,6 +338,7 @@ std::pair<Tensor, Tensor> TokenDataset::get_batch(int64_t batch_size, int64_t bl
   EMBER_CHECK(batch_size > 0, "TokenDataset ", name_, ": batch_size ", batch_size,
               " must be positive");
   window_start(block_size, seed, step, 0);  // checks block_size against the data
+  check_sizes({batch_size, block_size}, "TokenDataset::get_batch");
   Tensor x = make_tensor({batch_size, block_size}, DType::Int64);
   Tensor y = make_tensor({batch_size, block_size}, DType::Int64);
   auto* px = static_cast<int64_t*>(x.impl()->data());

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "ember/io.h"
+#include "ember/ops.h"
 #include "io/io_test_util.h"
 #include "io/text_data.h"
 
@@ -51,6 +52,19 @@ TEST(CharTokenizer, VocabularyIsSortedUniqueCodePoints) {
   EXPECT_EQ(tok.decode(ids), "😀éa");
   EXPECT_EQ(io::CharTokenizer::from_text("").vocab_size(), 0);
   EXPECT_TRUE(tok.encode("").empty());
+}
+
+TEST(CharTokenizer, DecodesBatchTensors) {
+  const std::string text = "to be or not to be";
+  io::CharTokenizer tok = io::CharTokenizer::from_text(text);
+  std::vector<int64_t> ids = tok.encode(text);
+  io::TokenDataset ds(std::vector<uint16_t>(ids.begin(), ids.end()));
+  auto [x, y] = ds.get_batch(1, 5, 3, 0);
+  const std::string window = tok.decode(x);
+  EXPECT_NE(text.find(window), std::string::npos) << window;
+  EXPECT_EQ(tok.decode(y).substr(0, 4), window.substr(1));
+  std::vector<int32_t> small(ids.begin(), ids.end());
+  EXPECT_EQ(tok.decode(from_vector(small, {int64_t(small.size())}, DType::Int32)), text);
 }
 
 TEST(CharTokenizer, JsonRoundTrip) {
@@ -244,6 +258,7 @@ TEST(TokenDataset, ErrorsNameTheProblem) {
                     "val.bin: 100 tokens are too few for block_size 100 (need at least 101)");
   EXPECT_ERROR_WITH(ds.get_batch(2, 0, 0, 0), "block_size 0 must be positive");
   EXPECT_ERROR_WITH(ds.get_batch(0, 8, 0, 0), "batch_size 0 must be positive");
+  EXPECT_ERROR_WITH(ds.get_batch(int64_t(1) << 60, 64, 0, 0), "too many elements");
   auto [x, y] = ds.get_batch(1, 99, 0, 0);  // the one window that fits
   EXPECT_EQ(x.size(1), 99);
 }
