@@ -44,8 +44,9 @@ mkdir -p "$seeds" "$corpus" "$artifacts"
 echo "fuzz.sh: fuzzing the safetensors reader for ${seconds}s"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-"$build/fuzz/safetensors_fuzz" "$corpus" "$seeds" \
-  -dict="$root/fuzz/safetensors.dict" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
-  -max_total_time="$seconds" -print_final_stats=1 -artifact_prefix="$artifacts/" \
-  -jobs="$jobs" -workers="$jobs"
+flags=(-dict="$root/fuzz/safetensors.dict" -max_len=4096 -timeout=10 -rss_limit_mb=2048
+       -max_total_time="$seconds" -print_final_stats=1 -artifact_prefix="$artifacts/")
+# Several jobs write their logs (fuzz-N.log) into the current directory: the build's.
+[ "$jobs" -gt 1 ] && flags+=(-jobs="$jobs" -workers="$jobs")
+(cd "$build" && "$build/fuzz/safetensors_fuzz" "$corpus" "$seeds" "${flags[@]}")
 echo "fuzz.sh: no failures in ${seconds}s (corpus kept in $corpus)"
