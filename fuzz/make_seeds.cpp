@@ -14,7 +14,8 @@ Tensor filled(const Shape& shape, DType dtype, uint8_t seed) {
   Tensor t = make_tensor(shape, dtype);
   auto* p = static_cast<uint8_t*>(t.data_ptr());
   const size_t n = size_t(t.numel()) * dtype_size(dtype);
-  for (size_t i = 0; i < n; ++i) p[i] = dtype == DType::Bool ? (i + seed) % 2 : uint8_t(i * 37 + seed);
+  for (size_t i = 0; i < n; ++i)
+    p[i] = dtype == DType::Bool ? (i + seed) % 2 : uint8_t(i * 37 + seed);
   return t;
 }
 
@@ -26,7 +27,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = argv[1];
-  const DType all[] = {DType::Bool,     DType::Int32,   DType::Int64, DType::Float16,
+  const DType all[] = {DType::Bool,     DType::Int32,   DType::Int64,  DType::Float16,
                        DType::BFloat16, DType::Float32, DType::Float64};
   int n = 0;
   auto save = [&](const io::NamedTensors& t, const io::Metadata& md) {
@@ -38,7 +39,8 @@ int main(int argc, char** argv) {
   save({{"scalar", filled({}, DType::Float32, 2)}, {"empty", filled({0, 4}, DType::Int64, 3)}},
        {{"note", "edge"}});
   io::NamedTensors mixed;
-  for (DType t : all) mixed.emplace_back(std::string("t.") + std::string(dtype_name(t)), filled({3}, t, 4));
+  for (DType t : all)
+    mixed.emplace_back(std::string("t.") + std::string(dtype_name(t)), filled({3}, t, 4));
   save(mixed, {{"step", "100"}, {"config", "{\"n_layer\": 2}"}});
   io::Checkpoint ck;
   ck.model = {{"wte", filled({4, 2}, DType::Float32, 5)}};

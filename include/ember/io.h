@@ -92,7 +92,7 @@ class CharTokenizer {
   bool operator==(const CharTokenizer& o) const { return chars_ == o.chars_; }
 
  private:
-  std::vector<char32_t> chars_;  // sorted, unique
+  std::vector<char32_t> chars_;                                     // sorted, unique
   std::vector<int32_t> ascii_ids_ = std::vector<int32_t>(128, -1);  // fast path for ASCII
   void index();
 };

@@ -21,8 +21,7 @@ bool is_reserved(std::string_view key) {
 template <class T>
 T parse_number(const Metadata& md, std::string_view key, const std::string& path) {
   auto it = md.find(std::string(key));
-  EMBER_CHECK(it != md.end(), "load_checkpoint ", path, ": metadata key '", key,
-              "' is missing");
+  EMBER_CHECK(it != md.end(), "load_checkpoint ", path, ": metadata key '", key, "' is missing");
   const std::string& s = it->second;
   T v{};
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -44,8 +43,7 @@ void add_prefixed(NamedTensors& out, const NamedTensors& in, std::string_view pr
 }  // namespace
 
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
-  EMBER_CHECK(ckpt.step >= 0, "save_checkpoint ", path, ": step ", ckpt.step,
-              " is negative");
+  EMBER_CHECK(ckpt.step >= 0, "save_checkpoint ", path, ": step ", ckpt.step, " is negative");
   EMBER_CHECK(nlohmann::json::accept(ckpt.config), "save_checkpoint ", path,
               ": config is not a valid JSON document: ", ckpt.config.substr(0, 80));
   Metadata md;
@@ -74,8 +72,8 @@ Checkpoint load_checkpoint(const std::string& path) {
   EMBER_CHECK(fmt != md.end(), "load_checkpoint ", path,
               ": not an ember checkpoint (no metadata key 'format'); for plain tensor files",
               " use load_safetensors");
-  EMBER_CHECK(fmt->second == kCheckpointFormat, "load_checkpoint ", path, ": format '",
-              fmt->second, "' is not supported (this build reads '", kCheckpointFormat, "')");
+  EMBER_CHECK(fmt->second == kCheckpointFormat, "load_checkpoint ", path, ": format '", fmt->second,
+              "' is not supported (this build reads '", kCheckpointFormat, "')");
 
   Checkpoint ck;
   ck.step = parse_number<int64_t>(md, kStepKey, path);

@@ -13,8 +13,8 @@ inline constexpr std::string_view kStepKey = "step";
 inline constexpr std::string_view kConfigKey = "config";
 inline constexpr std::string_view kRngSeedKey = "rng_seed";
 inline constexpr std::string_view kRngOffsetKey = "rng_offset";
-inline constexpr std::string_view kReservedKeys[] = {kFormatKey, kStepKey, kConfigKey,
-                                                     kRngSeedKey, kRngOffsetKey};
+inline constexpr std::string_view kReservedKeys[] = {kFormatKey, kStepKey, kConfigKey, kRngSeedKey,
+                                                     kRngOffsetKey};
 
 // Bumped when the layout changes; a reader refuses versions it does not know.
 inline constexpr std::string_view kCheckpointFormat = "ember-checkpoint/1";

@@ -19,7 +19,9 @@ namespace {
 
 constexpr size_t kWriteBufferBytes = size_t(1) << 20;
 
-std::string sys_error() { return std::strerror(errno); }
+std::string sys_error() {
+  return std::strerror(errno);
+}
 
 std::string parent_dir(const std::string& path) {
   std::string dir = std::filesystem::path(path).parent_path().string();
@@ -45,8 +47,8 @@ std::string temp_name_for(const std::string& path) {
 // Makes the rename itself durable; filesystems without directory fsync answer EINVAL.
 void sync_directory(const std::string& dir, const std::string& path) {
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  EMBER_CHECK(dfd >= 0, "save ", path, ": cannot open directory ", dir, " to flush it: ",
-              sys_error());
+  EMBER_CHECK(dfd >= 0, "save ", path, ": cannot open directory ", dir,
+              " to flush it: ", sys_error());
   int rc = ::fsync(dfd);
   int err = errno;
   ::close(dfd);
@@ -66,9 +68,8 @@ AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
     fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd_ < 0 && errno != EEXIST) break;
   }
-  EMBER_CHECK(fd_ >= 0, "save ", path_, ": cannot create the temporary file ", temp_path_,
-              " in ", parent_dir(path_), ": ", sys_error(),
-              " (the directory must exist and be writable)");
+  EMBER_CHECK(fd_ >= 0, "save ", path_, ": cannot create the temporary file ", temp_path_, " in ",
+              parent_dir(path_), ": ", sys_error(), " (the directory must exist and be writable)");
   buffer_.reserve(kWriteBufferBytes);
 }
 
@@ -87,8 +88,9 @@ void AtomicFileWriter::write_fully(const void* data, size_t nbytes) {
   while (nbytes > 0) {
     ssize_t n = ::write(fd_, p, nbytes);
     if (n < 0 && errno == EINTR) continue;
-    EMBER_CHECK(n > 0, "save ", path_, ": writing ", temp_path_, " failed: ",
-                n < 0 ? sys_error() : "no progress", "; the previous file is unchanged");
+    EMBER_CHECK(n > 0, "save ", path_, ": writing ", temp_path_,
+                " failed: ", n < 0 ? sys_error() : "no progress",
+                "; the previous file is unchanged");
     p += n;
     nbytes -= size_t(n);
   }
@@ -120,9 +122,8 @@ void AtomicFileWriter::commit() {
   fd_ = -1;
   EMBER_CHECK(rc == 0, "save ", path_, ": closing ", temp_path_, " failed: ", sys_error(),
               "; the previous file is unchanged");
-  EMBER_CHECK(::rename(temp_path_.c_str(), path_.c_str()) == 0, "save ", path_,
-              ": renaming ", temp_path_, " over it failed: ", sys_error(),
-              "; the previous file is unchanged");
+  EMBER_CHECK(::rename(temp_path_.c_str(), path_.c_str()) == 0, "save ", path_, ": renaming ",
+              temp_path_, " over it failed: ", sys_error(), "; the previous file is unchanged");
   committed_ = true;
   sync_directory(parent_dir(path_), path_);
 }

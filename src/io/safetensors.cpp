@@ -29,16 +29,18 @@ struct DTypeName {
   DType dtype;
   std::string_view name;
 };
-constexpr DTypeName kDTypeNames[] = {
-    {DType::Bool, "BOOL"},  {DType::Int32, "I32"},    {DType::Int64, "I64"},
-    {DType::Float16, "F16"}, {DType::BFloat16, "BF16"}, {DType::Float32, "F32"},
-    {DType::Float64, "F64"}};
+constexpr DTypeName kDTypeNames[] = {{DType::Bool, "BOOL"},     {DType::Int32, "I32"},
+                                     {DType::Int64, "I64"},     {DType::Float16, "F16"},
+                                     {DType::BFloat16, "BF16"}, {DType::Float32, "F32"},
+                                     {DType::Float64, "F64"}};
 // Valid in the format but absent from ember: named as such in errors.
-constexpr std::string_view kForeignDTypes[] = {"U8",  "I8",      "U16",     "I16",     "U32",
-                                               "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4",
+constexpr std::string_view kForeignDTypes[] = {"U8",      "I8",      "U16",     "I16",     "U32",
+                                               "U64",     "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4",
                                                "F6_E2M3", "F6_E3M2", "C64"};
 
-const char* json_type(const ojson& v) { return v.type_name(); }
+const char* json_type(const ojson& v) {
+  return v.type_name();
+}
 
 uint64_t read_le64(const std::byte* p) {
   uint64_t v = 0;
@@ -55,7 +57,9 @@ uint64_t json_index(const ojson& v, std::string_view source, const std::string& 
   return x;
 }
 
-std::string quoted(const std::string& name) { return "'" + name + "'"; }
+std::string quoted(const std::string& name) {
+  return "'" + name + "'";
+}
 
 TensorEntry parse_entry(const std::string& name, const ojson& v, uint64_t buffer_size,
                         std::string_view source) {
@@ -63,8 +67,8 @@ TensorEntry parse_entry(const std::string& name, const ojson& v, uint64_t buffer
   ST_CHECK(v.is_object(), who, ": expected an object {\"dtype\", \"shape\", \"data_offsets\"}",
            ", got ", json_type(v));
   for (const auto& [key, _] : v.items()) {
-    ST_CHECK(key == "dtype" || key == "shape" || key == "data_offsets", who,
-             ": unexpected key ", quoted(key));
+    ST_CHECK(key == "dtype" || key == "shape" || key == "data_offsets", who, ": unexpected key ",
+             quoted(key));
   }
   for (const char* key : {"dtype", "shape", "data_offsets"}) {
     ST_CHECK(v.contains(key), who, ": missing \"", key, "\"");
@@ -108,8 +112,8 @@ TensorEntry parse_entry(const std::string& name, const ojson& v, uint64_t buffer
 
   const ojson& off = v["data_offsets"];
   ST_CHECK(off.is_array() && off.size() == 2, who,
-           ": data_offsets must be a list [begin, end], got ", off.dump(-1, ' ', false,
-           ojson::error_handler_t::replace));
+           ": data_offsets must be a list [begin, end], got ",
+           off.dump(-1, ' ', false, ojson::error_handler_t::replace));
   e.begin = json_index(off[0], source, who + ": data_offsets[0]");
   e.end = json_index(off[1], source, who + ": data_offsets[1]");
   ST_CHECK(e.begin <= e.end, who, ": data_offsets [", e.begin, ", ", e.end,
@@ -119,9 +123,9 @@ TensorEntry parse_entry(const std::string& name, const ojson& v, uint64_t buffer
            " bytes): the file is truncated or the header is wrong");
   // numel <= 2^62 and an element has at most 8 bytes: 128 bits hold the product.
   const unsigned __int128 need = (unsigned __int128)numel * dtype_size(e.dtype);
-  ST_CHECK(need == e.end - e.begin, who, ": shape ", shape_str(e.shape), " of ", dname,
-           " needs ", numel, " x ", dtype_size(e.dtype), " bytes but data_offsets [", e.begin,
-           ", ", e.end, "] hold ", e.end - e.begin);
+  ST_CHECK(need == e.end - e.begin, who, ": shape ", shape_str(e.shape), " of ", dname, " needs ",
+           numel, " x ", dtype_size(e.dtype), " bytes but data_offsets [", e.begin, ", ", e.end,
+           "] hold ", e.end - e.begin);
   return e;
 }
 
@@ -137,8 +141,8 @@ void check_coverage(const std::vector<TensorEntry>& entries, uint64_t buffer_siz
   const TensorEntry* prev = nullptr;
   for (const TensorEntry* e : order) {
     ST_CHECK(e->begin >= covered, "tensors ", quoted(prev ? prev->name : ""), " [",
-             prev ? prev->begin : 0, ", ", covered, ") and ", quoted(e->name), " [", e->begin,
-             ", ", e->end, ") overlap");
+             prev ? prev->begin : 0, ", ", covered, ") and ", quoted(e->name), " [", e->begin, ", ",
+             e->end, ") overlap");
     ST_CHECK(e->begin == covered, "bytes [", covered, ", ", e->begin,
              ") of the data buffer belong to no tensor");
     covered = e->end;
@@ -154,8 +158,8 @@ void check_bool_bytes(const Tensor& t, const std::string& name, std::string_view
   if (t.dtype() != DType::Bool) return;
   const auto* p = static_cast<const uint8_t*>(t.impl()->data());
   for (int64_t i = 0; i < t.numel(); ++i) {
-    ST_CHECK(p[i] <= 1, "tensor ", quoted(name), ": BOOL element ", i, " is byte ",
-             int(p[i]), "; only 0 and 1 are booleans");
+    ST_CHECK(p[i] <= 1, "tensor ", quoted(name), ": BOOL element ", i, " is byte ", int(p[i]),
+             "; only 0 and 1 are booleans");
   }
 }
 
@@ -234,8 +238,7 @@ void write_safetensors(const NamedTensors& tensors, const Metadata& metadata, Si
   try {
     text = header.dump();
   } catch (const nlohmann::json::exception& e) {
-    EMBER_FAIL("save_safetensors: tensor names and metadata must be valid UTF-8 (", e.what(),
-               ")");
+    EMBER_FAIL("save_safetensors: tensor names and metadata must be valid UTF-8 (", e.what(), ")");
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // the data buffer starts 8-byte aligned
   std::byte len[8];
@@ -270,8 +273,7 @@ const Tensor* TensorFile::find(std::string_view name) const {
 
 const Tensor& TensorFile::at(std::string_view name) const {
   const Tensor* t = find(name);
-  EMBER_CHECK(t, "tensor '", name, "' is not in the file (it holds ", tensors.size(),
-              " tensors)");
+  EMBER_CHECK(t, "tensor '", name, "' is not in the file (it holds ", tensors.size(), " tensors)");
   return *t;
 }
 
@@ -280,16 +282,16 @@ uint64_t check_header_length(std::span<const std::byte> prefix8, uint64_t file_s
   ST_CHECK(file_size >= 8 && prefix8.size() >= 8, "the file has ", file_size,
            " bytes, too short for the 8-byte header length");
   const uint64_t n = read_le64(prefix8.data());
-  ST_CHECK(n <= kMaxHeaderBytes, "header length ", n, " exceeds the limit of ",
-           kMaxHeaderBytes, " bytes (not a safetensors file?)");
+  ST_CHECK(n <= kMaxHeaderBytes, "header length ", n, " exceeds the limit of ", kMaxHeaderBytes,
+           " bytes (not a safetensors file?)");
   ST_CHECK(n <= file_size - 8, "header length ", n, " exceeds the ", file_size - 8,
            " bytes that follow it: the file is truncated or not safetensors");
   ST_CHECK(n >= 2, "header length ", n, " is too short for a JSON object");
   return n;
 }
 
-SafetensorsHeader parse_header(std::string_view json, uint64_t header_length,
-                               uint64_t buffer_size, std::string_view source) {
+SafetensorsHeader parse_header(std::string_view json, uint64_t header_length, uint64_t buffer_size,
+                               std::string_view source) {
   ST_CHECK(!json.empty() && json[0] == '{', "the header must begin with '{' (not a",
            " safetensors file?)");
   // The JSON parser stops at a NUL byte as at the end of input; JSON allows none anywhere.
@@ -364,8 +366,8 @@ TensorFile load_safetensors(const std::string& path) {
   ReadFile f(path);
   std::byte prefix[8] = {};
   if (f.size() >= 8) f.read_at(0, prefix, 8);
-  const uint64_t n = check_header_length(std::span(prefix, f.size() >= 8 ? 8 : 0), f.size(),
-                                         source);
+  const uint64_t n =
+      check_header_length(std::span(prefix, f.size() >= 8 ? 8 : 0), f.size(), source);
   std::string json(size_t(n), '\0');
   f.read_at(8, json.data(), json.size());
   SafetensorsHeader h = parse_header(json, n, f.size() - 8 - n, source);

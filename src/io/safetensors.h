@@ -41,7 +41,7 @@ uint64_t check_header_length(std::span<const std::byte> prefix8, uint64_t file_s
                              std::string_view source);
 // Parses and validates the JSON header against a data buffer of `buffer_size` bytes: every
 // tensor's dtype, shape, offsets and byte count, no overlaps, no gaps, nothing left over.
-SafetensorsHeader parse_header(std::string_view json, uint64_t header_length,
-                               uint64_t buffer_size, std::string_view source);
+SafetensorsHeader parse_header(std::string_view json, uint64_t header_length, uint64_t buffer_size,
+                               std::string_view source);
 
 }  // namespace ember::io

@@ -167,8 +167,7 @@ CharTokenizer CharTokenizer::from_json(std::string_view json) {
   }
   EMBER_CHECK(j.is_object() && j.contains("type") && j.contains("vocab"), what,
               ": expected {\"type\": \"char\", \"vocab\": [...]}");
-  EMBER_CHECK(j["type"] == "char", what, ": tokenizer type ", j["type"].dump(),
-              " is not \"char\"");
+  EMBER_CHECK(j["type"] == "char", what, ": tokenizer type ", j["type"].dump(), " is not \"char\"");
   const nlohmann::json& vocab = j["vocab"];
   EMBER_CHECK(vocab.is_array(), what, ": vocab must be a list of one-character strings");
   CharTokenizer tok;
@@ -204,8 +203,8 @@ std::vector<int64_t> CharTokenizer::encode(std::string_view text) const {
       auto it = std::lower_bound(chars_.begin(), chars_.end(), cp);
       if (it != chars_.end() && *it == cp) id = it - chars_.begin();
     }
-    EMBER_CHECK(id >= 0, "CharTokenizer::encode: character ", describe_char(cp), " at byte ",
-                at, " is not in the vocabulary of ", chars_.size(), " characters");
+    EMBER_CHECK(id >= 0, "CharTokenizer::encode: character ", describe_char(cp), " at byte ", at,
+                " is not in the vocabulary of ", chars_.size(), " characters");
     ids.push_back(id);
   }
   return ids;
@@ -258,8 +257,7 @@ PreparedText prepare_char_dataset(const std::string& text_path, const std::strin
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   EMBER_CHECK(!ec, what, ": cannot create directory ", out_dir, ": ", ec.message());
-  write_file_atomic(join_path(out_dir, "train.bin"),
-                    to_le_bytes(ids, 0, size_t(out.train_tokens)));
+  write_file_atomic(join_path(out_dir, "train.bin"), to_le_bytes(ids, 0, size_t(out.train_tokens)));
   write_file_atomic(join_path(out_dir, "val.bin"),
                     to_le_bytes(ids, size_t(out.train_tokens), size_t(n)));
   nlohmann::json meta{{"tokenizer", nlohmann::json::parse(out.tokenizer.to_json())},
@@ -285,16 +283,16 @@ PreparedText load_char_meta(const std::string& out_dir) {
     EMBER_FAIL(path, ": not valid JSON: ", e.what());
   }
   auto count = [&](const char* key) {
-    EMBER_CHECK(j.is_object() && j.contains(key) && j[key].is_number_unsigned(), path,
-                ": '", key, "' must be a non-negative integer");
+    EMBER_CHECK(j.is_object() && j.contains(key) && j[key].is_number_unsigned(), path, ": '", key,
+                "' must be a non-negative integer");
     return int64_t(j[key].get<uint64_t>());
   };
   PreparedText out;
   EMBER_CHECK(j.is_object() && j.contains("tokenizer"), path, ": no 'tokenizer' entry");
   out.tokenizer = CharTokenizer::from_json(j["tokenizer"].dump());
   EMBER_CHECK(count("vocab_size") == out.tokenizer.vocab_size(), path, ": vocab_size ",
-              count("vocab_size"), " disagrees with the tokenizer's ",
-              out.tokenizer.vocab_size(), " characters");
+              count("vocab_size"), " disagrees with the tokenizer's ", out.tokenizer.vocab_size(),
+              " characters");
   out.train_tokens = count("train_tokens");
   out.val_tokens = count("val_tokens");
   return out;
@@ -325,8 +323,8 @@ int64_t TokenDataset::window_start(int64_t block_size, uint64_t seed, uint64_t s
   EMBER_CHECK(block_size > 0, "TokenDataset ", name_, ": block_size ", block_size,
               " must be positive");
   EMBER_CHECK(size() > block_size, "TokenDataset ", name_, ": ", size(),
-              " tokens are too few for block_size ", block_size, " (need at least ",
-              block_size + 1, ")");
+              " tokens are too few for block_size ", block_size, " (need at least ", block_size + 1,
+              ")");
   const auto windows = uint64_t(size() - block_size);
   // Multiply-shift maps the hash onto [0, windows); the bias is below windows / 2^64.
   const auto h = (unsigned __int128)batch_hash(seed, step, row);

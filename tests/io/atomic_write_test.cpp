@@ -107,8 +107,7 @@ TEST(AtomicWrite, ProcessKilledMidWriteKeepsThePreviousFile) {
 TEST(AtomicWrite, TemporaryThatCannotBeCreatedIsAnError) {
   TempDir dir;
   const std::string path = dir.file("missing/model.safetensors");
-  EXPECT_ERROR_WITH(io::save_safetensors(path, big_tensors()),
-                    "cannot create the temporary file");
+  EXPECT_ERROR_WITH(io::save_safetensors(path, big_tensors()), "cannot create the temporary file");
   EXPECT_ERROR_WITH(io::save_safetensors(path, big_tensors()), "missing/model.safetensors");
   EXPECT_TRUE(dir.entries().empty());
 }
@@ -129,8 +128,8 @@ TEST(AtomicWrite, ReadOnlyDirectoryWhenPermissionsApply) {
   const std::string path = sub + "/m.safetensors";
   io::save_safetensors(path, {{"old", patterned_tensor({3}, DType::Int32, 1)}});
   const std::vector<std::byte> before = read_bytes(path);
-  std::filesystem::permissions(sub, std::filesystem::perms::owner_read |
-                                        std::filesystem::perms::owner_exec);
+  std::filesystem::permissions(
+      sub, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
   // Root writes into read-only directories anyway; then the save must simply succeed.
   bool permissions_apply = access(sub.c_str(), W_OK) != 0;
   if (permissions_apply) {
@@ -159,8 +158,8 @@ TEST(AtomicWrite, WriterCommitsExactBytes) {
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::byte(i * 7 % 251);
   {
     io::AtomicFileWriter w(dir.file("f"));
-    w.write(bytes.data(), 10);                         // buffered
-    w.write(bytes.data() + 10, bytes.size() - 20);     // larger than the buffer
+    w.write(bytes.data(), 10);                      // buffered
+    w.write(bytes.data() + 10, bytes.size() - 20);  // larger than the buffer
     w.write(bytes.data() + bytes.size() - 10, 10);
     w.commit();
   }

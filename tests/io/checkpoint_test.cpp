@@ -1,9 +1,10 @@
 // Checkpoints: model and optimizer tensors, step, config, RNG position and free-form keys come
 // back as saved; files that are not checkpoints, or are damaged ones, are refused clearly.
+#include "io/checkpoint.h"
+
 #include <gtest/gtest.h>
 
 #include "ember/io.h"
-#include "io/checkpoint.h"
 #include "io/io_test_util.h"
 
 namespace ember::test {
@@ -101,8 +102,11 @@ TEST(Checkpoint, LoadRefusesWhatIsNotACheckpoint) {
   TempDir dir;
   const std::string path = dir.file("c");
   auto meta = [] {
-    return io::Metadata{{"format", "ember-checkpoint/1"}, {"step", "3"}, {"config", "{}"},
-                        {"rng_seed", "1"}, {"rng_offset", "2"}};
+    return io::Metadata{{"format", "ember-checkpoint/1"},
+                        {"step", "3"},
+                        {"config", "{}"},
+                        {"rng_seed", "1"},
+                        {"rng_offset", "2"}};
   };
   io::save_safetensors(path, {{"w", patterned_tensor({1}, DType::Float32, 1)}});
   EXPECT_ERROR_WITH(io::load_checkpoint(path), "not an ember checkpoint");

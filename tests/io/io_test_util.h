@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
-#include <iterator>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -65,15 +65,15 @@ inline void write_bytes(const std::string& path, const std::vector<std::byte>& b
 }  // namespace ember::test
 
 // Asserts that `stmt` throws ember::Error and that its message contains `needle`.
-#define EXPECT_ERROR_WITH(stmt, needle)                                               \
-  do {                                                                                \
-    try {                                                                             \
-      stmt;                                                                           \
-      ADD_FAILURE() << "expected ember::Error mentioning \"" << (needle) << "\"";      \
-    } catch (const ::ember::Error& e) {                                               \
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)                \
-          << "message: " << e.what() << "\nexpected to mention: " << (needle);        \
-    }                                                                                 \
+#define EXPECT_ERROR_WITH(stmt, needle)                                           \
+  do {                                                                            \
+    try {                                                                         \
+      stmt;                                                                       \
+      ADD_FAILURE() << "expected ember::Error mentioning \"" << (needle) << "\""; \
+    } catch (const ::ember::Error& e) {                                           \
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)            \
+          << "message: " << e.what() << "\nexpected to mention: " << (needle);    \
+    }                                                                             \
   } while (0)
 
 #include "core/make_tensor.h"

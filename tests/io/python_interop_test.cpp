@@ -70,13 +70,20 @@ ProcessResult run_python(const std::string& script, const std::string& arg) {
 // The values both sides agree on: element i (row-major) of each test tensor.
 double expected_value(DType t, int64_t i) {
   switch (t) {
-    case DType::Float64: return double(i) * 0.25 - 3.0;
-    case DType::Float32: return double(i) * 0.5 - 1.0;
-    case DType::Float16: return double(i) * 0.5 - 1.0;
-    case DType::BFloat16: return double(i) - 4.0;
-    case DType::Int64: return double((i - 3) * (int64_t(1) << 40));
-    case DType::Int32: return double(i * 1000 - 2);
-    case DType::Bool: return i % 3 == 0 ? 1.0 : 0.0;
+    case DType::Float64:
+      return double(i) * 0.25 - 3.0;
+    case DType::Float32:
+      return double(i) * 0.5 - 1.0;
+    case DType::Float16:
+      return double(i) * 0.5 - 1.0;
+    case DType::BFloat16:
+      return double(i) - 4.0;
+    case DType::Int64:
+      return double((i - 3) * (int64_t(1) << 40));
+    case DType::Int32:
+      return double(i * 1000 - 2);
+    case DType::Bool:
+      return i % 3 == 0 ? 1.0 : 0.0;
   }
   return 0;
 }
@@ -115,13 +122,27 @@ Tensor value_tensor(DType dtype, const Shape& shape) {
   Tensor t = make_tensor(shape, dtype);
   const int64_t n = t.numel();
   switch (dtype) {
-    case DType::Float64: fill_values<double>(t, n); break;
-    case DType::Float32: fill_values<float>(t, n); break;
-    case DType::Float16: fill_values<Half>(t, n); break;
-    case DType::BFloat16: fill_values<BFloat16>(t, n); break;
-    case DType::Int64: fill_values<int64_t>(t, n); break;
-    case DType::Int32: fill_values<int32_t>(t, n); break;
-    case DType::Bool: fill_values<bool>(t, n); break;
+    case DType::Float64:
+      fill_values<double>(t, n);
+      break;
+    case DType::Float32:
+      fill_values<float>(t, n);
+      break;
+    case DType::Float16:
+      fill_values<Half>(t, n);
+      break;
+    case DType::BFloat16:
+      fill_values<BFloat16>(t, n);
+      break;
+    case DType::Int64:
+      fill_values<int64_t>(t, n);
+      break;
+    case DType::Int32:
+      fill_values<int32_t>(t, n);
+      break;
+    case DType::Bool:
+      fill_values<bool>(t, n);
+      break;
   }
   return t;
 }
@@ -129,18 +150,27 @@ Tensor value_tensor(DType dtype, const Shape& shape) {
 double element(const Tensor& t, int64_t i) {
   const void* p = t.data_ptr();
   switch (t.dtype()) {
-    case DType::Float64: return static_cast<const double*>(p)[i];
-    case DType::Float32: return static_cast<const float*>(p)[i];
-    case DType::Float16: return float(static_cast<const Half*>(p)[i]);
-    case DType::BFloat16: return float(static_cast<const BFloat16*>(p)[i]);
-    case DType::Int64: return double(static_cast<const int64_t*>(p)[i]);
-    case DType::Int32: return static_cast<const int32_t*>(p)[i];
-    case DType::Bool: return static_cast<const bool*>(p)[i] ? 1.0 : 0.0;
+    case DType::Float64:
+      return static_cast<const double*>(p)[i];
+    case DType::Float32:
+      return static_cast<const float*>(p)[i];
+    case DType::Float16:
+      return float(static_cast<const Half*>(p)[i]);
+    case DType::BFloat16:
+      return float(static_cast<const BFloat16*>(p)[i]);
+    case DType::Int64:
+      return double(static_cast<const int64_t*>(p)[i]);
+    case DType::Int32:
+      return static_cast<const int32_t*>(p)[i];
+    case DType::Bool:
+      return static_cast<const bool*>(p)[i] ? 1.0 : 0.0;
   }
   return NAN;
 }
 
-TEST(PythonInterop, PythonAndSafetensorsAreInstalled) { ASSERT_TRUE(python_with_safetensors()); }
+TEST(PythonInterop, PythonAndSafetensorsAreInstalled) {
+  ASSERT_TRUE(python_with_safetensors());
+}
 
 TEST(PythonInterop, PythonReadsEmberCheckpoints) {
   ASSERT_TRUE(python_with_safetensors());
@@ -240,9 +270,9 @@ print('python wrote')
   io::TensorFile f = io::load_safetensors(path);
   EXPECT_EQ(f.metadata, (io::Metadata{{"source", "numpy"}, {"step", "7"}}));
   const std::vector<std::tuple<std::string, DType, Shape>> want = {
-      {"f64", DType::Float64, {2, 3}}, {"f32", DType::Float32, {3, 4}},
-      {"f16", DType::Float16, {5}},    {"i64", DType::Int64, {4}},
-      {"i32", DType::Int32, {}},       {"mask", DType::Bool, {7}},
+      {"f64", DType::Float64, {2, 3}},  {"f32", DType::Float32, {3, 4}},
+      {"f16", DType::Float16, {5}},     {"i64", DType::Int64, {4}},
+      {"i32", DType::Int32, {}},        {"mask", DType::Bool, {7}},
       {"empty", DType::Float32, {0, 3}}};
   EXPECT_EQ(f.tensors.size(), want.size());
   for (const auto& [name, dtype, shape] : want) {
@@ -266,11 +296,11 @@ TEST(PythonInterop, PythonRejectsNothingEmberWrites) {
   // pass the reference reader's own validation.
   ASSERT_TRUE(python_with_safetensors());
   TempDir dir;
-  const std::vector<io::NamedTensors> files = {
-      {},
-      {{"e", make_tensor({0}, DType::Float64)}},
-      {{"b", value_tensor(DType::Bool, {3})}, {"d", value_tensor(DType::Float64, {1})},
-       {"h", value_tensor(DType::Float16, {1})}}};
+  const std::vector<io::NamedTensors> files = {{},
+                                               {{"e", make_tensor({0}, DType::Float64)}},
+                                               {{"b", value_tensor(DType::Bool, {3})},
+                                                {"d", value_tensor(DType::Float64, {1})},
+                                                {"h", value_tensor(DType::Float16, {1})}}};
   const std::string script = R"(
 import sys
 from safetensors import deserialize

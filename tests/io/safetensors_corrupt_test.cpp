@@ -70,10 +70,12 @@ TEST_F(CorruptFiles, DuplicateKeys) {
   const std::string a = R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
   expect_rejected(make_file("{" + a + "," + a + "}", 4), "key 'a' twice");
   // The same name spelled with an escape is still the same name.
-  expect_rejected(make_file("{" + a + R"(,"\u0061":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4),
-                  "key 'a' twice");
-  expect_rejected(make_file(R"({"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4),
-                  "key 'dtype' twice");
+  expect_rejected(
+      make_file("{" + a + R"(,"\u0061":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4),
+      "key 'a' twice");
+  expect_rejected(
+      make_file(R"({"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4),
+      "key 'dtype' twice");
   expect_rejected(make_file(R"({"__metadata__":{"k":"1","k":"2"}})"), "key 'k' twice");
 }
 
@@ -83,8 +85,7 @@ TEST_F(CorruptFiles, TensorEntryFields) {
                   "tensor 'a': missing \"dtype\"");
   expect_rejected(make_file(R"({"a":{"dtype":"F32","data_offsets":[0,4]}})", 4),
                   "missing \"shape\"");
-  expect_rejected(make_file(R"({"a":{"dtype":"F32","shape":[1]}})", 4),
-                  "missing \"data_offsets\"");
+  expect_rejected(make_file(R"({"a":{"dtype":"F32","shape":[1]}})", 4), "missing \"data_offsets\"");
   expect_rejected(make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4),
                   "unexpected key 'x'");
 }
@@ -102,8 +103,8 @@ TEST_F(CorruptFiles, WrongDTypes) {
 
 TEST_F(CorruptFiles, BadShapes) {
   auto entry = [](const std::string& shape, const std::string& offsets = "[0,0]") {
-    return make_file(R"({"a":{"dtype":"F32","shape":)" + shape + R"(,"data_offsets":)" +
-                     offsets + "}}");
+    return make_file(R"({"a":{"dtype":"F32","shape":)" + shape + R"(,"data_offsets":)" + offsets +
+                     "}}");
   };
   expect_rejected(entry("3"), "shape must be a list of integers");
   expect_rejected(entry("[-1]"), "shape[0] must be a non-negative integer");
@@ -122,8 +123,8 @@ TEST_F(CorruptFiles, BadShapes) {
 
 TEST_F(CorruptFiles, OffsetLies) {
   auto f32 = [](const std::string& name, const std::string& shape, const std::string& offsets) {
-    return "\"" + name + R"(":{"dtype":"F32","shape":)" + shape + R"(,"data_offsets":)" +
-           offsets + "}";
+    return "\"" + name + R"(":{"dtype":"F32","shape":)" + shape + R"(,"data_offsets":)" + offsets +
+           "}";
   };
   expect_rejected(make_file("{" + f32("a", "[1]", "[0]") + "}", 4), "must be a list [begin, end]");
   expect_rejected(make_file("{" + f32("a", "[1]", "[0,4,8]") + "}", 4), "[begin, end]");
@@ -137,25 +138,30 @@ TEST_F(CorruptFiles, OffsetLies) {
   expect_rejected(make_file("{" + f32("a", "[2]", "[0,4]") + "}", 4),
                   "tensor 'a': shape [2] of F32 needs 2 x 4 bytes but data_offsets [0, 4] hold 4");
   // Overlapping, gapped and partial coverage of the buffer.
-  expect_rejected(make_file("{" + f32("a", "[2]", "[0,8]") + "," + f32("b", "[2]", "[4,12]") + "}", 12),
-                  "tensors 'a' [0, 8) and 'b' [4, 12) overlap");
-  expect_rejected(make_file("{" + f32("a", "[1]", "[0,4]") + "," + f32("b", "[1]", "[0,4]") + "}", 4),
-                  "overlap");
-  expect_rejected(make_file("{" + f32("a", "[1]", "[0,4]") + "," + f32("b", "[1]", "[8,12]") + "}", 12),
-                  "bytes [4, 8) of the data buffer belong to no tensor");
+  expect_rejected(
+      make_file("{" + f32("a", "[2]", "[0,8]") + "," + f32("b", "[2]", "[4,12]") + "}", 12),
+      "tensors 'a' [0, 8) and 'b' [4, 12) overlap");
+  expect_rejected(
+      make_file("{" + f32("a", "[1]", "[0,4]") + "," + f32("b", "[1]", "[0,4]") + "}", 4),
+      "overlap");
+  expect_rejected(
+      make_file("{" + f32("a", "[1]", "[0,4]") + "," + f32("b", "[1]", "[8,12]") + "}", 12),
+      "bytes [4, 8) of the data buffer belong to no tensor");
   expect_rejected(make_file("{" + f32("a", "[1]", "[4,8]") + "}", 8),
                   "bytes [0, 4) of the data buffer belong to no tensor");
   expect_rejected(make_file("{" + f32("a", "[1]", "[0,4]") + "}", 9),
                   "bytes [4, 9) at the end of the data buffer belong to no tensor");
   expect_rejected(make_file("{}", 1), "bytes [0, 1) at the end");
   // Zero-size tensors sit between the others, not inside them (as the reference reader).
-  io::TensorFile ok = io::parse_safetensors(make_file(
-      "{" + f32("e", "[0]", "[8,8]") + "," + f32("a", "[2]", "[0,8]") + "," +
-      f32("z", "[3,0]", "[0,0]") + "}", 8));
+  io::TensorFile ok = io::parse_safetensors(make_file("{" + f32("e", "[0]", "[8,8]") + "," +
+                                                          f32("a", "[2]", "[0,8]") + "," +
+                                                          f32("z", "[3,0]", "[0,0]") + "}",
+                                                      8));
   EXPECT_EQ(ok.tensors.size(), 3u);
   EXPECT_EQ(ok.tensors[0].first, "e") << "tensors keep the header's order";
-  expect_rejected(make_file("{" + f32("e", "[0]", "[4,4]") + "," + f32("a", "[2]", "[0,8]") + "}", 8),
-                  "overlap");
+  expect_rejected(
+      make_file("{" + f32("e", "[0]", "[4,4]") + "," + f32("a", "[2]", "[0,8]") + "}", 8),
+      "overlap");
 }
 
 TEST_F(CorruptFiles, BadMetadata) {
@@ -167,7 +173,8 @@ TEST_F(CorruptFiles, BadMetadata) {
 
 TEST_F(CorruptFiles, BoolBytesMustBeZeroOrOne) {
   const std::string json = R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})";
-  expect_rejected(with_length(json.size(), json, {1, 2, 0}), "tensor 'm': BOOL element 1 is byte 2");
+  expect_rejected(with_length(json.size(), json, {1, 2, 0}),
+                  "tensor 'm': BOOL element 1 is byte 2");
   io::TensorFile ok = io::parse_safetensors(with_length(json.size(), json, {1, 0, 1}));
   EXPECT_EQ(ok.at("m").dtype(), DType::Bool);
 }

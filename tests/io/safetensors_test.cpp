@@ -1,12 +1,13 @@
 // safetensors: what is written comes back exactly (every dtype, any strides, 0-dim and empty
 // tensors, metadata, order), and the bytes follow the public format.
+#include "io/safetensors.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "ember/io.h"
 #include "ember/ops.h"
-#include "io/safetensors.h"
 #include "io/io_test_util.h"
 
 namespace ember::test {
@@ -14,7 +15,7 @@ namespace {
 
 using io::NamedTensors;
 
-constexpr DType kAllDTypes[] = {DType::Bool,     DType::Int32,   DType::Int64, DType::Float16,
+constexpr DType kAllDTypes[] = {DType::Bool,     DType::Int32,   DType::Int64,  DType::Float16,
                                 DType::BFloat16, DType::Float32, DType::Float64};
 
 void expect_same(const Tensor& got, const Tensor& want, const std::string& name) {

@@ -1,5 +1,7 @@
 // Character-level text data: the tokenizer on the shipped Shakespeare text, nanoGPT-style
 // preparation into train.bin/val.bin/meta.json, and batches reproducible by (seed, step).
+#include "io/text_data.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -9,7 +11,6 @@
 #include "ember/io.h"
 #include "ember/ops.h"
 #include "io/io_test_util.h"
-#include "io/text_data.h"
 
 namespace ember::test {
 namespace {
@@ -133,8 +134,8 @@ TEST(Utf8, RejectsEveryIllFormedSequence) {
     EXPECT_FALSE(io::next_code_point(s, pos, cp)) << testing::PrintToString(s);
     EXPECT_EQ(pos, 0u);
   }
-  for (char32_t cp : {U'\0', U'a', U'\x7f', U'\x80', U'\x7ff', U'\x800', U'\xfffd',
-                      U'\x10000', U'\x10ffff'}) {
+  for (char32_t cp :
+       {U'\0', U'a', U'\x7f', U'\x80', U'\x7ff', U'\x800', U'\xfffd', U'\x10000', U'\x10ffff'}) {
     std::string s;
     io::append_utf8(s, cp);
     size_t pos = 0;
@@ -171,8 +172,7 @@ TEST(PrepareCharDataset, ShakespeareSplitsAsNanoGPT) {
 
 TEST(PrepareCharDataset, ErrorsNameTheProblem) {
   TempDir dir;
-  EXPECT_ERROR_WITH(io::prepare_char_dataset(dir.file("none.txt"), dir.file("out")),
-                    "none.txt");
+  EXPECT_ERROR_WITH(io::prepare_char_dataset(dir.file("none.txt"), dir.file("out")), "none.txt");
   write_bytes(dir.file("bad.txt"), {std::byte{'a'}, std::byte{0xff}});
   EXPECT_ERROR_WITH(io::prepare_char_dataset(dir.file("bad.txt"), dir.file("out")),
                     "bad.txt: CharTokenizer::from_text: the text is not valid UTF-8 at byte 1");
