@@ -57,8 +57,13 @@ uint64_t json_index(const ojson& v, std::string_view source, const std::string& 
   return x;
 }
 
+// A name as errors show it: quoted, and cut short, since a hostile file may make it huge.
 std::string quoted(const std::string& name) {
-  return "'" + name + "'";
+  constexpr size_t kShown = 200;
+  std::string out(1, '\'');
+  out.append(name, 0, kShown);
+  if (name.size() <= kShown) return out += '\'';
+  return out.append("...' (").append(std::to_string(name.size())).append(" bytes)");
 }
 
 TensorEntry parse_entry(const std::string& name, const ojson& v, uint64_t buffer_size,

@@ -90,6 +90,18 @@ TEST_F(CorruptFiles, TensorEntryFields) {
                   "unexpected key 'x'");
 }
 
+TEST_F(CorruptFiles, HugeNamesAreCutShortInMessages) {
+  const std::string name(100000, 'n');
+  try {
+    io::parse_safetensors(make_file("{\"" + name + "\":5}"));
+    ADD_FAILURE() << "expected an Error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_LT(msg.size(), 1000u);
+    EXPECT_NE(msg.find("(100000 bytes)"), std::string::npos) << msg;
+  }
+}
+
 TEST_F(CorruptFiles, WrongDTypes) {
   expect_rejected(make_file(R"({"a":{"dtype":32,"shape":[1],"data_offsets":[0,4]}})", 4),
                   "dtype must be a string");
