@@ -140,7 +140,9 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement) {
   EMBER_CHECK(replacement || num_samples <= cols, "multinomial: cannot draw ", num_samples,
               " samples without replacement from ", cols, " categories; pass replacement=true");
   const int64_t rows = probs.dim() == 1 ? 1 : probs.size(0);
-  uint64_t per_row = round_up_to_block(2 * uint64_t(replacement ? num_samples : cols));
+  // One sample without replacement is drawn like one with replacement (see the kernel).
+  bool race = !replacement && num_samples > 1;
+  uint64_t per_row = round_up_to_block(2 * uint64_t(race ? cols : num_samples));
   EMBER_CHECK(rows == 0 || per_row <= UINT64_MAX / uint64_t(rows),
               "multinomial: too many samples (", rows, " rows of ", per_row, " draws)");
   Attrs a = random_attrs({}, DType::Int64, uint64_t(rows) * per_row, "multinomial");

@@ -71,8 +71,10 @@ OpCase distribution_case(const std::string& name, OpId op, DType t,
   return c;
 }
 
-// Multinomial with replacement: a linear scan of the running sum for each sample.
+// Multinomial with replacement: a linear scan of the running sum for each sample; without:
+// every key computed, then a full sort.
 Ref multinomial_ref(const Ref& w, int64_t samples, bool replacement) {
+  replacement = replacement || samples == 1;  // one sample: the same distribution
   const int64_t cols = w.shape.back(), rows = w.dim() == 1 ? 1 : w.shape[0];
   const int64_t per_row = (2 * (replacement ? samples : cols) + 3) / 4 * 4;
   Shape out_shape = w.dim() == 1 ? Shape{samples} : Shape{rows, samples};
@@ -180,7 +182,7 @@ EMBER_OP_CASES(random) {
     OpCase c;
     c.name = replacement ? "multinomial_with_replacement" : "multinomial_without_replacement";
     c.covers = {OpId::multinomial};
-    c.shapes = {{{6}}, {{3, 5}}, {{0, 4}}, {{2, 40}}, {{1, 1}}};
+    c.shapes = {{{6}}, {{3, 5}}, {{0, 4}}, {{2, 40}}, {{1, 1}}, {{4, 2}}};
     c.dtypes = {DType::Float32, DType::Float64, DType::Float16};
     c.make_inputs = [](const Shapes& s, DType t) {
       Tensor w = positive_tensor(s[0], DType::Float64);

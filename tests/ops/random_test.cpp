@@ -137,6 +137,7 @@ TEST(Generator, OffsetAdvancesByTheDrawsEachOpUses) {
   EXPECT_EQ(used([] { bernoulli({4}, 0.5); }), 4u);
   EXPECT_EQ(used([] { multinomial(tensor({1, 1, 1}), 2, true); }), 4u);
   EXPECT_EQ(used([] { multinomial(tensor({1, 1, 1, 1, 2, 3}).view({2, 3}), 2); }), 16u);
+  EXPECT_EQ(used([] { multinomial(tensor({1, 1, 1, 1, 2, 3}).view({2, 3}), 1); }), 8u);
   EXPECT_EQ(used([] { rand({0, 4}); }), 0u);
   EXPECT_EQ(used([] { dropout(ones({6}), 0.0); }), 0u);
   EXPECT_EQ(used([] { dropout(ones({6}), 0.5, false); }), 0u);

@@ -214,8 +214,10 @@ void multinomial(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
          one_row ? 0 : probs.stride(0),
          probs.stride(-1)};
   const int64_t samples = a.end;
-  const bool replacement = a.flag;
-  check_weights(w, samples, replacement, one_row);
+  check_weights(w, samples, a.flag, one_row);
+  // One sample is distributed alike either way, and the cumulative search is much cheaper
+  // than a key per category.
+  const bool replacement = a.flag || samples == 1;
 
   const int64_t per_row = (replacement ? samples : w.cols) * 2;
   const uint64_t row_blocks = uint64_t((per_row + 3) / 4);
