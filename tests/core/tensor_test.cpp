@@ -103,6 +103,11 @@ TEST(TensorCopies, ContiguousAndClone) {
   Tensor row = grid(3, 4).slice(0, 1, 2);  // [1, 4], strides [4, 1], offset 4
   EXPECT_TRUE(row.is_contiguous());
   EXPECT_EQ(row.storage_offset(), 4);
+  // So is any tensor without elements, whatever its strides.
+  Tensor empty_rows = zeros({2, 0});
+  EXPECT_TRUE(empty_rows.is_contiguous());
+  EXPECT_EQ(empty_rows.contiguous().impl(), empty_rows.impl());
+  EXPECT_TRUE(grid(3, 4).t().slice(0, 2, 2).is_contiguous());
 }
 
 // ---- view metadata ----
