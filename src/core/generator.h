@@ -16,7 +16,9 @@ struct RandomRange {
 };
 
 // Round a draw count up to whole Philox blocks (4 draws each).
-constexpr uint64_t round_up_to_block(uint64_t draws) { return (draws + 3) / 4 * 4; }
+constexpr uint64_t round_up_to_block(uint64_t draws) {
+  return (draws + 3) / 4 * 4;
+}
 
 // Reserves `draws` 32-bit draws for one op call (`op` names it in errors) and advances the
 // offset past them, rounded up to a multiple of 4. Thread safe.

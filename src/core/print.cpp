@@ -99,9 +99,15 @@ class Printer {
     if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
     char buf[64];
     switch (mode_) {
-      case FloatMode::Integral: std::snprintf(buf, sizeof buf, "%.0f.", v); break;
-      case FloatMode::Fixed: std::snprintf(buf, sizeof buf, "%.4f", v); break;
-      case FloatMode::Sci: std::snprintf(buf, sizeof buf, "%.4e", v); break;
+      case FloatMode::Integral:
+        std::snprintf(buf, sizeof buf, "%.0f.", v);
+        break;
+      case FloatMode::Fixed:
+        std::snprintf(buf, sizeof buf, "%.4f", v);
+        break;
+      case FloatMode::Sci:
+        std::snprintf(buf, sizeof buf, "%.4e", v);
+        break;
     }
     return buf;
   }
@@ -126,7 +132,8 @@ class Printer {
     std::string out = "[";
     if (d + 1 == sizes_.size()) {
       // A row: as many elements per line as fit in the line width.
-      size_t per_line = std::max<size_t>(1, (kLineWidth - std::min(kLineWidth, indent)) / (width_ + 2));
+      size_t per_line =
+          std::max<size_t>(1, (kLineWidth - std::min(kLineWidth, indent)) / (width_ + 2));
       for (size_t k = 0; k < items.size(); ++k) {
         if (k > 0 && k % per_line == 0) {
           out += ",\n";

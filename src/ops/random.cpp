@@ -1,10 +1,11 @@
 // Random ops: shape rules and front ends. The front end validates the arguments, reserves
 // the op's draws from the global generator and records (seed, offset) in the Attrs.
+#include "kernels/cpu/random.h"
+
 #include <cmath>
 
 #include "core/generator.h"
 #include "core/make_tensor.h"
-#include "kernels/cpu/random.h"
 #include "ops/frontend.h"
 
 namespace ember {
@@ -37,19 +38,25 @@ Tensor finish(Tensor t, const TensorOptions& o) {
 }
 
 void check_floating(DType t, const char* op, const char* instead) {
-  EMBER_CHECK(is_floating(t), op, ": dtype ", dtype_name(t),
-              " is not a floating-point type; ", instead);
+  EMBER_CHECK(is_floating(t), op, ": dtype ", dtype_name(t), " is not a floating-point type; ",
+              instead);
 }
 
 // Largest integer magnitude a dtype holds exactly (every integer up to it is representable).
 double exact_integer_limit(DType t) {
   switch (t) {
-    case DType::Float16: return 2048;
-    case DType::BFloat16: return 256;
-    case DType::Float32: return 16777216;
-    case DType::Float64: return 9007199254740992;
-    case DType::Int32: return 2147483647;
-    default: return 9223372036854775807.0;
+    case DType::Float16:
+      return 2048;
+    case DType::BFloat16:
+      return 256;
+    case DType::Float32:
+      return 16777216;
+    case DType::Float64:
+      return 9007199254740992;
+    case DType::Int32:
+      return 2147483647;
+    default:
+      return 9223372036854775807.0;
   }
 }
 
@@ -85,16 +92,16 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts
   check_sizes(shape, "randint");
   EMBER_CHECK(low < high, "randint: high (", high, ") must be greater than low (", low,
               "); values are drawn from [low, high)");
-  EMBER_CHECK(opts.dtype != DType::Bool, "randint: dtype bool is not supported; use "
+  EMBER_CHECK(opts.dtype != DType::Bool,
+              "randint: dtype bool is not supported; use "
               "bernoulli(shape, 0.5, DType::Bool)");
   // Every value in [low, high) must be exactly representable, or rounding could land
   // outside the range.
   double limit = exact_integer_limit(opts.dtype);
   double lo_min = opts.dtype == DType::Int32 ? -limit - 1 : -limit;
-  EMBER_CHECK(double(low) >= lo_min && double(high - 1) <= limit, "randint: the range [", low,
-              ", ", high, ") does not fit ", dtype_name(opts.dtype),
-              ", which holds every integer only in [", lo_min, ", ", limit,
-              "]; use a wider dtype");
+  EMBER_CHECK(double(low) >= lo_min && double(high - 1) <= limit, "randint: the range [", low, ", ",
+              high, ") does not fit ", dtype_name(opts.dtype),
+              ", which holds every integer only in [", lo_min, ", ", limit, "]; use a wider dtype");
   Attrs a = random_attrs(shape, opts.dtype, 2 * uint64_t(shape_numel(shape)), "randint");
   a.start = low;
   a.end = high;
@@ -131,7 +138,8 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement) {
   EMBER_CHECK(probs.defined(), "multinomial: undefined tensor argument");
   EMBER_CHECK(probs.dim() == 1 || probs.dim() == 2,
               "multinomial: expects weights of 1 or 2 dims ([categories] or [rows, "
-              "categories]), got shape ", probs.shape_str());
+              "categories]), got shape ",
+              probs.shape_str());
   check_floating(probs.dtype(), "multinomial", "weights must be floating point");
   const int64_t cols = probs.size(-1);
   EMBER_CHECK(cols > 0, "multinomial: the weights (shape ", probs.shape_str(),

@@ -9,7 +9,9 @@
 namespace ember {
 namespace {
 
-std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
+std::vector<double> vals(const Tensor& t) {
+  return t.to_vector<double>();
+}
 
 Tensor leaf(std::initializer_list<double> v) {
   return tensor(v, DType::Float64).requires_grad_();
@@ -48,10 +50,10 @@ TEST(Autograd, BackwardAccumulatesIntoGradAcrossCalls) {
 
 TEST(Autograd, DiamondGraphSumsBothPaths) {
   Tensor x = leaf({0.5, -1});
-  Tensor y = x * 2.0;                 // shared by both branches
+  Tensor y = x * 2.0;  // shared by both branches
   Tensor a = y * 3.0;
   Tensor b = y.exp();
-  (a + b).sum().backward();           // d/dx = 2 * (3 + exp(2x))
+  (a + b).sum().backward();  // d/dx = 2 * (3 + exp(2x))
   std::vector<double> xs = vals(x.detach());
   expect_near(vals(x.grad()), {2 * (3 + std::exp(2 * xs[0])), 2 * (3 + std::exp(2 * xs[1]))});
   // The same tensor used twice by one op.
@@ -155,10 +157,14 @@ TEST(Autograd, NoGradGuardRecordsNothing) {
 
 TEST(AutogradInplace, LeafRequiringGradCannotBeModified) {
   Tensor x = leaf({1, 2});
-  for (auto& f : std::vector<std::function<void()>>{
-           [&] { x.add_(tensor({1, 1}, DType::Float64)); }, [&] { x.mul_(2.0); },
-           [&] { x.copy_(tensor({5, 5}, DType::Float64)); }, [&] { x.fill_(0); },
-           [&] { x.zero_(); }}) {
+  for (auto& f : std::vector<std::function<void()>>{[&] {
+                                                      x.add_(tensor({1, 1}, DType::Float64));
+                                                    },
+                                                    [&] { x.mul_(2.0); },
+                                                    [&] {
+                                                      x.copy_(tensor({5, 5}, DType::Float64));
+                                                    },
+                                                    [&] { x.fill_(0); }, [&] { x.zero_(); }}) {
     std::string err = error_of(f);
     EXPECT_NE(err.find("leaf"), std::string::npos) << err;
     EXPECT_NE(err.find("NoGradGuard"), std::string::npos) << err;
@@ -213,9 +219,9 @@ TEST(AutogradInplace, UpdatesOfNonLeafTensorsGetCorrectGradients) {
   Tensor x = leaf({1, 2, 3});
   Tensor x2 = leaf({-1, 0.5, 2});
   Tensor y = x * 2.0;
-  y.add_(1.0);          // y = 2x + 1
+  y.add_(1.0);  // y = 2x + 1
   Tensor y2 = x2 * 3.0;
-  y.mul_(y2);           // y = (2x + 1) * 3 x2
+  y.mul_(y2);  // y = (2x + 1) * 3 x2
   EXPECT_FALSE(y.is_leaf());
   EXPECT_NE(y.grad_fn(), nullptr);
   expect_near(vals(y.detach()), {-9, 7.5, 42});

@@ -83,7 +83,9 @@ float reference_half_to_float(uint16_t b) {
 }
 #endif
 
-bool half_is_nan(uint16_t b) { return (b & 0x7c00u) == 0x7c00u && (b & 0x3ffu) != 0; }
+bool half_is_nan(uint16_t b) {
+  return (b & 0x7c00u) == 0x7c00u && (b & 0x3ffu) != 0;
+}
 
 TEST(Half, EveryBitPatternRoundTripsThroughFloat) {
   for (uint32_t b = 0; b < 65536; ++b) {
@@ -141,10 +143,9 @@ TEST(Half, RoundingMatchesCompilerFloat16) {
     EXPECT_EQ(Half::from_float(mid) & 1u, 0u) << "tie " << mid << " did not round to even";
   }
   // Overflow: 65520 is the tie between 65504 and 2^16, which rounds to infinity.
-  for (float f : {65504.0f, 65519.99f, 65520.0f, 65536.0f, 1e10f,
-                  std::numeric_limits<float>::max(), INFINITY, -65520.0f, -INFINITY,
-                  std::ldexp(1.0f, -25), std::ldexp(1.0f, -26), std::ldexp(1.5f, -25),
-                  std::numeric_limits<float>::denorm_min(), 0.0f, -0.0f})
+  for (float f : {65504.0f, 65519.99f, 65520.0f, 65536.0f, 1e10f, std::numeric_limits<float>::max(),
+                  INFINITY, -65520.0f, -INFINITY, std::ldexp(1.0f, -25), std::ldexp(1.0f, -26),
+                  std::ldexp(1.5f, -25), std::numeric_limits<float>::denorm_min(), 0.0f, -0.0f})
     expect_half_rounds_like_reference(f);
   EXPECT_EQ(Half::from_float(65520.0f), 0x7c00u);
   EXPECT_EQ(Half::from_float(65519.99f), 0x7bffu);
@@ -153,12 +154,16 @@ TEST(Half, RoundingMatchesCompilerFloat16) {
     EXPECT_TRUE(half_is_nan(Half::from_float(from_bits(nan)))) << std::hex << nan;
 }
 #else
-TEST(Half, RoundingMatchesCompilerFloat16) { GTEST_SKIP() << "compiler has no _Float16"; }
+TEST(Half, RoundingMatchesCompilerFloat16) {
+  GTEST_SKIP() << "compiler has no _Float16";
+}
 #endif
 
 // ---- bfloat16 ----
 
-bool bf16_is_nan(uint16_t b) { return (b & 0x7f80u) == 0x7f80u && (b & 0x7fu) != 0; }
+bool bf16_is_nan(uint16_t b) {
+  return (b & 0x7f80u) == 0x7f80u && (b & 0x7fu) != 0;
+}
 
 // Nearest bfloat16 by comparing the two candidates around f in double precision; ties go to
 // the even one. Finite floats above the largest bfloat16 by half an ulp or more go to inf.
@@ -166,10 +171,11 @@ uint16_t reference_bfloat16(float f) {
   uint32_t x = bits_of(f);
   uint16_t down = uint16_t(x >> 16);  // toward zero
   if ((x & 0xffffu) == 0) return down;
-  uint16_t up = uint16_t(down + 1);   // away from zero (may become inf: that is right)
+  uint16_t up = uint16_t(down + 1);  // away from zero (may become inf: that is right)
   double d = std::abs(double(f));
   double dd = std::abs(double(BFloat16::to_float(down)));
-  double du = (up & 0x7fffu) == 0x7f80u ? std::ldexp(1.0, 128) : std::abs(double(BFloat16::to_float(up)));
+  double du =
+      (up & 0x7fffu) == 0x7f80u ? std::ldexp(1.0, 128) : std::abs(double(BFloat16::to_float(up)));
   if (d - dd < du - d) return down;
   if (du - d < d - dd) return up;
   return (down & 1u) ? up : down;
@@ -218,8 +224,8 @@ TEST(BFloat16, RoundsToNearestEven) {
 TEST(DType, CastsThroughTensorsUseTheseConversions) {
   // 1 + 2^-11 is the tie between 1 and the next float16 (1 + 2^-10): even wins (1).
   // 1 + 3 * 2^-11 ties between 1 + 2^-10 and 1 + 2^-9: even is 1 + 2^-9.
-  std::vector<float> v = {1.0f + std::ldexp(1.0f, -11), 1.0f + 3 * std::ldexp(1.0f, -11),
-                          70000.0f, -70000.0f};
+  std::vector<float> v = {1.0f + std::ldexp(1.0f, -11), 1.0f + 3 * std::ldexp(1.0f, -11), 70000.0f,
+                          -70000.0f};
   std::vector<double> h = from_vector(v, {4}).to(DType::Float16).to_vector<double>();
   EXPECT_EQ(h[0], 1.0);
   EXPECT_EQ(h[1], 1.0 + std::ldexp(1.0, -9));

@@ -31,9 +31,11 @@ void expect_error(const std::function<void()>& f, const std::string& fragment) {
 
 TEST(TensorViews, ShareStorageAndVersion) {
   Tensor x = grid(3, 4);
-  std::vector<Tensor> views = {x.view({12}), x.t(), x.slice(1, 1, 3), x.select(0, 2),
-                               x.unsqueeze(0), x.expand({2, 3, 4}), x.permute({1, 0}),
-                               x.as_strided({2, 2}, {4, 1}, 5), x.reshape({2, 6})};
+  std::vector<Tensor> views = {x.view({12}),      x.t(),
+                               x.slice(1, 1, 3),  x.select(0, 2),
+                               x.unsqueeze(0),    x.expand({2, 3, 4}),
+                               x.permute({1, 0}), x.as_strided({2, 2}, {4, 1}, 5),
+                               x.reshape({2, 6})};
   for (const Tensor& v : views) {
     EXPECT_EQ(v.impl()->storage, x.impl()->storage);
     EXPECT_TRUE(v.impl()->is_view);
@@ -221,7 +223,8 @@ TEST(TensorPrint, NestedAlignedAndAutograd) {
             "        [[ 8,  9],\n"
             "         [10, 11]]])");
   // Non-contiguous tensors print in logical order.
-  EXPECT_EQ(to_string(arange(6).view({2, 3}).t()), "tensor([[0, 3],\n        [1, 4],\n        [2, 5]])");
+  EXPECT_EQ(to_string(arange(6).view({2, 3}).t()),
+            "tensor([[0, 3],\n        [1, 4],\n        [2, 5]])");
   Tensor x = tensor({1, 2}).requires_grad_();
   EXPECT_EQ(to_string(x), "tensor([1., 2.], requires_grad=True)");
   EXPECT_EQ(to_string(x * x), "tensor([1., 4.], grad_fn=<mul_backward>)");

@@ -5,7 +5,7 @@ namespace ember::test {
 
 namespace {
 const std::vector<Shapes> kShapes = {{{}}, {{7}}, {{3, 5}}, {{0, 3}}, {{2, 3, 40}}};
-const std::vector<DType> kAllTypes = {DType::Float32, DType::Float64, DType::Float16,
+const std::vector<DType> kAllTypes = {DType::Float32,  DType::Float64, DType::Float16,
                                       DType::BFloat16, DType::Int32,   DType::Int64,
                                       DType::Bool};
 

@@ -18,10 +18,14 @@ const std::vector<DType> kFloatTypes = {DType::Float32, DType::Float64, DType::F
                                         DType::BFloat16};
 
 // Draw d of the stream of kSeed, seeded afresh (offset 0).
-uint32_t word(uint64_t d) { return philox::draw(kSeed, d); }
+uint32_t word(uint64_t d) {
+  return philox::draw(kSeed, d);
+}
 
 // A tensor whose only job is to carry the shape and dtype of the result into `run`.
-Inputs shape_carrier(const Shapes& s, DType t) { return Inputs{zeros(s[0], t)}; }
+Inputs shape_carrier(const Shapes& s, DType t) {
+  return Inputs{zeros(s[0], t)};
+}
 
 double uniform_ref(int64_t i, DType t) {
   if (t == DType::Float64) {
@@ -67,7 +71,9 @@ OpCase distribution_case(const std::string& name, OpId op, DType t,
     manual_seed(kSeed);
     return Inputs{draw(in[0].sizes(), in[0].dtype())};
   };
-  c.reference = [ref](const std::vector<Ref>& r) { return std::vector<Ref>{generate(r[0].shape, ref)}; };
+  c.reference = [ref](const std::vector<Ref>& r) {
+    return std::vector<Ref>{generate(r[0].shape, ref)};
+  };
   return c;
 }
 
@@ -138,8 +144,7 @@ EMBER_OP_CASES(random) {
     };
     OpCase c = distribution_case(
         "randint_" + std::to_string(ir.low) + "_" + std::to_string(ir.high), OpId::randint,
-        ir.dtype,
-        [ir](const Shape& s, DType d) { return randint(ir.low, ir.high, s, d); }, ref);
+        ir.dtype, [ir](const Shape& s, DType d) { return randint(ir.low, ir.high, s, d); }, ref);
     cases.push_back(c);
   }
 

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <thread>
 
+#include "core/generator.h"
 #include "core/philox.h"
 #include "ember/ember.h"
 
@@ -131,9 +133,9 @@ TEST(Generator, OffsetAdvancesByTheDrawsEachOpUses) {
   manual_seed(0);
   EXPECT_EQ(used([] { rand({5}); }), 8u);
   EXPECT_EQ(used([] { rand({5}, DType::Float64); }), 12u);
-  EXPECT_EQ(used([] { randn({3}); }), 4u);                    // two Box-Muller pairs
+  EXPECT_EQ(used([] { randn({3}); }), 4u);  // two Box-Muller pairs
   EXPECT_EQ(used([] { randn({3}, DType::Float64); }), 8u);
-  EXPECT_EQ(used([] { randint(0, 5, {3}); }), 8u);            // 64 bits per value
+  EXPECT_EQ(used([] { randint(0, 5, {3}); }), 8u);  // 64 bits per value
   EXPECT_EQ(used([] { bernoulli({4}, 0.5); }), 4u);
   EXPECT_EQ(used([] { multinomial(tensor({1, 1, 1}), 2, true); }), 4u);
   EXPECT_EQ(used([] { multinomial(tensor({1, 1, 1, 1, 2, 3}).view({2, 3}), 2); }), 16u);
@@ -141,6 +143,27 @@ TEST(Generator, OffsetAdvancesByTheDrawsEachOpUses) {
   EXPECT_EQ(used([] { rand({0, 4}); }), 0u);
   EXPECT_EQ(used([] { dropout(ones({6}), 0.0); }), 0u);
   EXPECT_EQ(used([] { dropout(ones({6}), 0.5, false); }), 0u);
+}
+
+TEST(Generator, ConcurrentCallsGetDisjointRanges) {
+  manual_seed(21);
+  constexpr int kThreads = 4, kCalls = 2000;
+  std::vector<std::vector<uint64_t>> offsets(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&offsets, t] {
+      for (int i = 0; i < kCalls; ++i) offsets[t].push_back(reserve_random(6, "test").offset);
+    });
+  for (std::thread& th : threads) th.join();
+  std::set<uint64_t> all;
+  for (const auto& v : offsets)
+    for (uint64_t o : v) {
+      EXPECT_EQ(o % 8, 0u);  // 6 draws take two blocks
+      all.insert(o);
+    }
+  EXPECT_EQ(all.size(), size_t(kThreads * kCalls));
+  EXPECT_EQ(*all.rbegin(), uint64_t(kThreads * kCalls - 1) * 8);
+  EXPECT_EQ(get_rng_state().offset, uint64_t(kThreads * kCalls) * 8);
 }
 
 TEST(Generator, Errors) {
@@ -312,7 +335,8 @@ TEST(RandomStats, RandintCoversItsRangeUniformly) {
     EXPECT_LT(chi_square(counts, std::vector<double>(7, 1.0 / 7)), 35.0) << dtype_name(t);
   }
   // A range wider than 2^63 and the full int64 range.
-  std::vector<int64_t> wide = randint(-(int64_t(1) << 62), int64_t(1) << 62, {10000}).to_vector<int64_t>();
+  std::vector<int64_t> wide =
+      randint(-(int64_t(1) << 62), int64_t(1) << 62, {10000}).to_vector<int64_t>();
   double mean = 0;
   for (int64_t x : wide) {
     ASSERT_GE(x, -(int64_t(1) << 62));
@@ -371,7 +395,9 @@ TEST(Dropout, ScalesKeptValuesAndDropsAboutP) {
     for (size_t i = 0; i < xs.size(); ++i) {
       if (ys[i] == 0) continue;
       kept++;
-      ASSERT_NEAR(ys[i], xs[i] / (1 - p), 2 * std::abs(xs[i] / (1 - p)) * (t == DType::BFloat16 ? 8e-3 : 1e-6)) << i;
+      ASSERT_NEAR(ys[i], xs[i] / (1 - p),
+                  2 * std::abs(xs[i] / (1 - p)) * (t == DType::BFloat16 ? 8e-3 : 1e-6))
+          << i;
     }
     EXPECT_NEAR(kept / kN, 1 - p, 6 * std::sqrt(p * (1 - p) / kN)) << dtype_name(t);
   }
@@ -424,7 +450,8 @@ TEST(Multinomial, WithReplacementFollowsTheWeights) {
   Tensor s = multinomial(w, n, true);
   ASSERT_EQ(s.sizes(), (Shape{2, n}));
   std::vector<int64_t> v = s.to_vector<int64_t>();
-  const std::vector<std::vector<double>> probs = {{0.1, 0.2, 0, 0.3, 0.4}, {0.5, 0.1, 0.1, 0.1, 0.2}};
+  const std::vector<std::vector<double>> probs = {{0.1, 0.2, 0, 0.3, 0.4},
+                                                  {0.5, 0.1, 0.1, 0.1, 0.2}};
   for (int r = 0; r < 2; ++r) {
     std::vector<double> counts(5, 0);
     for (int64_t j = 0; j < n; ++j) counts[size_t(v[size_t(r * n + j)])]++;

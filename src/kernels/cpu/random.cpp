@@ -185,9 +185,9 @@ void sample_with_replacement(const std::vector<double>& w, const Attrs& a, uint6
 }
 
 // Without replacement: the exponential race; the smallest keys -log(u) / w win, in order.
-void sample_without_replacement(const std::vector<double>& w, const Attrs& a,
-                                uint64_t first_block, int64_t samples, int64_t* out,
-                                std::vector<double>& key, std::vector<int64_t>& order) {
+void sample_without_replacement(const std::vector<double>& w, const Attrs& a, uint64_t first_block,
+                                int64_t samples, int64_t* out, std::vector<double>& key,
+                                std::vector<int64_t>& order) {
   const int64_t cols = int64_t(w.size());
   order.clear();
   for (int64_t c = 0; c < cols; ++c) {
@@ -197,7 +197,9 @@ void sample_without_replacement(const std::vector<double>& w, const Attrs& a,
     key[c] = -std::log(philox::uniform_double_open0(b.v[lane], b.v[lane + 1])) / w[c];
     order.push_back(c);
   }
-  auto before = [&](int64_t x, int64_t y) { return key[x] < key[y] || (key[x] == key[y] && x < y); };
+  auto before = [&](int64_t x, int64_t y) {
+    return key[x] < key[y] || (key[x] == key[y] && x < y);
+  };
   std::partial_sort(order.begin(), order.begin() + samples, order.end(), before);
   std::copy(order.begin(), order.begin() + samples, out);
 }
