@@ -289,6 +289,38 @@ TEST(AutogradInplace, ViewsOfTensorsWithHistoryAreNotUpdatedInPlace) {
   expect_near(vals(plain), {0, 4, 4});
 }
 
+TEST(AutogradInplace, ViewsTakenBeforeTheirBaseChangedAreRejected) {
+  Tensor x = leaf({1, 2});
+  Tensor base = x * 2.0;
+  Tensor v = base.select(0, 0);
+  Tensor vv = base.view({2}).slice(0, 0, 1);  // a view of a view
+  Tensor early = v + 5.0;                     // used before the update: still right
+  base.mul_(3.0);                             // v now holds 6 x0, but its history says 2 x0
+  std::string err = error_of([&] { (v * 1.0).sum(); });
+  EXPECT_NE(err.find("mul: input 0"), std::string::npos) << err;
+  EXPECT_NE(err.find("take the view again"), std::string::npos) << err;
+  err = error_of([&] { vv.sum(); });
+  EXPECT_NE(err.find("out of date"), std::string::npos) << err;
+  // Views taken after the update, and results computed before it, are fine.
+  Tensor fresh = base.select(0, 0);
+  (fresh * 1.0 + early).sum().backward();
+  expect_near(vals(x.grad()), {6 + 2, 0});
+  // copy_ replaces the base's history too.
+  Tensor b2 = x * 1.0;
+  Tensor w = b2.slice(0, 1, 2);
+  b2.copy_(tensor({4, 4}, DType::Float64));
+  EXPECT_THROW(w * 2.0, Error);
+  // Views of leaves stay valid after updates under NoGradGuard (an optimizer step).
+  Tensor p = leaf({1, 2});
+  Tensor pv = p.select(0, 1);
+  {
+    NoGradGuard g;
+    p.mul_(2.0);
+  }
+  (pv * 3.0).sum().backward();
+  expect_near(vals(p.grad()), {0, 3});
+}
+
 TEST(Autograd, IntegerOutputsAndGradDtypes) {
   Tensor x = tensor({1.5, 2.5}).requires_grad_();  // float32 leaf
   Tensor loss = (x.to(DType::Float64) * 2.0).sum();
