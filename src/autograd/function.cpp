@@ -59,9 +59,7 @@ Tensor alias_without_history(const Tensor& t) {
   impl->is_view = t.impl()->is_view;
   return Tensor(std::move(impl));
 }
-}  // namespace
 
-namespace {
 // Rejects a view whose base (or the base's base ...) had its history rewritten by an in-place
 // op after the view was taken: the view's values changed with the base, but its history did
 // not, so gradients through it would be silently wrong.
