@@ -148,6 +148,7 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement) {
   EMBER_CHECK(replacement || num_samples <= cols, "multinomial: cannot draw ", num_samples,
               " samples without replacement from ", cols, " categories; pass replacement=true");
   const int64_t rows = probs.dim() == 1 ? 1 : probs.size(0);
+  check_sizes({rows, num_samples}, "multinomial");
   // One sample without replacement is drawn like one with replacement (see the kernel).
   bool race = !replacement && num_samples > 1;
   uint64_t per_row = round_up_to_block(2 * uint64_t(race ? cols : num_samples));

@@ -528,6 +528,7 @@ TEST(Multinomial, Errors) {
   expect_error([] { multinomial(zeros({2, 2, 2}), 1); }, "1 or 2 dims");
   expect_error([] { multinomial(tensor({1, 2}, DType::Int64), 1); }, "floating");
   expect_error([] { multinomial(zeros({2, 0}), 1, true); }, "no categories");
+  expect_error([] { multinomial(tensor({1, 2}), INT64_MAX, true); }, "too many elements");
 }
 
 // ---- other argument errors ----

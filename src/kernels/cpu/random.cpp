@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <type_traits>
 #include <vector>
 
@@ -21,6 +20,12 @@ namespace {
 
 // A Philox block costs about as much as a dozen pointwise ops, so threads pay off sooner.
 constexpr int64_t kRandomGrain = kParallelGrain / 8;
+
+// Ops start on a Philox block; the front ends reserve whole blocks.
+void check_offset(const Attrs& a, const char* op) {
+  EMBER_CHECK(a.offset % 4 == 0, op, ": the random offset ", a.offset,
+              " must start a Philox block (a multiple of 4)");
+}
 
 // Calls body(words, first, count) for every Philox block feeding n elements, where each
 // block feeds `per_block` consecutive elements: elements [first, first + count) come from
@@ -53,6 +58,7 @@ T* out_data(const Tensor& t) {
 }  // namespace
 
 void rand(std::span<const Tensor>, std::span<Tensor> out, const Attrs& a) {
+  check_offset(a, "rand");
   const int64_t n = out[0].numel();
   visit_float(out[0].dtype(), "rand", [&]<class T>() {
     T* p = out_data<T>(out[0]);
@@ -71,6 +77,7 @@ void rand(std::span<const Tensor>, std::span<Tensor> out, const Attrs& a) {
 }
 
 void randn(std::span<const Tensor>, std::span<Tensor> out, const Attrs& a) {
+  check_offset(a, "randn");
   const int64_t n = out[0].numel();
   visit_float(out[0].dtype(), "randn", [&]<class T>() {
     T* p = out_data<T>(out[0]);
@@ -95,6 +102,7 @@ void randn(std::span<const Tensor>, std::span<Tensor> out, const Attrs& a) {
 }
 
 void randint(std::span<const Tensor>, std::span<Tensor> out, const Attrs& a) {
+  check_offset(a, "randint");
   const int64_t n = out[0].numel();
   // Unsigned arithmetic: high - low may exceed INT64_MAX, and low + x wraps back into range.
   const uint64_t low = uint64_t(a.start);
@@ -111,6 +119,7 @@ void randint(std::span<const Tensor>, std::span<Tensor> out, const Attrs& a) {
 }
 
 void bernoulli(std::span<const Tensor>, std::span<Tensor> out, const Attrs& a) {
+  check_offset(a, "bernoulli");
   const int64_t n = out[0].numel();
   const uint64_t threshold = philox::bernoulli_threshold(a.value);
   visit_all(out[0].dtype(), "bernoulli", [&]<class T>() {
@@ -207,6 +216,7 @@ void sample_without_replacement(const std::vector<double>& w, const Attrs& a, ui
 }  // namespace
 
 void multinomial(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  check_offset(a, "multinomial");
   const Tensor& probs = in[0];
   const bool one_row = probs.dim() == 1;
   Rows w{static_cast<const char*>(probs.impl()->data()),
