@@ -84,6 +84,8 @@ EMBER_PHILOX_FN constexpr double uniform_double_open0(uint32_t hi, uint32_t lo) 
 
 // Box-Muller: two standard normals from a radius uniform in (0, 1] and an angle uniform in
 // [0, 1). Computed in T (float for float, float16 and bfloat16; double for double).
+// Everything above is integer-exact on every device; log, sin and cos here may differ in the
+// last bit between the host's libm and CUDA's (nvcc -arch=sm_90: up to 1 ulp).
 template <class T>
 struct NormalPair {
   T z0, z1;
