@@ -36,6 +36,8 @@ void set_rng_state(const RngState& s);
 Tensor rand(const Shape& shape, TensorOptions opts = {});
 Tensor randn(const Shape& shape, TensorOptions opts = {});
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts = DType::Int64);
+// 1 with probability p, else 0 (the mask behind dropout).
+Tensor bernoulli(const Shape& shape, double p, TensorOptions opts = {});
 Tensor dropout(const Tensor& x, double p, bool training = true);
 // Samples indices from each row of non-negative weights (1-D or 2-D).
 Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false);

@@ -61,6 +61,7 @@ struct TensorImpl {
   }
   int64_t dim() const { return int64_t(sizes.size()); }
   bool is_contiguous() const {
+    if (numel() == 0) return true;  // no element is out of place (as in PyTorch)
     int64_t expected = 1;
     for (int64_t d = dim() - 1; d >= 0; --d) {
       if (sizes[d] == 1) continue;

@@ -59,9 +59,34 @@ Tensor alias_without_history(const Tensor& t) {
   impl->is_view = t.impl()->is_view;
   return Tensor(std::move(impl));
 }
+
+// Rejects a view whose base (or the base's base ...) had its history rewritten by an in-place
+// op after the view was taken: the view's values changed with the base, but its history did
+// not, so gradients through it would be silently wrong.
+void check_view_current(OpId op, const Tensor& t, size_t index) {
+  // Walk the chain of view nodes back to the first tensor that is not a view. A base that no
+  // longer exists cannot have been modified; the walk then continues from its node.
+  std::shared_ptr<Node> fn = t.impl()->autograd->grad_fn;
+  while (auto* node = dynamic_cast<OpNode*>(fn.get())) {
+    if (op_info(node->op).kind != OpKind::View) return;
+    const std::shared_ptr<Node>& then = node->next_edges[0].fn;
+    if (std::shared_ptr<TensorImpl> base = node->view_base.lock()) {
+      std::shared_ptr<Node> now = base->autograd ? base->autograd->grad_fn : nullptr;
+      bool base_was_leaf = dynamic_cast<AccumulateGrad*>(then.get()) != nullptr;
+      EMBER_CHECK(base_was_leaf ? now == nullptr : now == then, op_name(op), ": input ", index,
+                  " (shape ", t.shape_str(), ") is a view of a tensor that was modified in "
+                  "place after the view was taken, so the view's gradient history is out of "
+                  "date; take the view again after the in-place op");
+    }
+    fn = then;
+  }
+}
 }  // namespace
 
 std::vector<Tensor> record(OpId op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].requires_grad() && inputs[i].impl()->is_view)
+      check_view_current(op, inputs[i], i);
   std::vector<Tensor> outs;
   {
     // Kernels and the capture hook below never record history themselves.
@@ -77,6 +102,7 @@ std::vector<Tensor> record(OpId op, const std::vector<Tensor>& inputs, const Att
   node->saved_outputs.resize(outs.size());
   node->input_meta.reserve(inputs.size());
   node->input_needs_grad.reserve(inputs.size());
+  if (op_info(op).kind == OpKind::View) node->view_base = inputs[0].impl_ptr();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     node->next_edges.push_back(gradient_edge(t));

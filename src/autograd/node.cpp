@@ -1,6 +1,8 @@
 // Backward nodes: running grad formulas and accumulating into leaves.
 #include "autograd/node.h"
 
+#include <memory>
+
 #include "core/shape.h"
 #include "ember/ops.h"
 
@@ -33,16 +35,11 @@ std::vector<Tensor> OpNode::apply(std::vector<Tensor>&& grads) {
   std::vector<Tensor> ins(saved_inputs.size()), outs(saved_outputs.size());
   for (size_t i = 0; i < ins.size(); ++i) ins[i] = saved_inputs[i].unpack(name, i, "input");
   for (size_t i = 0; i < outs.size(); ++i) outs[i] = saved_outputs[i].unpack(name, i, "output");
-  bool needs_arr[64];
-  for (size_t i = 0; i < input_needs_grad.size() && i < 64; ++i)
-    needs_arr[i] = input_needs_grad[i] && next_edges[i].valid();
-  GradCtx ctx{op,
-              attrs,
-              ins,
-              outs,
-              grads,
-              input_meta,
-              std::span<const bool>(needs_arr, std::min<size_t>(input_needs_grad.size(), 64))};
+  // One flag per input, however many (variadic ops such as cat take any number).
+  const size_t n = input_needs_grad.size();
+  std::unique_ptr<bool[]> needs(new bool[n]);
+  for (size_t i = 0; i < n; ++i) needs[i] = input_needs_grad[i] && next_edges[i].valid();
+  GradCtx ctx{op, attrs, ins, outs, grads, input_meta, std::span<const bool>(needs.get(), n)};
   std::vector<Tensor> result = op_impl(op).grad(ctx);
   EMBER_CHECK(result.size() == next_edges.size(), "internal: grad formula of ", name, " returned ",
               result.size(), " grads for ", next_edges.size(), " inputs");

@@ -45,6 +45,9 @@ struct OpNode : Node {
   std::vector<TensorMeta> input_meta;
   std::vector<bool> input_needs_grad;
   bool released = false;
+  // View ops: the tensor viewed. If its history is rewritten by an in-place op after the
+  // view was taken, the view's history no longer describes its values.
+  std::weak_ptr<TensorImpl> view_base;
 
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
   std::string name() const override { return std::string(op_name(op)) + "_backward"; }

@@ -12,8 +12,15 @@
 
 namespace ember {
 
-int64_t Tensor::size(int64_t d) const { return sizes()[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+// wrap_dim lets a 0-dim tensor take dim 0 (as reductions do), but it has no size to read.
+int64_t Tensor::size(int64_t d) const {
+  EMBER_CHECK(dim() > 0, "size: dim ", d, " of a 0-dim tensor; it has no dims");
+  return sizes()[wrap_dim(d, dim(), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  EMBER_CHECK(dim() > 0, "stride: dim ", d, " of a 0-dim tensor; it has no dims");
+  return strides()[wrap_dim(d, dim(), "stride")];
+}
 uint32_t Tensor::version() const {
   return impl_->storage ? impl_->storage->version.load() : 0;
 }

@@ -61,15 +61,20 @@ Tensor& Tensor::fill_(double v) {
   EMBER_CHECK(!(requires_grad() && is_leaf() && is_grad_enabled()),
               "fill_: a leaf tensor that requires grad cannot be filled in place while grad "
               "mode is on; use NoGradGuard");
+  // The base of a view would keep its old history (as for other in-place ops on views).
+  EMBER_CHECK(!(requires_grad() && impl()->is_view && is_grad_enabled()),
+              "fill_: in-place update of a view while recording gradients is not supported "
+              "(shape ", shape_str(), "); build a new tensor instead");
   if (capture_hook()) {
     capture_hook()->on_inplace(OpId::full, {}, *this, a);
   } else {
     run_backend_into(OpId::full, {}, *this, a);
   }
   if (impl()->storage) impl()->storage->version++;
-  if (impl()->autograd) {  // constant now: no history
+  if (impl()->autograd) {  // constant now: no history (and not a leaf that wants a grad)
+    bool leaf = is_leaf();
     impl()->autograd->grad_fn = nullptr;
-    if (!is_leaf()) impl()->autograd->requires_grad = false;
+    if (!leaf) impl()->autograd->requires_grad = false;
   }
   return *this;
 }
