@@ -2,6 +2,7 @@
 // {"name", "eager_ms", "compiled_ms", "speedup", ...extra fields}.
 #pragma once
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <string>
@@ -16,6 +17,9 @@ struct Row {
   double compiled_ms = NAN;
   std::vector<std::pair<std::string, double>> extra;  // e.g. {"gbps", 41.2}
   std::string note;
+
+  Row() = default;
+  Row(std::string n, double eager) : name(std::move(n)), eager_ms(eager) {}
 };
 
 struct Options {

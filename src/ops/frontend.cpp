@@ -37,6 +37,7 @@ Tensor to_floating(const Tensor& t) {
 
 Tensor binary(OpId op, const Tensor& a, const Tensor& b) {
   EMBER_CHECK(a.defined() && b.defined(), op_name(op), ": undefined tensor argument");
+  broadcast_pair(a.sizes(), b.sizes(), op_name(op).data());  // names the op on mismatch
   DType t = result_type(a, b);
   return dispatch1(op, {cast_to(a, t), cast_to(b, t)});
 }

@@ -1,0 +1,44 @@
+// ember-gpt: train and sample nanoGPT-style character models. Shared option structs.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace ember::app {
+
+struct TrainOptions {
+  // data
+  std::string data = "";  // text file; default: the shipped data/tinyshakespeare.txt
+  std::string out_dir = "out-shakespeare-char";
+  std::string init_from = "scratch";  // scratch | resume
+  // model
+  int64_t n_layer = 4, n_head = 4, n_embd = 128, block_size = 64;
+  double dropout = 0.0;
+  bool bias = true;
+  // training
+  int64_t batch_size = 12, max_iters = 2000, eval_interval = 250, eval_iters = 20;
+  int64_t log_interval = 10;
+  double lr = 1e-3, min_lr = 1e-4;
+  int64_t warmup_iters = 100, lr_decay_iters = 2000;
+  double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.99, grad_clip = 1.0;
+  uint64_t seed = 1337;
+  bool compile = false;
+  bool always_save_checkpoint = false;
+  std::string device = "cpu";
+  bool quiet = false;
+};
+
+struct SampleOptions {
+  std::string out_dir = "out-shakespeare-char";
+  std::string checkpoint = "";  // default: out_dir/best.safetensors, else ckpt.safetensors
+  std::string start = "\n";
+  int64_t num_samples = 1, max_new_tokens = 500, top_k = 200;
+  double temperature = 0.8;
+  uint64_t seed = 1337;
+  std::string device = "cpu";
+};
+
+int run_train(const TrainOptions& o);
+int run_sample(const SampleOptions& o);
+std::string default_data_path();
+
+}  // namespace ember::app

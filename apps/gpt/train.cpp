@@ -1,0 +1,211 @@
+// ember-gpt train: nanoGPT's training loop (AdamW, warmup + cosine LR, grad clipping,
+// periodic train/val evaluation, checkpoints, a loss CSV) on a character-level dataset.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "ember/ember.h"
+#include "ember/io.h"
+#include "ember/nn.h"
+#include "ember/optim.h"
+#include "gpt/gpt_app.h"
+
+namespace ember::app {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string default_data_path() {
+  for (const std::string& p : {std::string("data/tinyshakespeare.txt"),
+                               std::string(EMBER_SOURCE_DIR) + "/data/tinyshakespeare.txt"})
+    if (fs::exists(p)) return p;
+  EMBER_FAIL("the default text data/tinyshakespeare.txt was not found; pass --data FILE");
+}
+
+namespace {
+
+std::string duration_str(double seconds) {
+  char buf[32];
+  int s = int(std::lround(seconds));
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", s / 3600, (s % 3600) / 60);
+  else if (s >= 60) std::snprintf(buf, sizeof buf, "%dm%02ds", s / 60, s % 60);
+  else std::snprintf(buf, sizeof buf, "%.1fs", seconds);
+  return buf;
+}
+
+// Mean loss over eval_iters batches of each split, in eval mode without grad.
+std::pair<double, double> estimate_loss(nn::GPT& model, const io::TokenDataset& train,
+                                        const io::TokenDataset& val, const TrainOptions& o,
+                                        uint64_t seed) {
+  NoGradGuard no_grad;
+  model.eval();
+  double out[2];
+  const io::TokenDataset* splits[2] = {&train, &val};
+  for (int s = 0; s < 2; ++s) {
+    double total = 0;
+    for (int64_t k = 0; k < o.eval_iters; ++k) {
+      auto [x, y] = splits[s]->get_batch(o.batch_size, o.block_size, seed + 1 + uint64_t(s),
+                                         uint64_t(k));
+      total += model.loss(x, y).item();
+    }
+    out[s] = total / double(o.eval_iters);
+  }
+  model.train();
+  return {out[0], out[1]};
+}
+
+void validate(const TrainOptions& o) {
+  EMBER_CHECK(o.device == "cpu", "--device ", o.device, " is not available: this build runs on the CPU");
+  EMBER_CHECK(o.batch_size > 0 && o.block_size > 0 && o.max_iters >= 0 && o.eval_interval > 0 &&
+                  o.eval_iters > 0 && o.log_interval > 0,
+              "batch_size, block_size, eval_interval, eval_iters and log_interval must be positive "
+              "and max_iters non-negative");
+  EMBER_CHECK(o.n_embd % o.n_head == 0, "--n_embd (", o.n_embd, ") must be divisible by --n_head (",
+              o.n_head, ")");
+  EMBER_CHECK(o.dropout >= 0 && o.dropout < 1, "--dropout must be in [0, 1), got ", o.dropout);
+  EMBER_CHECK(o.lr > 0 && o.min_lr >= 0, "--lr must be positive and --min_lr non-negative");
+}
+
+io::Checkpoint make_checkpoint(const nn::GPT& model, const optim::Optimizer& opt, int64_t iter,
+                               double best_val, const io::CharTokenizer& tok) {
+  io::Checkpoint c;
+  c.model = model.state_dict();
+  c.optimizer = opt.state_dict();
+  c.step = iter;
+  c.config = model.config.to_json();
+  c.rng = get_rng_state();
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", best_val);
+  c.extra["best_val_loss"] = buf;
+  c.extra["tokenizer"] = tok.to_json();
+  return c;
+}
+
+}  // namespace
+
+int run_train(const TrainOptions& opts) {
+  TrainOptions o = opts;
+  validate(o);
+  if (o.compile)
+    std::cout << "note: --compile is accepted, but training compile is not built yet; "
+                 "training runs eager\n";
+  const std::string data = o.data.empty() ? default_data_path() : o.data;
+  fs::create_directories(o.out_dir);
+  const std::string ckpt_path = o.out_dir + "/ckpt.safetensors";
+  const std::string best_path = o.out_dir + "/best.safetensors";
+
+  io::PreparedText prep = io::prepare_char_dataset(data, o.out_dir + "/data");
+  io::TokenDataset train = io::TokenDataset::load(o.out_dir + "/data/train.bin", prep.tokenizer.vocab_size());
+  io::TokenDataset val = io::TokenDataset::load(o.out_dir + "/data/val.bin", prep.tokenizer.vocab_size());
+
+  nn::GPTConfig cfg;
+  cfg.n_layer = o.n_layer;
+  cfg.n_head = o.n_head;
+  cfg.n_embd = o.n_embd;
+  cfg.block_size = o.block_size;
+  cfg.vocab_size = prep.tokenizer.vocab_size();
+  cfg.dropout = o.dropout;
+  cfg.bias = o.bias;
+
+  int64_t iter = 0;
+  double best_val = INFINITY;
+  io::Checkpoint resumed;
+  if (o.init_from == "resume") {
+    EMBER_CHECK(fs::exists(ckpt_path), "--init_from resume: no checkpoint at ", ckpt_path);
+    resumed = io::load_checkpoint(ckpt_path);
+    nn::GPTConfig saved = nn::GPTConfig::from_json(resumed.config);
+    saved.dropout = o.dropout;
+    cfg = saved;
+    o.n_layer = cfg.n_layer;
+    o.n_head = cfg.n_head;
+    o.n_embd = cfg.n_embd;
+    o.block_size = cfg.block_size;
+    iter = resumed.step;
+    if (auto it = resumed.extra.find("best_val_loss"); it != resumed.extra.end())
+      best_val = std::stod(it->second);
+  }
+  manual_seed(o.seed);
+  nn::GPT model(cfg);
+  optim::AdamW opt(optim::decay_groups(model, o.weight_decay), o.lr, o.beta1, o.beta2);
+  if (o.init_from == "resume") {
+    model.load_state_dict(resumed.model);
+    opt.load_state_dict(resumed.optimizer);
+    set_rng_state(resumed.rng);
+    std::cout << "resumed from " << ckpt_path << " at iter " << iter << "\n";
+  }
+  const std::vector<Tensor> params = model.parameters();
+  std::printf("model: %lld layers, %lld heads, %lld embd, block %lld, vocab %lld: %.2fM parameters\n",
+              (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,
+              (long long)cfg.block_size, (long long)cfg.vocab_size,
+              double(model.num_params_reported()) / 1e6);
+  std::printf("data: %s (%lld train / %lld val tokens); %lld tokens per iteration\n", data.c_str(),
+              (long long)train.size(), (long long)val.size(),
+              (long long)(o.batch_size * o.block_size));
+
+  const std::string csv_path = o.out_dir + "/loss.csv";
+  bool csv_new = o.init_from == "scratch" || !fs::exists(csv_path);
+  std::ofstream csv(csv_path, csv_new ? std::ios::trunc : std::ios::app);
+  if (csv_new) csv << "iter,train_loss,val_loss,lr,ms\n";
+
+  const auto t_start = Clock::now();
+  double interval_ms = 0;
+  int64_t interval_n = 0, steps_done = 0;
+  double train_ms_total = 0;
+  for (;; ++iter) {
+    double lr = optim::cosine_lr(iter, o.lr, o.min_lr, o.warmup_iters, o.lr_decay_iters);
+    opt.set_lr(lr);
+    if (iter % o.eval_interval == 0 || iter == o.max_iters) {
+      auto [tl, vl] = estimate_loss(model, train, val, o, o.seed);
+      std::printf("step %lld: train loss %.4f, val loss %.4f\n", (long long)iter, tl, vl);
+      csv << iter << ",," << vl << "," << lr << ",\n";
+      bool improved = vl < best_val;
+      if (improved) best_val = vl;
+      if (iter > 0 || o.max_iters == 0) {
+        io::Checkpoint c = make_checkpoint(model, opt, iter, best_val, prep.tokenizer);
+        io::save_checkpoint(ckpt_path, c);
+        if (improved || o.always_save_checkpoint) io::save_checkpoint(best_path, c);
+      }
+    }
+    if (iter >= o.max_iters) break;
+
+    const auto t0 = Clock::now();
+    auto [x, y] = train.get_batch(o.batch_size, o.block_size, o.seed, uint64_t(iter));
+    Tensor loss = model.loss(x, y);
+    opt.zero_grad();
+    loss.backward();
+    if (o.grad_clip > 0) optim::clip_grad_norm_(params, o.grad_clip);
+    opt.step();
+    const double lossf = loss.item();
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    EMBER_CHECK(std::isfinite(lossf), "training diverged: loss is ", lossf, " at iter ", iter,
+                "; try a lower --lr");
+    csv << iter << "," << lossf << ",," << lr << "," << ms << "\n";
+    interval_ms += ms;
+    ++interval_n;
+    ++steps_done;
+    train_ms_total += ms;
+    if (!o.quiet && (iter % o.log_interval == 0 || iter + 1 == o.max_iters)) {
+      double avg = interval_ms / double(interval_n);
+      double tok_s = double(o.batch_size * o.block_size) / (avg / 1000.0);
+      double eta = avg / 1000.0 * double(o.max_iters - iter - 1);
+      std::printf("iter %lld/%lld: loss %.4f, lr %.2e, %.1f ms/iter, %.0f tok/s, ETA %s\n",
+                  (long long)iter, (long long)o.max_iters, lossf, lr, avg, tok_s,
+                  duration_str(eta).c_str());
+      std::fflush(stdout);
+      interval_ms = 0;
+      interval_n = 0;
+    }
+  }
+  csv.flush();
+  double wall = std::chrono::duration<double>(Clock::now() - t_start).count();
+  std::printf("done: %lld iterations in %s (%.1f ms/iter training); best val loss %.4f; "
+              "checkpoints in %s\n",
+              (long long)steps_done, duration_str(wall).c_str(),
+              steps_done ? train_ms_total / double(steps_done) : 0.0, best_val, o.out_dir.c_str());
+  return 0;
+}
+
+}  // namespace ember::app

@@ -1,0 +1,108 @@
+// ember-gpt end to end: a short training run whose loss must fall, resume that continues the
+// same loss curve exactly, sampling from the checkpoint, and clear errors for bad flags.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code;
+  std::string output;
+};
+
+Result run(const std::string& args) {
+  std::string cmd = std::string(EMBER_GPT_BIN) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  EXPECT_NE(p, nullptr);
+  std::string out;
+  std::array<char, 4096> buf;
+  while (fgets(buf.data(), int(buf.size()), p)) out += buf.data();
+  int status = pclose(p);
+  return {WEXITSTATUS(status), out};
+}
+
+// iter -> train loss text, as written in loss.csv
+std::map<int, std::string> train_losses(const std::string& dir) {
+  std::ifstream f(dir + "/loss.csv");
+  std::map<int, std::string> out;
+  std::string line;
+  std::getline(f, line);  // header
+  while (std::getline(f, line)) {
+    std::stringstream ss(line);
+    std::string iter, loss;
+    std::getline(ss, iter, ',');
+    std::getline(ss, loss, ',');
+    if (!loss.empty()) out[std::stoi(iter)] = loss;
+  }
+  return out;
+}
+
+std::string temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("ember_gpt_test_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(p);
+  return p.string();
+}
+
+const std::string kTiny =
+    " --n_layer 1 --n_head 2 --n_embd 16 --block_size 16 --batch_size 4 --eval_iters 2"
+    " --log_interval 1000 --warmup_iters 5 --lr_decay_iters 40 --dropout 0.1 --seed 7";
+
+TEST(GptApp, ResumeContinuesTheSameLossCurve) {
+  std::string full = temp_dir("full"), part = temp_dir("part");
+  Result a = run("train --out_dir " + full + " --max_iters 40 --eval_interval 10" + kTiny);
+  ASSERT_EQ(a.code, 0) << a.output;
+  Result b = run("train --out_dir " + part + " --max_iters 20 --eval_interval 10" + kTiny);
+  ASSERT_EQ(b.code, 0) << b.output;
+  Result c = run("train --out_dir " + part + " --max_iters 40 --eval_interval 10 --init_from resume" + kTiny);
+  ASSERT_EQ(c.code, 0) << c.output;
+  EXPECT_NE(c.output.find("resumed from"), std::string::npos) << c.output;
+  auto la = train_losses(full), lc = train_losses(part);
+  ASSERT_EQ(la.size(), 40u);
+  ASSERT_EQ(lc.size(), 40u);
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(la[i], lc[i]) << "iter " << i;
+
+  Result s = run("sample --out_dir " + full + " --max_new_tokens 30 --num_samples 2");
+  ASSERT_EQ(s.code, 0) << s.output;
+  EXPECT_GT(s.output.size(), 60u);
+  fs::remove_all(full);
+  fs::remove_all(part);
+}
+
+TEST(GptApp, LossFallsOnShakespeare) {
+  std::string dir = temp_dir("fall");
+  Result r = run("train --out_dir " + dir +
+                 " --n_layer 2 --n_head 2 --n_embd 64 --block_size 32 --batch_size 16"
+                 " --max_iters 300 --eval_interval 300 --eval_iters 5 --lr 1e-2"
+                 " --lr_decay_iters 300 --warmup_iters 20 --log_interval 1000");
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto losses = train_losses(dir);
+  ASSERT_EQ(losses.size(), 300u);
+  double first = std::stod(losses[0]), last10 = 0;
+  for (int i = 290; i < 300; ++i) last10 += std::stod(losses[i]) / 10;
+  EXPECT_NEAR(first, std::log(65.0), 0.3);  // starts near uniform over 65 symbols
+  EXPECT_LT(last10, 2.5) << r.output;
+  fs::remove_all(dir);
+}
+
+TEST(GptApp, BadFlagsGiveClearErrors) {
+  Result r = run("train --n_embd 30 --n_head 4 --max_iters 1 --out_dir " + temp_dir("bad"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("divisible"), std::string::npos) << r.output;
+  Result s = run("sample --out_dir " + temp_dir("nothing"));
+  EXPECT_NE(s.code, 0);
+  EXPECT_NE(s.output.find("no checkpoint"), std::string::npos) << s.output;
+  Result d = run("train --device cuda --max_iters 1 --out_dir " + temp_dir("dev"));
+  EXPECT_NE(d.code, 0);
+  EXPECT_NE(d.output.find("cuda"), std::string::npos) << d.output;
+}
+
+}  // namespace
