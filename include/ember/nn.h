@@ -42,7 +42,7 @@ class Module {
 
   virtual void train(bool on = true);
   void eval() { train(false); }
-  bool is_training() const { return training_; }
+  bool is_training() const;  // read under capture, it becomes a guard
   void zero_grad();
 
   // Parameters and buffers by dotted name; tied tensors appear under every name.

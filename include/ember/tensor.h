@@ -6,6 +6,7 @@
 #include <iosfwd>
 #include <memory>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -54,20 +55,23 @@ class Tensor {
   std::string shape_str() const;  // "[2, 3]"
 
   // ---- data access (a sync point under capture) ----
-  void* data_ptr() const;
+  // The source location parameters name the caller when capture has to break a graph here.
+  void* data_ptr(std::source_location loc = std::source_location::current()) const;
   template <class T>
-  T* data_ptr() const {
+  T* data_ptr(std::source_location loc = std::source_location::current()) const {
     EMBER_CHECK(dtype_of<T>::value == dtype(), "data_ptr<", dtype_name(dtype_of<T>::value),
                 ">: tensor has dtype ", dtype_name(dtype()));
-    return static_cast<T*>(data_ptr());
+    return static_cast<T*>(data_ptr(loc));
   }
-  double item() const;  // one-element tensor -> value
+  // One-element tensor -> value.
+  double item(std::source_location loc = std::source_location::current()) const;
   template <class T>
-  T item() const {
-    return static_cast<T>(item());
+  T item(std::source_location loc = std::source_location::current()) const {
+    return static_cast<T>(item(loc));
   }
+  // Contiguous copy of all elements, converted to T.
   template <class T>
-  std::vector<T> to_vector() const;  // contiguous copy of all elements, converted to T
+  std::vector<T> to_vector(std::source_location loc = std::source_location::current()) const;
   explicit operator bool() const;    // one-element tensor -> truth value
 
   // ---- autograd ----

@@ -30,8 +30,8 @@ void check_inputs(OpId op, std::span<const Tensor> inputs) {
 CaptureHook* capture_hook() { return tls_capture_hook; }
 void set_capture_hook(CaptureHook* hook) { tls_capture_hook = hook; }
 
-void sync_for_host_read(const Tensor& t, const char* why) {
-  if (tls_capture_hook && t.is_symbolic()) tls_capture_hook->on_sync(t, why);
+void sync_for_host_read(const Tensor& t, const char* why, std::source_location loc) {
+  if (tls_capture_hook && t.is_symbolic()) tls_capture_hook->on_sync(t, why, loc);
   EMBER_CHECK(!t.is_symbolic(), why, ": the tensor has no data (it is symbolic, from capture)");
 }
 
@@ -95,6 +95,9 @@ std::vector<Tensor> dispatch_below_autograd(OpId op, std::span<const Tensor> inp
 std::vector<Tensor> dispatch(OpId op, std::vector<Tensor> inputs, const Attrs& attrs) {
   check_arity(op, inputs.size());
   check_inputs(op, inputs);
+  // Under capture, ops are recorded without autograd: replaying the graph through this
+  // dispatcher records the history then.
+  if (tls_capture_hook) return tls_capture_hook->on_op(op, inputs, attrs);
   if (autograd::needs_history(op, inputs)) return autograd::record(op, inputs, attrs);
   return dispatch_below_autograd(op, inputs, attrs);
 }
@@ -108,6 +111,10 @@ void dispatch_inplace(OpId op, const Tensor& self, std::vector<Tensor> inputs,
   check_arity(op, inputs.size());
   check_inputs(op, inputs);
   EMBER_CHECK(self.defined(), op_name(op), "_: the tensor written in place is undefined");
+  if (tls_capture_hook) {
+    tls_capture_hook->on_inplace(op, inputs, self, attrs);
+    return;
+  }
   bool history = autograd::needs_history(op, inputs) ||
                  (self.requires_grad() && is_grad_enabled());
   if (history) {

@@ -1,6 +1,7 @@
 // The dispatcher: every op call goes Autograd -> Capture -> backend kernel.
 // Ops are called boxed (OpId, input tensors, Attrs), so each layer handles all ops uniformly.
 #pragma once
+#include <source_location>
 #include <span>
 #include <vector>
 
@@ -34,14 +35,17 @@ class CaptureHook {
                                     const Attrs& attrs) = 0;
   virtual void on_inplace(OpId op, std::span<const Tensor> inputs, const Tensor& out,
                           const Attrs& attrs) = 0;
-  // A tensor's values are needed on the host (item(), printing, data_ptr()).
-  virtual void on_sync(const Tensor& t, const char* why) = 0;
+  // A tensor's values are needed on the host (item(), printing, data_ptr()); `loc` is the
+  // user's call site when known (line 0 otherwise).
+  virtual void on_sync(const Tensor& t, const char* why, std::source_location loc) = 0;
+  // Code read a module's training flag while tracing (guarded by the capture).
+  virtual void on_module_state(const void* module, bool training) {}
 };
 CaptureHook* capture_hook();
 void set_capture_hook(CaptureHook* hook);
 
 // Called before host code reads a tensor's data: graph break under capture, errors otherwise
 // if the tensor has no storage.
-void sync_for_host_read(const Tensor& t, const char* why);
+void sync_for_host_read(const Tensor& t, const char* why, std::source_location loc = {});
 
 }  // namespace ember

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "core/shape.h"
+#include "dispatch/dispatcher.h"
 #include "ember/autograd.h"
 #include "ember/nn.h"
 #include "ember/ops.h"
@@ -83,6 +84,11 @@ int64_t Module::num_parameters() const {
   int64_t n = 0;
   for (const Tensor& p : parameters()) n += p.numel();
   return n;
+}
+
+bool Module::is_training() const {
+  if (CaptureHook* h = capture_hook()) h->on_module_state(this, training_);
+  return training_;
 }
 
 void Module::train(bool on) {

@@ -1,0 +1,103 @@
+// Graph IR: a captured program as a list of op nodes over values with metadata.
+// Nodes are in execution (topological) order; values are produced by exactly one node or are
+// graph inputs. A graph also records mutations: after running, the value on the right is
+// written back into the graph input on the left (in-place updates of inputs and buffers).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/op_impl.h"
+
+namespace ember::graph {
+
+struct Node;
+
+// Where an op was called from in user code (file:line), when known.
+struct SourceLoc {
+  const char* file = nullptr;
+  uint32_t line = 0;
+  std::string str() const;  // "file.cpp:12" or "<unknown>"
+};
+
+struct Value {
+  int id = 0;            // dense, unique within the graph
+  TensorMeta meta;       // sizes, strides, offset (views), dtype
+  Device device = kCPU;
+  Node* producer = nullptr;  // null for graph inputs
+  int output_index = 0;
+  int input_index = -1;      // position in Graph::inputs for graph inputs
+};
+
+enum class InputKind : uint8_t {
+  Argument,  // a tensor passed to the compiled function
+  Captured,  // a real tensor met while tracing (module parameter/buffer, lambda capture)
+};
+
+struct Node {
+  int id = 0;
+  OpId op;
+  Attrs attrs;
+  std::vector<Value*> inputs;
+  std::vector<Value*> outputs;
+  SourceLoc loc;
+};
+
+struct Mutation {
+  Value* target;  // a graph input
+  Value* value;   // its new contents
+};
+
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  Value* add_input(const TensorMeta& meta, Device device, InputKind kind, std::string name);
+  // Appends a node; output metadata comes from the op's shape rule run on `inputs`' metadata
+  // (or is given explicitly).
+  Node* add_node(OpId op, std::vector<Value*> inputs, const Attrs& attrs,
+                 const std::vector<TensorMeta>& output_meta, SourceLoc loc = {});
+  void set_outputs(std::vector<Value*> outputs) { outputs_ = std::move(outputs); }
+  void add_mutation(Value* target, Value* value) { mutations_.push_back({target, value}); }
+
+  const std::vector<Value*>& inputs() const { return inputs_; }
+  const std::vector<InputKind>& input_kinds() const { return input_kinds_; }
+  const std::vector<std::string>& input_names() const { return input_names_; }
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  const std::vector<Mutation>& mutations() const { return mutations_; }
+  const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
+  size_t num_ops() const { return nodes_.size(); }
+
+  // One line per node, like an FX graph:
+  //   %3 = add(%1, %2)  # f32[4, 8]
+  std::string str() const;
+  // Structural hash: ops, attrs, wiring, input and output metadata (not value ids or
+  // source locations). Equal graphs hash equal.
+  size_t structural_hash() const;
+  bool structurally_equal(const Graph& other) const;
+  // Throws Error when the graph is malformed (use before def, dangling values, bad arity).
+  void validate() const;
+
+  // Passes. Both keep inputs, outputs and mutations valid.
+  int eliminate_dead_code();        // returns nodes removed
+  int eliminate_common_subexpressions();  // same op, attrs and inputs -> one node (not random ops)
+
+  // Runs the graph through the full dispatcher (so autograd records when inputs require
+  // grad); applies mutations by copy_ into the given input tensors. Returns the outputs.
+  std::vector<Tensor> interpret(const std::vector<Tensor>& inputs) const;
+
+ private:
+  Value* new_value(const TensorMeta& meta, Device device);
+  std::vector<std::unique_ptr<Value>> values_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<Value*> inputs_;
+  std::vector<InputKind> input_kinds_;
+  std::vector<std::string> input_names_;
+  std::vector<Value*> outputs_;
+  std::vector<Mutation> mutations_;
+};
+
+}  // namespace ember::graph
