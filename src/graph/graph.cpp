@@ -211,6 +211,12 @@ void Graph::validate() const {
                 m.target->id, " is not a graph input; only inputs can be written back");
     EMBER_CHECK(defined[size_t(m.value->id)], "graph: `mutate %", m.target->id, " <- %",
                 m.value->id, "`: %", m.value->id, " is never defined");
+    // As for eager in-place ops: the new contents have the target's shape and dtype.
+    EMBER_CHECK(m.value->meta.sizes == m.target->meta.sizes &&
+                    m.value->meta.dtype == m.target->meta.dtype,
+                "graph: `mutate %", m.target->id, " <- %", m.value->id, "`: the new contents (",
+                value_type_str(*m.value), ") do not match the target (",
+                value_type_str(*m.target), ")");
   }
 }
 

@@ -47,6 +47,8 @@ uint64_t random_draws(const Node& n) {
 std::shared_ptr<const RunPlan> Graph::run_plan() const {
   std::lock_guard lock(plan_mutex_);
   if (plan_) return plan_;
+  // Once per graph: the plan and the run below index by value ids and trust the wiring.
+  validate();
   auto plan = std::make_shared<RunPlan>();
   const size_t n = nodes_.size();
   std::vector<int> last_use(values_.size(), -1);
@@ -133,8 +135,8 @@ std::vector<Tensor> Graph::interpret(const std::vector<Tensor>& args) const {
     std::vector<char> rg = values_needing_grad(*this, args);
     for (const Mutation& m : mutations_) {
       const Tensor& target = args[size_t(m.target->input_index)];
+      if (m.value == m.target || !is_grad_enabled()) continue;
       if (!target.requires_grad() && !rg[size_t(m.value->id)]) continue;
-      if (!is_grad_enabled()) continue;
       const std::string what = "graph: `mutate %" + std::to_string(m.target->id) + " <- %" +
                                std::to_string(m.value->id) + "` (" +
                                input_desc(*this, size_t(m.target->input_index)) + ")";
@@ -185,10 +187,9 @@ std::vector<Tensor> Graph::interpret(const std::vector<Tensor>& args) const {
   for (const Value* v : outputs_)
     results.push_back(v->producer ? env[size_t(v->id)] : args[size_t(v->input_index)]);
   for (const Mutation& m : mutations_) {
+    if (m.value == m.target) continue;  // written back onto itself
     Tensor target = args[size_t(m.target->input_index)];
-    const Tensor& value = env[size_t(m.value->id)];
-    if (value.impl() == target.impl()) continue;  // written back onto itself
-    target.copy_(value);
+    target.copy_(env[size_t(m.value->id)]);
   }
   return results;
 }

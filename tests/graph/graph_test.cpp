@@ -286,6 +286,20 @@ TEST(Graph, ValidateReportsForeignOutputsAndBadMutations) {
     g.add_mutation(x, foreign);
     EXPECT_TRUE(contains(error_of([&] { g.validate(); }), "not in this graph"));
   }
+  {
+    Graph g;
+    Value* x = g.add_input(meta({3}), kCPU, InputKind::Argument, "x");
+    Node* c = g.add_node(OpId::cast, {x}, [] {
+      Attrs a;
+      a.dtype = DType::Float64;
+      return a;
+    }(), {});
+    g.add_mutation(x, c->outputs[0]);
+    std::string msg = error_of([&] { g.validate(); });
+    EXPECT_TRUE(contains(msg, "new contents (f64[3]) do not match the target (f32[3])")) << msg;
+    // interpret() checks the graph before its first run.
+    EXPECT_TRUE(contains(error_of([&] { g.interpret({randn({3})}); }), "do not match")) << msg;
+  }
 }
 
 // ---- structural identity ----
