@@ -81,6 +81,8 @@ class Graph {
   const std::vector<std::string>& input_names() const { return input_names_; }
   const std::vector<Value*>& outputs() const { return outputs_; }
   const std::vector<Mutation>& mutations() const { return mutations_; }
+  // Nodes may be edited in place (the capture sets no_grad, tests break wiring on purpose),
+  // but only before the first interpret(): the run plan it builds is kept.
   const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
   // Every value, indexed by id.
   const std::vector<std::unique_ptr<Value>>& values() const { return values_; }

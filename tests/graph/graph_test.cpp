@@ -484,6 +484,32 @@ TEST(Graph, CommonSubexpressionsMergeAndRewireUses) {
   expect_bit_equal(before[1], after[1]);
 }
 
+TEST(Graph, CommonSubexpressionsRewireEveryOutputOfAMultiOutputNode) {
+  Graph g;
+  Value* x = g.add_input(meta({4, 6}), kCPU, InputKind::Argument, "x");
+  Attrs k;
+  k.dim = 1;
+  k.start = 3;
+  k.flag = true;
+  Node* t1 = g.add_node(OpId::topk, {x}, k, {});
+  Node* t2 = g.add_node(OpId::topk, {x}, k, {});
+  Node* a = g.add_node(OpId::add, {t1->outputs[0], t2->outputs[0]}, {}, {});
+  Node* i = g.add_node(OpId::sub, {t2->outputs[1], t1->outputs[1]}, {}, {});
+  g.set_outputs({a->outputs[0], i->outputs[0]});
+  Tensor xt = randn({4, 6});
+  std::vector<Tensor> before = g.interpret({xt});
+  EXPECT_EQ(g.eliminate_common_subexpressions(), 1);
+  g.validate();
+  const Node& add = *g.nodes()[1];
+  const Node& sub = *g.nodes()[2];
+  EXPECT_EQ(add.inputs[0], add.inputs[1]);
+  EXPECT_EQ(sub.inputs[0], sub.inputs[1]);
+  EXPECT_EQ(sub.inputs[0]->output_index, 1);
+  std::vector<Tensor> after = g.interpret({xt});
+  expect_bit_equal(before[0], after[0]);
+  expect_bit_equal(before[1], after[1]);
+}
+
 TEST(Graph, CommonSubexpressionsKeepDistinctOutputsAndRandomDraws) {
   Graph g;
   Value* x = g.add_input(meta({5}), kCPU, InputKind::Argument, "x");
@@ -521,6 +547,21 @@ TEST(Graph, DeadRandomNodesStillAdvanceTheGenerator) {
   Tensor got_next = rand({3});
   expect_bit_equal(got, want);
   expect_bit_equal(got_next, want_next);
+
+  // With no random node after it, the removed draws are reserved at the end of the run.
+  Graph g;
+  Value* x2 = g.add_input(meta({3}), kCPU, InputKind::Argument, "x");
+  Attrs r5;
+  r5.shape = {5};
+  g.add_node(OpId::randn, {}, r5, {});
+  Node* e = g.add_node(OpId::exp, {x2}, {}, {});
+  g.set_outputs({e->outputs[0]});
+  EXPECT_EQ(g.eliminate_dead_code(), 1);
+  EXPECT_TRUE(contains(g.str(), "  skip 8 random draws\n")) << g.str();
+  Tensor in = randn({3});
+  RngState s0 = get_rng_state();
+  g.interpret({in});
+  EXPECT_EQ(get_rng_state().offset - s0.offset, 8u);
 }
 
 // ---- interpreter ----
