@@ -48,6 +48,8 @@ Tensor::operator bool() const {
   EMBER_CHECK(defined(), "bool: undefined tensor");
   EMBER_CHECK(numel() == 1, "bool: the truth value of a tensor with ", numel(),
               " elements (shape ", shape_str(), ") is ambiguous");
+  // Named as its own sync site: a conversion operator cannot take the caller's location.
+  sync_for_host_read(*this, "bool conversion");
   return item() != 0;
 }
 
@@ -113,7 +115,10 @@ Tensor Tensor::detach() const {
   impl->dtype = impl_->dtype;
   impl->device = impl_->device;
   impl->is_view = impl_->is_view;
-  return Tensor(std::move(impl));
+  Tensor t(std::move(impl));
+  if (t.is_symbolic())
+    if (CaptureHook* h = capture_hook()) h->on_alias(t);
+  return t;
 }
 
 }  // namespace ember
