@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -42,7 +43,19 @@ struct Node {
   std::vector<Value*> inputs;
   std::vector<Value*> outputs;
   SourceLoc loc;
+  // Recorded with grad mode off (inside a NoGradGuard): replayed without autograd history.
+  bool no_grad = false;
+  // Random draws of random nodes that dead-code elimination removed just before this one:
+  // they are still reserved from the generator at each run, so that the random stream stays
+  // where eager would leave it.
+  uint64_t skipped_draws = 0;
 };
+
+// How many 32-bit draws a random node reserves from the global generator at each run: the
+// count its front end (src/ops/random.cpp) reserves for the same call.
+uint64_t random_draws(const Node& node);
+
+struct RunPlan;  // what interpret() precomputes once per graph (interpreter.cpp)
 
 struct Mutation {
   Value* target;  // a graph input
@@ -60,15 +73,19 @@ class Graph {
   // (or is given explicitly).
   Node* add_node(OpId op, std::vector<Value*> inputs, const Attrs& attrs,
                  const std::vector<TensorMeta>& output_meta, SourceLoc loc = {});
-  void set_outputs(std::vector<Value*> outputs) { outputs_ = std::move(outputs); }
-  void add_mutation(Value* target, Value* value) { mutations_.push_back({target, value}); }
+  void set_outputs(std::vector<Value*> outputs);
+  void add_mutation(Value* target, Value* value);
 
   const std::vector<Value*>& inputs() const { return inputs_; }
   const std::vector<InputKind>& input_kinds() const { return input_kinds_; }
   const std::vector<std::string>& input_names() const { return input_names_; }
   const std::vector<Value*>& outputs() const { return outputs_; }
   const std::vector<Mutation>& mutations() const { return mutations_; }
+  // Nodes may be edited in place (the capture sets no_grad, tests break wiring on purpose),
+  // but only before the first interpret(): the run plan it builds is kept.
   const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
+  // Every value, indexed by id.
+  const std::vector<std::unique_ptr<Value>>& values() const { return values_; }
   size_t num_ops() const { return nodes_.size(); }
 
   // One line per node, like an FX graph:
@@ -81,16 +98,23 @@ class Graph {
   // Throws Error when the graph is malformed (use before def, dangling values, bad arity).
   void validate() const;
 
-  // Passes. Both keep inputs, outputs and mutations valid.
+  // Passes. Both keep inputs, outputs and mutations valid. They delete the nodes and values
+  // they remove (pointers to those dangle afterwards) and renumber the rest densely.
   int eliminate_dead_code();        // returns nodes removed
   int eliminate_common_subexpressions();  // same op, attrs and inputs -> one node (not random ops)
 
   // Runs the graph through the full dispatcher (so autograd records when inputs require
   // grad); applies mutations by copy_ into the given input tensors. Returns the outputs.
+  // Nodes read a mutated input's contents from before the run; an output that is a graph
+  // input returns the caller's tensor itself (holding the new contents). Random nodes draw
+  // a fresh range of the global generator at each run, in node order, as eager calls would.
   std::vector<Tensor> interpret(const std::vector<Tensor>& inputs) const;
 
  private:
   Value* new_value(const TensorMeta& meta, Device device);
+  void renumber();       // dense ids again after a pass removed nodes
+  void invalidate_plan() { plan_.reset(); }
+  std::shared_ptr<const RunPlan> run_plan() const;
   std::vector<std::unique_ptr<Value>> values_;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<Value*> inputs_;
@@ -98,6 +122,10 @@ class Graph {
   std::vector<std::string> input_names_;
   std::vector<Value*> outputs_;
   std::vector<Mutation> mutations_;
+  uint64_t trailing_skipped_draws_ = 0;  // removed random draws after the last random node
+  // Built lazily by interpret() and dropped by every change to the graph.
+  mutable std::shared_ptr<const RunPlan> plan_;
+  mutable std::mutex plan_mutex_;
 };
 
 }  // namespace ember::graph

@@ -1,0 +1,22 @@
+// Helpers shared by the graph files: printing pieces and attribute identity.
+#pragma once
+#include <string>
+
+#include "graph/graph.h"
+
+namespace ember::graph {
+
+// "f32[4, 8]", with strides and offset when the value is not a plain contiguous tensor.
+std::string value_type_str(const Value& v);
+// One node as str() prints it, without indentation: "%3 = add(%1, %2)  # f32[4, 8]".
+std::string node_str(const Node& n);
+
+inline bool is_random(OpId op) { return op_info(op).kind == OpKind::Random; }
+
+// Attribute identity for graphs: floating fields compare by bits (so a NaN fill value equals
+// itself and -0.0 differs from 0.0), and random ops ignore seed and offset, which are drawn
+// afresh at each run.
+bool same_attrs(OpId op, const Attrs& a, const Attrs& b);
+size_t attrs_hash(OpId op, const Attrs& a);
+
+}  // namespace ember::graph

@@ -1,0 +1,811 @@
+// Graph IR: building, printing, validation, structural identity, passes, and the interpreter
+// (bit-identical to eager, autograd through it, mutations, random ops).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <unordered_map>
+
+#include "core/allocator.h"
+#include "core/generator.h"
+#include "dispatch/dispatcher.h"
+#include "ember/ember.h"
+#include "graph/graph.h"
+
+namespace ember {
+namespace {
+
+using graph::Graph;
+using graph::InputKind;
+using graph::Node;
+using graph::Value;
+
+TensorMeta meta(const Shape& sizes, DType dtype = DType::Float32) {
+  return TensorMeta{sizes, {}, 0, dtype};
+}
+
+Attrs dims_attrs(const Shape& dims, bool keepdim = false) {
+  Attrs a;
+  a.dims = dims;
+  a.keepdim = keepdim;
+  return a;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// Same sizes, dtype and bytes (element by element in logical order).
+void expect_bit_equal(const Tensor& a, const Tensor& b, const std::string& what = "") {
+  ASSERT_TRUE(a.defined() && b.defined()) << what;
+  ASSERT_EQ(a.sizes(), b.sizes()) << what;
+  ASSERT_EQ(a.dtype(), b.dtype()) << what;
+  NoGradGuard no_grad;
+  Tensor ca = a.contiguous(), cb = b.contiguous();
+  const size_t n = size_t(a.numel()) * dtype_size(a.dtype());
+  EXPECT_EQ(std::memcmp(ca.data_ptr(), cb.data_ptr(), n), 0) << what << " values differ";
+}
+
+// Records the ops a function runs into a graph while computing them for real: a small
+// stand-in for the capture layer, so that tests can compare interpret() with eager calls.
+class Recorder : public CaptureHook {
+ public:
+  Graph g;
+  std::vector<Tensor> inputs;  // the tensors lifted to graph inputs, in order
+
+  Value* value_of(const Tensor& t, InputKind kind = InputKind::Captured) {
+    auto it = values_.find(t.impl());
+    if (it != values_.end()) return it->second;
+    Value* v = g.add_input(TensorMeta{t.sizes(), t.strides(), t.storage_offset(), t.dtype()},
+                           t.device(), kind, "");
+    inputs.push_back(t);
+    values_[t.impl()] = v;
+    return v;
+  }
+
+  std::vector<Tensor> on_op(OpId op, std::span<const Tensor> ins, const Attrs& attrs) override {
+    std::vector<Value*> vs;
+    for (const Tensor& t : ins) vs.push_back(value_of(t));
+    std::vector<Tensor> outs = run_backend(op, ins, attrs);
+    Node* n = g.add_node(op, vs, attrs, {});
+    for (size_t j = 0; j < outs.size(); ++j) {
+      // The shape rule run on metadata alone agrees with the real result.
+      const TensorMeta& m = n->outputs[j]->meta;
+      EXPECT_EQ(m.sizes, outs[j].sizes()) << op_name(op);
+      EXPECT_EQ(m.dtype, outs[j].dtype()) << op_name(op);
+      EXPECT_EQ(m.strides, outs[j].strides()) << op_name(op);
+      EXPECT_EQ(m.offset, outs[j].storage_offset()) << op_name(op);
+      values_[outs[j].impl()] = n->outputs[j];
+      keep_.push_back(outs[j]);  // so that no later tensor reuses the address
+    }
+    return outs;
+  }
+  void on_inplace(OpId op, std::span<const Tensor>, const Tensor&, const Attrs&) override {
+    ADD_FAILURE() << "unexpected in-place " << op_name(op);
+  }
+  void on_sync(const Tensor&, const char* why, std::source_location) override {
+    ADD_FAILURE() << "unexpected sync " << why;
+  }
+
+ private:
+  std::unordered_map<const TensorImpl*, Value*> values_;
+  std::vector<Tensor> keep_;
+};
+
+using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+// Records fn(args) with args as the first graph inputs (in order) and fn's results as the
+// outputs.
+void record(Recorder& r, const Fn& fn, const std::vector<Tensor>& args) {
+  for (const Tensor& a : args) r.value_of(a, InputKind::Argument);
+  set_capture_hook(&r);
+  std::vector<Tensor> outs;
+  try {
+    outs = fn(args);
+  } catch (...) {
+    set_capture_hook(nullptr);
+    throw;
+  }
+  set_capture_hook(nullptr);
+  std::vector<Value*> vs;
+  for (const Tensor& t : outs) vs.push_back(r.value_of(t));
+  r.g.set_outputs(vs);
+  r.g.validate();
+}
+
+// ---- building and printing ----
+
+TEST(Graph, AddNodeRunsTheShapeRuleOnMetadata) {
+  Graph g;
+  Value* x = g.add_input(meta({4, 8}), kCPU, InputKind::Argument, "x");
+  Value* w = g.add_input(meta({8, 3}), kCPU, InputKind::Captured, "fc.weight");
+  Node* mm = g.add_node(OpId::matmul, {x, w}, {}, {});
+  ASSERT_EQ(mm->outputs.size(), 1u);
+  EXPECT_EQ(mm->outputs[0]->meta.sizes, (Shape{4, 3}));
+  EXPECT_EQ(mm->outputs[0]->producer, mm);
+  EXPECT_EQ(mm->outputs[0]->device, kCPU);
+  // Views carry their layout: a transpose of a contiguous [4, 8] has strides [1, 8].
+  Attrs perm;
+  perm.dims = {1, 0};
+  Node* t = g.add_node(OpId::permute, {x}, perm, {});
+  EXPECT_EQ(t->outputs[0]->meta.sizes, (Shape{8, 4}));
+  EXPECT_EQ(t->outputs[0]->meta.strides, (Shape{1, 8}));
+  Attrs sl;
+  sl.dim = 1;
+  sl.start = 1;
+  sl.end = 3;
+  Node* s = g.add_node(OpId::slice, {t->outputs[0]}, sl, {});
+  EXPECT_EQ(s->outputs[0]->meta.sizes, (Shape{8, 2}));
+  EXPECT_EQ(s->outputs[0]->meta.strides, (Shape{1, 8}));
+  EXPECT_EQ(s->outputs[0]->meta.offset, 8);
+  // Multi-output ops get one value per output.
+  Attrs k;
+  k.dim = 1;
+  k.start = 3;
+  k.flag = true;
+  Node* tk = g.add_node(OpId::topk, {x}, k, {});
+  ASSERT_EQ(tk->outputs.size(), 2u);
+  EXPECT_EQ(tk->outputs[1]->meta.dtype, DType::Int64);
+  EXPECT_EQ(tk->outputs[1]->output_index, 1);
+  // Ids are dense, in creation order.
+  for (size_t i = 0; i < g.values().size(); ++i) EXPECT_EQ(g.values()[i]->id, int(i));
+  g.validate();
+}
+
+TEST(Graph, AddNodeRejectsBadCalls) {
+  Graph g;
+  Value* x = g.add_input(meta({4, 8}), kCPU, InputKind::Argument, "x");
+  Value* y = g.add_input(meta({3}), kCPU, InputKind::Argument, "y");
+  EXPECT_TRUE(contains(error_of([&] { g.add_node(OpId::add, {x}, {}, {}); }), "add"));
+  // The shape rule's own error comes through.
+  EXPECT_TRUE(contains(error_of([&] { g.add_node(OpId::add, {x, y}, {}, {}); }), "[4, 8]"));
+  Graph other;
+  Value* z = other.add_input(meta({4, 8}), kCPU, InputKind::Argument, "z");
+  EXPECT_TRUE(contains(error_of([&] { g.add_node(OpId::add, {x, z}, {}, {}); }),
+                       "not a value of this graph"));
+  // Explicit metadata is taken as given, but must have one entry per output.
+  EXPECT_THROW(g.add_node(OpId::topk, {x}, {}, {meta({4, 3})}), Error);
+  Node* n = g.add_node(OpId::exp, {x}, {}, {meta({4, 8}, DType::Float64)});
+  EXPECT_EQ(n->outputs[0]->meta.dtype, DType::Float64);
+}
+
+TEST(Graph, PrintsOneLinePerNode) {
+  Graph g;
+  Value* x = g.add_input(meta({4, 8}), kCPU, InputKind::Argument, "");
+  Value* b = g.add_input(meta({8, 3}), kCPU, InputKind::Captured, "fc.weight");
+  Node* mm = g.add_node(OpId::matmul, {x, b}, {}, {}, {"/src/model/x.cpp", 12});
+  Node* s = g.add_node(OpId::sum, {mm->outputs[0]}, dims_attrs({0}), {});
+  Attrs perm;
+  perm.dims = {1, 0};
+  Node* t = g.add_node(OpId::permute, {x}, perm, {});
+  Attrs k;
+  k.dim = 1;
+  k.start = 2;
+  k.flag = true;
+  Node* tk = g.add_node(OpId::topk, {x}, k, {});
+  g.add_mutation(b, b);
+  g.set_outputs({s->outputs[0], t->outputs[0], tk->outputs[1]});
+  EXPECT_EQ(g.str(),
+            "graph(%0: f32[4, 8] (arg 0), %1: f32[8, 3] (captured \"fc.weight\")):\n"
+            "  %2 = matmul(%0, %1)  # f32[4, 3]  (x.cpp:12)\n"
+            "  %3 = sum(%2, dims=[0])  # f32[3]\n"
+            "  %4 = permute(%0, dims=[1, 0])  # f32[8, 4] strides=[1, 8]\n"
+            "  %5, %6 = topk(%0, dim=1, start=2, flag=true)  # f32[4, 2], i64[4, 2]\n"
+            "  mutate %1 <- %1\n"
+            "  return (%3, %4, %6)\n");
+  EXPECT_EQ((graph::SourceLoc{"a/b.cpp", 7}.str()), "a/b.cpp:7");
+  EXPECT_EQ(graph::SourceLoc{}.str(), "<unknown>");
+}
+
+TEST(Graph, PrintsNamedArgumentsAndShortDtypes) {
+  Graph g;
+  g.add_input(meta({2}, DType::Float64), kCPU, InputKind::Argument, "x");
+  g.add_input(meta({2}, DType::BFloat16), kCPU, InputKind::Argument, "");
+  g.add_input(meta({}, DType::Bool), kCPU, InputKind::Captured, "mask");
+  g.add_input(meta({1}, DType::Int32), kCPU, InputKind::Argument, "");
+  g.add_input(meta({1}, DType::Float16), kCPU, InputKind::Argument, "");
+  EXPECT_EQ(g.str(),
+            "graph(%0: f64[2] (arg 0 \"x\"), %1: bf16[2] (arg 1), %2: b8[] (captured \"mask\"), "
+            "%3: i32[1] (arg 2), %4: f16[1] (arg 3)):\n"
+            "  return ()\n");
+}
+
+// ---- validation ----
+
+TEST(Graph, ValidateAcceptsWellFormedGraphs) {
+  Graph g;
+  Value* x = g.add_input(meta({3}), kCPU, InputKind::Argument, "x");
+  Node* e = g.add_node(OpId::exp, {x}, {}, {});
+  g.add_mutation(x, e->outputs[0]);
+  g.set_outputs({e->outputs[0], x});
+  EXPECT_NO_THROW(g.validate());
+}
+
+TEST(Graph, ValidateReportsUseBeforeDefinitionWithTheNodesLine) {
+  Graph g;
+  Value* x = g.add_input(meta({3}), kCPU, InputKind::Argument, "x");
+  Node* a = g.add_node(OpId::exp, {x}, {}, {});
+  Node* b = g.add_node(OpId::neg, {a->outputs[0]}, {}, {});
+  g.nodes()[0]->inputs[0] = b->outputs[0];  // exp now reads a value made after it
+  std::string msg = error_of([&] { g.validate(); });
+  EXPECT_TRUE(contains(msg, "%1 = exp(%2)  # f32[3]")) << msg;
+  EXPECT_TRUE(contains(msg, "before it is defined")) << msg;
+}
+
+TEST(Graph, ValidateReportsBadArity) {
+  Graph g;
+  Value* x = g.add_input(meta({3}), kCPU, InputKind::Argument, "x");
+  Node* a = g.add_node(OpId::add, {x, x}, {}, {});
+  a->inputs.pop_back();
+  std::string msg = error_of([&] { g.validate(); });
+  EXPECT_TRUE(contains(msg, "%1 = add(%0)")) << msg;
+  EXPECT_TRUE(contains(msg, "takes 2 inputs")) << msg;
+}
+
+TEST(Graph, ValidateReportsValuesProducedTwice) {
+  Graph g;
+  Value* x = g.add_input(meta({3}), kCPU, InputKind::Argument, "x");
+  Node* a = g.add_node(OpId::exp, {x}, {}, {});
+  Node* b = g.add_node(OpId::neg, {x}, {}, {});
+  b->outputs[0] = a->outputs[0];
+  std::string msg = error_of([&] { g.validate(); });
+  EXPECT_TRUE(contains(msg, "already defined")) << msg;
+  EXPECT_TRUE(contains(msg, "= neg(%0)")) << msg;
+}
+
+TEST(Graph, ValidateReportsForeignOutputsAndBadMutations) {
+  Graph other;
+  Value* foreign = other.add_input(meta({3}), kCPU, InputKind::Argument, "y");
+  {
+    Graph g;
+    g.add_input(meta({3}), kCPU, InputKind::Argument, "x");
+    g.set_outputs({foreign});
+    EXPECT_TRUE(contains(error_of([&] { g.validate(); }), "output 0 is not a value of this graph"));
+  }
+  {
+    Graph g;
+    Value* x = g.add_input(meta({3}), kCPU, InputKind::Argument, "x");
+    Node* e = g.add_node(OpId::exp, {x}, {}, {});
+    g.add_mutation(e->outputs[0], x);
+    std::string msg = error_of([&] { g.validate(); });
+    EXPECT_TRUE(contains(msg, "mutate %1 <- %0")) << msg;
+    EXPECT_TRUE(contains(msg, "not a graph input")) << msg;
+  }
+  {
+    Graph g;
+    Value* x = g.add_input(meta({3}), kCPU, InputKind::Argument, "x");
+    g.add_mutation(x, foreign);
+    EXPECT_TRUE(contains(error_of([&] { g.validate(); }), "not in this graph"));
+  }
+  {
+    Graph g;
+    Value* x = g.add_input(meta({3}), kCPU, InputKind::Argument, "x");
+    Node* c = g.add_node(OpId::cast, {x}, [] {
+      Attrs a;
+      a.dtype = DType::Float64;
+      return a;
+    }(), {});
+    g.add_mutation(x, c->outputs[0]);
+    std::string msg = error_of([&] { g.validate(); });
+    EXPECT_TRUE(contains(msg, "new contents (f64[3]) do not match the target (f32[3])")) << msg;
+    // interpret() checks the graph before its first run.
+    EXPECT_TRUE(contains(error_of([&] { g.interpret({randn({3})}); }), "do not match")) << msg;
+  }
+}
+
+// ---- structural identity ----
+
+// x, y -> exp(x) * y, summed; `interleave` adds y after the first node, so ids differ.
+void build_small(Graph& g, bool interleave, double scale = 1.0, const Shape& shape = {4, 5},
+                 const char* name = "x") {
+  Value* x = g.add_input(meta(shape), kCPU, InputKind::Argument, name);
+  Value* y = nullptr;
+  if (!interleave) y = g.add_input(meta(shape), kCPU, InputKind::Captured, "w");
+  Attrs c;
+  c.value = scale;
+  c.dtype = DType::Float32;
+  Node* e = g.add_node(OpId::exp, {x}, {}, {}, {"a.cpp", interleave ? 1u : 2u});
+  if (interleave) y = g.add_input(meta(shape), kCPU, InputKind::Captured, "weight");
+  Node* s = g.add_node(OpId::full, {}, c, {meta({})});
+  Node* m = g.add_node(OpId::mul, {e->outputs[0], y}, {}, {});
+  Node* m2 = g.add_node(OpId::mul, {m->outputs[0], s->outputs[0]}, {}, {});
+  Node* r = g.add_node(OpId::sum, {m2->outputs[0]}, dims_attrs({0, 1}), {});
+  g.set_outputs({r->outputs[0]});
+}
+
+TEST(Graph, StructurallyEqualIgnoresIdsNamesAndLocations) {
+  Graph a, b;
+  build_small(a, false);
+  build_small(b, true, 1.0, {4, 5}, "input");
+  EXPECT_NE(a.str(), b.str());  // the ids really differ
+  EXPECT_TRUE(a.structurally_equal(b));
+  EXPECT_TRUE(b.structurally_equal(a));
+  EXPECT_EQ(a.structural_hash(), b.structural_hash());
+}
+
+TEST(Graph, StructurallyEqualSeesAttrsShapesKindsAndWiring) {
+  Graph a;
+  build_small(a, false);
+  {
+    Graph b;
+    build_small(b, false, 2.0);  // another attribute value
+    EXPECT_FALSE(a.structurally_equal(b));
+    EXPECT_NE(a.structural_hash(), b.structural_hash());
+  }
+  {
+    Graph b;
+    build_small(b, false, 1.0, {4, 6});  // another shape
+    EXPECT_FALSE(a.structurally_equal(b));
+    EXPECT_NE(a.structural_hash(), b.structural_hash());
+  }
+  {
+    Graph b;  // the same ops wired differently: mul(y, exp(x))
+    Value* x = b.add_input(meta({4, 5}), kCPU, InputKind::Argument, "x");
+    Value* y = b.add_input(meta({4, 5}), kCPU, InputKind::Captured, "w");
+    Attrs c;
+    c.value = 1.0;
+    Node* e = b.add_node(OpId::exp, {x}, {}, {});
+    Node* s = b.add_node(OpId::full, {}, c, {meta({})});
+    Node* m = b.add_node(OpId::mul, {y, e->outputs[0]}, {}, {});
+    Node* m2 = b.add_node(OpId::mul, {m->outputs[0], s->outputs[0]}, {}, {});
+    Node* r = b.add_node(OpId::sum, {m2->outputs[0]}, dims_attrs({0, 1}), {});
+    b.set_outputs({r->outputs[0]});
+    EXPECT_FALSE(a.structurally_equal(b));
+    EXPECT_NE(a.structural_hash(), b.structural_hash());
+  }
+  {
+    Graph b;  // an argument where a captured tensor was
+    Value* x = b.add_input(meta({4, 5}), kCPU, InputKind::Argument, "x");
+    Value* y = b.add_input(meta({4, 5}), kCPU, InputKind::Argument, "w");
+    Attrs c;
+    c.value = 1.0;
+    Node* e = b.add_node(OpId::exp, {x}, {}, {});
+    Node* s = b.add_node(OpId::full, {}, c, {meta({})});
+    Node* m = b.add_node(OpId::mul, {e->outputs[0], y}, {}, {});
+    Node* m2 = b.add_node(OpId::mul, {m->outputs[0], s->outputs[0]}, {}, {});
+    Node* r = b.add_node(OpId::sum, {m2->outputs[0]}, dims_attrs({0, 1}), {});
+    b.set_outputs({r->outputs[0]});
+    EXPECT_FALSE(a.structurally_equal(b));
+  }
+  {
+    Graph b;  // a mutation more
+    build_small(b, false);
+    b.add_mutation(b.inputs()[1], b.outputs()[0]);
+    EXPECT_FALSE(a.structurally_equal(b));
+    EXPECT_NE(a.structural_hash(), b.structural_hash());
+  }
+}
+
+TEST(Graph, FloatingAttrsCompareByBits) {
+  auto one = [](double v) {
+    auto g = std::make_unique<Graph>();
+    Value* x = g->add_input(meta({3}), kCPU, InputKind::Argument, "x");
+    Attrs a;
+    a.value = v;
+    Node* n = g->add_node(OpId::pow_scalar, {x}, a, {});
+    g->set_outputs({n->outputs[0]});
+    return g;
+  };
+  auto nan1 = one(std::nan("")), nan2 = one(std::nan(""));
+  EXPECT_TRUE(nan1->structurally_equal(*nan2));  // a NaN attribute still matches itself
+  EXPECT_EQ(nan1->structural_hash(), nan2->structural_hash());
+  EXPECT_FALSE(one(0.0)->structurally_equal(*one(-0.0)));
+}
+
+TEST(Graph, RandomOpsMatchWhateverRangeTheyDrewAtCapture) {
+  // Seed and offset are drawn afresh at each run, so two captures of the same dropout are
+  // the same graph.
+  Recorder r1, r2;
+  Fn fn = [](const std::vector<Tensor>& a) { return std::vector<Tensor>{dropout(a[0], 0.5)}; };
+  Tensor x = randn({8});
+  record(r1, fn, {x});
+  record(r2, fn, {x});
+  EXPECT_NE(r1.g.nodes()[0]->attrs.offset, r2.g.nodes()[0]->attrs.offset);
+  EXPECT_TRUE(r1.g.structurally_equal(r2.g));
+  EXPECT_EQ(r1.g.structural_hash(), r2.g.structural_hash());
+}
+
+// ---- passes ----
+
+TEST(Graph, DeadCodeEliminationKeepsWhatReachesOutputsAndMutations) {
+  Graph g;
+  Value* x = g.add_input(meta({4, 6}), kCPU, InputKind::Argument, "x");
+  Value* buf = g.add_input(meta({4, 6}), kCPU, InputKind::Captured, "buf");
+  Node* e = g.add_node(OpId::exp, {x}, {}, {});
+  Node* dead1 = g.add_node(OpId::neg, {e->outputs[0]}, {}, {});
+  g.add_node(OpId::abs, {dead1->outputs[0]}, {}, {});  // dead too
+  Attrs k;
+  k.dim = 1;
+  k.start = 2;
+  k.flag = true;
+  Node* tk = g.add_node(OpId::topk, {x}, k, {});  // only its indices are used
+  Node* c = g.add_node(OpId::cast, {tk->outputs[1]}, [] {
+    Attrs a;
+    a.dtype = DType::Float32;
+    return a;
+  }(), {});
+  Node* upd = g.add_node(OpId::add, {buf, e->outputs[0]}, {}, {});
+  g.add_mutation(buf, upd->outputs[0]);
+  g.set_outputs({c->outputs[0]});
+
+  Tensor xt = randn({4, 6});
+  Tensor b1 = randn({4, 6}), b2 = b1.clone();
+  std::vector<Tensor> before = g.interpret({xt, b1});
+
+  EXPECT_EQ(g.eliminate_dead_code(), 2);
+  EXPECT_EQ(g.num_ops(), 4u);
+  EXPECT_EQ(g.eliminate_dead_code(), 0);
+  g.validate();
+  for (size_t i = 0; i < g.values().size(); ++i) EXPECT_EQ(g.values()[i]->id, int(i));
+  std::vector<Tensor> after = g.interpret({xt, b2});
+  expect_bit_equal(before[0], after[0]);
+  expect_bit_equal(b1, b2);
+  EXPECT_FALSE(contains(g.str(), "neg"));
+  EXPECT_FALSE(contains(g.str(), "abs"));
+}
+
+TEST(Graph, CommonSubexpressionsMergeAndRewireUses) {
+  Graph g;
+  Value* x = g.add_input(meta({5}), kCPU, InputKind::Argument, "x");
+  Node* e1 = g.add_node(OpId::exp, {x}, {}, {});
+  Node* e2 = g.add_node(OpId::exp, {x}, {}, {});
+  Node* n1 = g.add_node(OpId::neg, {e1->outputs[0]}, {}, {});
+  Node* n2 = g.add_node(OpId::neg, {e2->outputs[0]}, {}, {});  // same once e2 is e1
+  Node* s = g.add_node(OpId::add, {n1->outputs[0], n2->outputs[0]}, {}, {});
+  Attrs p2, p3;
+  p2.value = 2;
+  p3.value = 3;
+  Node* q2 = g.add_node(OpId::pow_scalar, {x}, p2, {});
+  Node* q3 = g.add_node(OpId::pow_scalar, {x}, p3, {});  // other attrs: kept
+  Node* out = g.add_node(OpId::add, {s->outputs[0], q2->outputs[0]}, {}, {});
+  Node* out2 = g.add_node(OpId::add, {out->outputs[0], q3->outputs[0]}, {}, {});
+  g.set_outputs({out2->outputs[0], n2->outputs[0]});
+
+  Tensor xt = randn({5});
+  std::vector<Tensor> before = g.interpret({xt});
+  EXPECT_EQ(g.eliminate_common_subexpressions(), 2);
+  EXPECT_EQ(g.num_ops(), 7u);
+  EXPECT_EQ(g.eliminate_common_subexpressions(), 0);
+  g.validate();
+  // The output that was n2 is now n1's value.
+  EXPECT_EQ(g.outputs()[1]->producer->op, OpId::neg);
+  EXPECT_EQ(g.outputs()[1]->producer->inputs[0]->producer->inputs[0], g.inputs()[0]);
+  std::vector<Tensor> after = g.interpret({xt});
+  expect_bit_equal(before[0], after[0]);
+  expect_bit_equal(before[1], after[1]);
+}
+
+TEST(Graph, CommonSubexpressionsRewireEveryOutputOfAMultiOutputNode) {
+  Graph g;
+  Value* x = g.add_input(meta({4, 6}), kCPU, InputKind::Argument, "x");
+  Attrs k;
+  k.dim = 1;
+  k.start = 3;
+  k.flag = true;
+  Node* t1 = g.add_node(OpId::topk, {x}, k, {});
+  Node* t2 = g.add_node(OpId::topk, {x}, k, {});
+  Node* a = g.add_node(OpId::add, {t1->outputs[0], t2->outputs[0]}, {}, {});
+  Node* i = g.add_node(OpId::sub, {t2->outputs[1], t1->outputs[1]}, {}, {});
+  g.set_outputs({a->outputs[0], i->outputs[0]});
+  Tensor xt = randn({4, 6});
+  std::vector<Tensor> before = g.interpret({xt});
+  EXPECT_EQ(g.eliminate_common_subexpressions(), 1);
+  g.validate();
+  const Node& add = *g.nodes()[1];
+  const Node& sub = *g.nodes()[2];
+  EXPECT_EQ(add.inputs[0], add.inputs[1]);
+  EXPECT_EQ(sub.inputs[0], sub.inputs[1]);
+  EXPECT_EQ(sub.inputs[0]->output_index, 1);
+  std::vector<Tensor> after = g.interpret({xt});
+  expect_bit_equal(before[0], after[0]);
+  expect_bit_equal(before[1], after[1]);
+}
+
+TEST(Graph, CommonSubexpressionsKeepDistinctOutputsAndRandomDraws) {
+  Graph g;
+  Value* x = g.add_input(meta({5}), kCPU, InputKind::Argument, "x");
+  Node* a = g.add_node(OpId::exp, {x}, {}, {});
+  Node* b = g.add_node(OpId::exp, {x}, {}, {});
+  Attrs r;
+  r.shape = {5};
+  r.value = 0.5;
+  Node* m1 = g.add_node(OpId::bernoulli, {}, r, {});
+  Node* m2 = g.add_node(OpId::bernoulli, {}, r, {});  // a second mask, not the first again
+  Node* d = g.add_node(OpId::sub, {m1->outputs[0], m2->outputs[0]}, {}, {});
+  // Two outputs computed alike are still two tensors for the caller.
+  g.set_outputs({a->outputs[0], b->outputs[0], d->outputs[0]});
+  EXPECT_EQ(g.eliminate_common_subexpressions(), 0);
+  std::vector<Tensor> out = g.interpret({randn({5})});
+  EXPECT_NE(out[0].impl(), out[1].impl());
+  EXPECT_GT(out[2].abs().sum().item(), 0.0);  // 5 pairs of fair coins: equal with p = 1/32
+}
+
+TEST(Graph, DeadRandomNodesStillAdvanceTheGenerator) {
+  Fn fn = [](const std::vector<Tensor>& a) {
+    Tensor unused = rand({7});  // drawn and dropped
+    return std::vector<Tensor>{a[0] + randn({6})};
+  };
+  Recorder r;
+  Tensor x = randn({6});
+  record(r, fn, {x});
+  EXPECT_EQ(r.g.eliminate_dead_code(), 1);
+  EXPECT_TRUE(contains(r.g.str(), "after 8 skipped draws")) << r.g.str();
+  manual_seed(11);
+  Tensor want = fn({x})[0];
+  Tensor want_next = rand({3});
+  manual_seed(11);
+  Tensor got = r.g.interpret({x})[0];
+  Tensor got_next = rand({3});
+  expect_bit_equal(got, want);
+  expect_bit_equal(got_next, want_next);
+
+  // With no random node after it, the removed draws are reserved at the end of the run.
+  Graph g;
+  Value* x2 = g.add_input(meta({3}), kCPU, InputKind::Argument, "x");
+  Attrs r5;
+  r5.shape = {5};
+  g.add_node(OpId::randn, {}, r5, {});
+  Node* e = g.add_node(OpId::exp, {x2}, {}, {});
+  g.set_outputs({e->outputs[0]});
+  EXPECT_EQ(g.eliminate_dead_code(), 1);
+  EXPECT_TRUE(contains(g.str(), "  skip 8 random draws\n")) << g.str();
+  Tensor in = randn({3});
+  RngState s0 = get_rng_state();
+  g.interpret({in});
+  EXPECT_EQ(get_rng_state().offset - s0.offset, 8u);
+}
+
+// ---- interpreter ----
+
+TEST(Graph, InterpretMatchesEagerBitForBit) {
+  Tensor x = randn({6, 8});
+  Tensor w = randn({8, 8});
+  Tensor gamma = randn({8}), beta = randn({8});
+  Tensor xt = randn({8, 6}).t();  // a strided argument
+  Fn fn = [&](const std::vector<Tensor>& a) {
+    Tensor h = matmul(a[0], w);
+    Tensor n = layer_norm(h, {8}, gamma, beta);
+    Tensor v = n.t().slice(0, 1, 7, 2);  // views of views
+    auto [vals, idx] = (n + a[1]).topk(3, -1);
+    Tensor sm = softmax(v * 0.5, -1);
+    return std::vector<Tensor>{vals, idx, sm, v, gelu(n).sum({1}), a[1].narrow(0, 2, 3)};
+  };
+  Recorder r;
+  record(r, fn, {x, xt});
+  std::vector<Tensor> want = fn({x, xt});
+  for (int run = 0; run < 2; ++run) {
+    std::vector<Tensor> got = r.g.interpret(r.inputs);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      expect_bit_equal(got[i], want[i], "output " + std::to_string(i));
+  }
+  // New values through the same graph.
+  Tensor x2 = randn({6, 8});
+  std::vector<Tensor> in2 = r.inputs;
+  in2[0] = x2;
+  std::vector<Tensor> got2 = r.g.interpret(in2);
+  std::vector<Tensor> want2 = fn({x2, xt});
+  for (size_t i = 0; i < got2.size(); ++i) expect_bit_equal(got2[i], want2[i]);
+}
+
+TEST(Graph, InterpretRecordsAutogradLikeEager) {
+  Tensor x = randn({4, 8}).requires_grad_();
+  Tensor w = randn({8, 5}).requires_grad_();
+  Tensor gamma = randn({5}).requires_grad_();
+  Fn fn = [&](const std::vector<Tensor>& a) {
+    Tensor h = layer_norm(matmul(a[0], w), {5}, gamma);
+    auto [vals, idx] = h.topk(2, -1);
+    return std::vector<Tensor>{(vals.sum() + (h.t() * h.t()).mean()).tanh()};
+  };
+  Recorder r;
+  record(r, fn, {x});
+  Tensor want = fn({x})[0];
+  want.backward();
+  Tensor gx = x.grad(), gw = w.grad(), gg = gamma.grad();
+  x.set_grad(Tensor());
+  w.set_grad(Tensor());
+  gamma.set_grad(Tensor());
+
+  Tensor got = r.g.interpret(r.inputs)[0];
+  expect_bit_equal(got, want);
+  ASSERT_TRUE(got.requires_grad());
+  got.backward();
+  expect_bit_equal(x.grad(), gx, "x.grad");
+  expect_bit_equal(w.grad(), gw, "w.grad");
+  expect_bit_equal(gamma.grad(), gg, "gamma.grad");
+}
+
+TEST(Graph, NoGradNodesRecordNoHistory) {
+  Graph g;
+  Value* x = g.add_input(meta({3}), kCPU, InputKind::Argument, "x");
+  Node* e = g.add_node(OpId::exp, {x}, {}, {});
+  Node* f = g.add_node(OpId::neg, {x}, {}, {});
+  f->no_grad = true;
+  g.set_outputs({e->outputs[0], f->outputs[0]});
+  EXPECT_TRUE(contains(g.str(), "no_grad"));
+  std::vector<Tensor> out = g.interpret({randn({3}).requires_grad_()});
+  EXPECT_TRUE(out[0].requires_grad());
+  EXPECT_FALSE(out[1].requires_grad());
+}
+
+TEST(Graph, InterpretChecksItsInputs) {
+  Graph g;
+  Value* x = g.add_input(meta({2, 3}), kCPU, InputKind::Argument, "x");
+  Node* e = g.add_node(OpId::exp, {x}, {}, {});
+  g.set_outputs({e->outputs[0]});
+  EXPECT_TRUE(contains(error_of([&] { g.interpret({}); }), "expected 1 input tensors, got 0"));
+  std::string msg = error_of([&] { g.interpret({randn({3, 2})}); });
+  EXPECT_TRUE(contains(msg, "input 0 (\"x\") is float32[3, 2]")) << msg;
+  EXPECT_TRUE(contains(msg, "captured for float32[2, 3]")) << msg;
+  msg = error_of([&] { g.interpret({randn({2, 3}, DType::Float64)}); });
+  EXPECT_TRUE(contains(msg, "float64[2, 3]")) << msg;
+  EXPECT_THROW(g.interpret({Tensor()}), Error);
+}
+
+TEST(Graph, InterpretFreesIntermediatesAfterTheirLastUse) {
+  Graph g;
+  const int64_t n = 1 << 20;  // 4 MiB a tensor
+  Value* v = g.add_input(meta({n}), kCPU, InputKind::Argument, "x");
+  for (int i = 0; i < 12; ++i) v = g.add_node(i % 2 ? OpId::neg : OpId::abs, {v}, {}, {})->outputs[0];
+  g.set_outputs({v});
+  Tensor x = randn({n});
+  g.interpret({x});  // builds the plan, warms the allocator cache
+  cpu_reset_peak();
+  const size_t base = cpu_allocator_stats().allocated_bytes;
+  Tensor out = g.interpret({x})[0];
+  const size_t peak = cpu_allocator_stats().peak_allocated_bytes - base;
+  // At most an op's input and output live at once (the input is the caller's).
+  EXPECT_LE(peak, size_t(2 * n * 4));
+  EXPECT_GE(peak, size_t(n * 4));
+}
+
+TEST(Graph, MutationsAreWrittenBackIntoInputs) {
+  Graph g;
+  Value* x = g.add_input(meta({4}), kCPU, InputKind::Argument, "x");
+  Value* buf = g.add_input(meta({4}), kCPU, InputKind::Captured, "running");
+  Node* s = g.add_node(OpId::add, {buf, x}, {}, {});
+  Node* y = g.add_node(OpId::mul, {buf, x}, {}, {});  // reads buf from before the update
+  g.add_mutation(buf, s->outputs[0]);
+  g.set_outputs({y->outputs[0], buf});
+  g.validate();
+  Tensor xt = randn({4});
+  Tensor bt = randn({4});
+  Tensor b0 = bt.clone();
+  uint32_t version = bt.version();
+  std::vector<Tensor> out = g.interpret({xt, bt});
+  expect_bit_equal(bt, b0 + xt);
+  expect_bit_equal(out[0], b0 * xt);
+  EXPECT_EQ(out[1].impl(), bt.impl());  // an input returned is the caller's tensor itself
+  EXPECT_GT(bt.version(), version);
+}
+
+TEST(Graph, MutatingALeafThatRequiresGradFailsLikeEager) {
+  Graph g;
+  Value* p = g.add_input(meta({3}), kCPU, InputKind::Captured, "weight");
+  Value* d = g.add_input(meta({3}), kCPU, InputKind::Argument, "step");
+  Node* s = g.add_node(OpId::sub, {p, d}, {}, {});
+  g.add_mutation(p, s->outputs[0]);
+  Tensor w = randn({3}).requires_grad_();
+  Tensor step = randn({3});
+  Tensor w0 = w.detach().clone();
+  std::string msg = error_of([&] { g.interpret({w, step}); });
+  EXPECT_TRUE(contains(msg, "leaf tensor that requires grad")) << msg;
+  expect_bit_equal(w, w0);  // nothing written
+  // An optimizer step runs under NoGradGuard, as in eager.
+  {
+    NoGradGuard no_grad;
+    g.interpret({w, step});
+  }
+  expect_bit_equal(w, w0 - step);
+  EXPECT_TRUE(w.requires_grad());
+  EXPECT_TRUE(w.is_leaf());
+}
+
+TEST(Graph, MutatingATensorWithHistoryKeepsGradientsLikeEager) {
+  // eager: h = a * 2; h.mul_(c); loss = (h * h).sum()
+  Tensor a = randn({5}).requires_grad_();
+  Tensor c = randn({5}).requires_grad_();
+  Tensor ha = a * 2.0;
+  ha.mul_(c);
+  (ha * ha).sum().backward();
+  Tensor ga = a.grad(), gc = c.grad();
+  a.set_grad(Tensor());
+  c.set_grad(Tensor());
+
+  Graph g;
+  Value* h = g.add_input(meta({5}), kCPU, InputKind::Argument, "h");
+  Value* cv = g.add_input(meta({5}), kCPU, InputKind::Captured, "c");
+  Node* m = g.add_node(OpId::mul, {h, cv}, {}, {});
+  g.add_mutation(h, m->outputs[0]);
+  Tensor hb = a * 2.0;
+  g.interpret({hb, c});
+  expect_bit_equal(hb, ha);
+  (hb * hb).sum().backward();
+  expect_bit_equal(a.grad(), ga, "a.grad");
+  expect_bit_equal(c.grad(), gc, "c.grad");
+}
+
+TEST(Graph, MutationByAValueWithHistoryGivesTheTargetHistory) {
+  // eager: buf (no grad) += w, with w requiring grad: buf now carries w's history.
+  Tensor w = randn({3}).requires_grad_();
+  Graph g;
+  Value* b = g.add_input(meta({3}), kCPU, InputKind::Argument, "buf");
+  Value* wv = g.add_input(meta({3}), kCPU, InputKind::Captured, "w");
+  Node* s = g.add_node(OpId::mul, {b, wv}, {}, {});
+  g.add_mutation(b, s->outputs[0]);
+  Tensor buf = randn({3});
+  Tensor b0 = buf.clone();
+  g.interpret({buf, w});
+  ASSERT_TRUE(buf.requires_grad());
+  buf.sum().backward();  // d/dw = the old buf, which the update overwrote
+  expect_bit_equal(w.grad(), b0);
+}
+
+// ---- random ops ----
+
+TEST(Graph, RandomDrawCountsMatchTheFrontEnds) {
+  struct Case {
+    const char* name;
+    std::function<Tensor()> call;
+  };
+  Tensor probs = rand({3, 5}) + 0.1;
+  std::vector<Case> cases = {
+      {"rand f32", [] { return rand({7}); }},
+      {"rand f64", [] { return rand({2, 3}, DType::Float64); }},
+      {"randn odd", [] { return randn({5}); }},
+      {"randn f64", [] { return randn({3}, DType::Float64); }},
+      {"randint", [] { return randint(0, 9, {5}); }},
+      {"bernoulli", [] { return bernoulli({9}, 0.3); }},
+      {"multinomial race", [&] { return multinomial(probs, 3, false); }},
+      {"multinomial one", [&] { return multinomial(probs, 1, false); }},
+      {"multinomial replacement", [&] { return multinomial(probs.select(0, 0), 6, true); }},
+  };
+  for (const Case& c : cases) {
+    Recorder r;
+    record(r, [&](const std::vector<Tensor>&) { return std::vector<Tensor>{c.call()}; }, {});
+    const Node* random = nullptr;
+    for (const auto& n : r.g.nodes())
+      if (op_info(n->op).kind == OpKind::Random) random = n.get();
+    ASSERT_NE(random, nullptr) << c.name;
+    RngState s0 = get_rng_state();
+    c.call();
+    RngState s1 = get_rng_state();
+    EXPECT_EQ(s1.offset - s0.offset, round_up_to_block(graph::random_draws(*random))) << c.name;
+  }
+}
+
+TEST(Graph, RandomOpsDrawFreshValuesEachRunLikeEager) {
+  Tensor x = randn({16, 8});
+  Fn fn = [](const std::vector<Tensor>& a) {
+    Tensor h = dropout(a[0], 0.3);
+    return std::vector<Tensor>{dropout(h.relu(), 0.5) + rand({8}), randint(0, 100, {4})};
+  };
+  Recorder r;
+  record(r, fn, {x});
+
+  manual_seed(123);
+  std::vector<Tensor> e1 = fn({x}), e2 = fn({x});
+  RngState after_eager = get_rng_state();
+  manual_seed(123);
+  std::vector<Tensor> g1 = r.g.interpret({x}), g2 = r.g.interpret({x});
+  EXPECT_EQ(get_rng_state().offset, after_eager.offset);
+  for (size_t i = 0; i < e1.size(); ++i) {
+    expect_bit_equal(g1[i], e1[i], "run 1");
+    expect_bit_equal(g2[i], e2[i], "run 2");
+  }
+  // Two runs draw two different masks.
+  NoGradGuard no_grad;
+  EXPECT_GT((g1[0] - g2[0]).abs().sum().item(), 0.0);
+}
+
+}  // namespace
+}  // namespace ember
