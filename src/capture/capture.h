@@ -76,7 +76,9 @@ class Guards {
   void add_module_identity(const std::shared_ptr<const nn::Module>& m);
   // True when every check passes; otherwise fills `why` (when given) with the first failure,
   // e.g. "input 0 size[1]: expected 64, got 128".
-  bool check(const detail::CallFrame& f, std::string* why) const;
+  // `passed` (when given) counts the checks that passed before the first failure, so that a
+  // miss can be explained against the closest entry.
+  bool check(const detail::CallFrame& f, std::string* why, int* passed = nullptr) const;
   std::string str() const;  // every guard, one a line (EMBER_LOGS=guards)
 
  private:

@@ -44,10 +44,17 @@ struct CompiledCore::State {
 
   std::shared_ptr<const Entry> find(const CallFrame& f, std::string* why) const {
     std::shared_lock lock(entries_mu);
-    // Newest first: after a recompile the new entry is the likely one.
+    // Newest first: after a recompile the new entry is the likely one. On a miss, `why` gets
+    // the failure of the entry that came closest (passed the most checks).
+    int best = -1;
     for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
-      std::string* w = it == entries.rbegin() ? why : nullptr;
-      if ((*it)->guards.check(f, w)) return *it;
+      std::string w;
+      int passed = 0;
+      if ((*it)->guards.check(f, why ? &w : nullptr, &passed)) return *it;
+      if (why && passed > best) {
+        best = passed;
+        *why = std::move(w);
+      }
     }
     return nullptr;
   }
@@ -112,8 +119,8 @@ bool CompiledCore::call(CallFrame& frame, FunctionRef<void(CallFrame&)> body) {
     s.count(r);
     return true;
   };
+  if (auto e = s.find(frame, nullptr)) return run_entry(*e);
   std::string why;
-  if (auto e = s.find(frame, &why)) return run_entry(*e);
 
   std::unique_lock<std::mutex> tl(s.trace_mu);
   if (auto e = s.find(frame, &why)) return run_entry(*e);  // another thread traced it

@@ -69,9 +69,11 @@ void Guards::add_module_identity(const std::shared_ptr<const nn::Module>& m) {
   for (auto& [n, b] : m->named_buffers()) root_tensors_.push_back(b.impl());
 }
 
-bool Guards::check(const detail::CallFrame& f, std::string* why) const {
+bool Guards::check(const detail::CallFrame& f, std::string* why, int* passed) const {
+  int ok = 0;
   auto fail = [&](auto&&... parts) {
     if (why) *why = detail::cat_str(parts...);
+    if (passed) *passed = ok;
     return false;
   };
   if (f.tensors.size() != tensors_.size())
@@ -86,6 +88,7 @@ bool Guards::check(const detail::CallFrame& f, std::string* why) const {
         return fail("non-tensor argument ", i, ": expected ", scalars_[i].str(), ", got ",
                     f.scalars[i].str());
   }
+  ++ok;
   const int64_t* dims = dims_.data();
   for (const TensorCheck& c : tensors_) {
     const Tensor& t = f.tensors[size_t(c.slot)];
@@ -97,6 +100,7 @@ bool Guards::check(const detail::CallFrame& f, std::string* why) const {
     if (ti->dtype != c.dtype)
       return fail("input ", c.slot, " dtype: expected ", dtype_name(c.dtype), ", got ",
                   dtype_name(ti->dtype));
+    ++ok;
     if (int32_t(ti->sizes.size()) != c.ndim)
       return fail("input ", c.slot, " dims: expected ", c.ndim, ", got ", ti->sizes.size());
     const int64_t* want = dims + c.dims_at;
@@ -104,6 +108,7 @@ bool Guards::check(const detail::CallFrame& f, std::string* why) const {
       if (ti->sizes[size_t(d)] != want[d])
         return fail("input ", c.slot, " size[", d, "]: expected ", want[d], ", got ",
                     ti->sizes[size_t(d)]);
+    ok += 2;
     if (c.contiguous) {
       if (!ti->is_contiguous())
         return fail("input ", c.slot, " strides: expected contiguous, got ",
@@ -114,26 +119,31 @@ bool Guards::check(const detail::CallFrame& f, std::string* why) const {
           return fail("input ", c.slot, " stride[", d, "]: expected ", want[c.ndim + d],
                       ", got ", ti->strides[size_t(d)]);
     }
+    ++ok;
     if (!(ti->device == c.device))
       return fail("input ", c.slot, " device: expected ", device_str(c.device), ", got ",
                   device_str(ti->device));
+    ++ok;
     if (ti->requires_grad() != c.requires_grad)
-      return fail("input ", c.slot, " requires_grad: expected ", c.requires_grad, ", got ",
-                  ti->requires_grad());
+      return fail("input ", c.slot, " requires_grad: expected ", c.requires_grad ? "true" : "false",
+                  ", got ", c.requires_grad ? "false" : "true");
   }
+  ok += 1;
   for (auto [a, b] : same_)
     if (f.tensors[size_t(a)].impl() != f.tensors[size_t(b)].impl())
       return fail("inputs ", a, " and ", b, ": expected the same tensor, got different ones");
+  ++ok;
   if (is_grad_enabled() != grad_mode_)
     return fail("grad mode: expected ", grad_mode_ ? "enabled" : "disabled", ", got ",
                 grad_mode_ ? "disabled" : "enabled");
   if (default_float_dtype() != default_dtype_)
     return fail("default float dtype: expected ", dtype_name(default_dtype_), ", got ",
                 dtype_name(default_float_dtype()));
+  ++ok;
   for (const ModuleCheck& m : modules_)
     if (m.module->is_training() != m.training)
-      return fail("module ", m.module->type_name(), " training: expected ", m.training,
-                  ", got ", !m.training);
+      return fail("module ", m.module->type_name(), " training: expected ",
+                  m.training ? "true" : "false", ", got ", m.training ? "false" : "true");
   for (const CapturedCheck& c : captured_) {
     const TensorImpl* ti = c.impl;
     bool same_meta = ti->dtype == c.dtype && int32_t(ti->sizes.size()) == c.ndim &&
@@ -173,7 +183,8 @@ std::string Guards::str() const {
   os << "  grad mode " << (grad_mode_ ? "enabled" : "disabled") << ", default float dtype "
      << dtype_name(default_dtype_) << "\n";
   for (const ModuleCheck& m : modules_)
-    os << "  module " << m.module->type_name() << " training == " << m.training << "\n";
+    os << "  module " << m.module->type_name() << " training == "
+       << (m.training ? "true" : "false") << "\n";
   for (const CapturedCheck& c : captured_) os << "  captured " << c.name << " metadata\n";
   if (root_) os << "  module " << root_->type_name() << " parameter identities\n";
   return os.str();

@@ -438,8 +438,9 @@ class Tracer : public CaptureHook {
           if (it != s.pristine.end()) {
             // Held only by this segment (and the results): made by the function itself, so
             // each replay starts from its first contents, as each eager call would.
+            // Returned tensors are held twice: by the frame and by the result object.
             long held = c.impl_ptr().use_count() - 1;
-            for (const Tensor& r : *results) held -= r.impl() == c.impl();
+            for (const Tensor& r : *results) held -= 2 * (r.impl() == c.impl());
             if (held == 0) pristine = it->second;
           }
           plan->captured.push_back(c);

@@ -60,7 +60,16 @@ std::vector<T> Tensor::to_vector(std::source_location loc) const {
   Tensor c;
   {
     NoGradGuard g;
-    c = detach().to(dtype_of<T>::value).contiguous();
+    // The copy is host-side work on real data: it runs eagerly even under capture.
+    CaptureHook* hook = capture_hook();
+    set_capture_hook(nullptr);
+    try {
+      c = detach().to(dtype_of<T>::value).contiguous();
+    } catch (...) {
+      set_capture_hook(hook);
+      throw;
+    }
+    set_capture_hook(hook);
   }
   std::vector<T> out(size_t(c.numel()));
   if (!out.empty()) std::memcpy(out.data(), c.impl()->data(), out.size() * sizeof(T));
