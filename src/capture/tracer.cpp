@@ -178,9 +178,19 @@ class Tracer : public CaptureHook {
   }
 
   void on_sync(const Tensor& t, const char* why, std::source_location loc) override {
-    if (!ours(t)) return;  // the dispatcher reports the error
     std::string op = why;
-    graph_break(op, op + " needs the values of a tensor computed in the graph", loc);
+    if (ours(t)) {
+      graph_break(op, op + " needs the values of a tensor computed in the graph", loc);
+      return;
+    }
+    if (t.is_symbolic()) return;  // another capture's: the dispatcher reports the error
+    // A real tensor with in-place writes pending in this segment: run them first.
+    for (const TensorImpl* m : seg_->mutated) {
+      if (m->storage == t.impl()->storage) {
+        graph_break(op, op + " reads a tensor written in place in the graph", loc);
+        return;
+      }
+    }
   }
 
   void on_module_state(const void* module, bool training) override {

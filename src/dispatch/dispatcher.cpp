@@ -40,7 +40,8 @@ CallSiteScope::CallSiteScope(std::source_location loc) : prev_(tls_call_site) {
 CallSiteScope::~CallSiteScope() { tls_call_site = prev_; }
 
 void sync_for_host_read(const Tensor& t, const char* why, std::source_location loc) {
-  if (tls_capture_hook && t.is_symbolic()) tls_capture_hook->on_sync(t, why, loc);
+  // Real tensors go to the hook too: capture may have pending in-place writes to them.
+  if (tls_capture_hook) tls_capture_hook->on_sync(t, why, loc);
   EMBER_CHECK(!t.is_symbolic(), why, ": the tensor has no data (it is symbolic, from capture)");
 }
 

@@ -36,7 +36,7 @@ class CaptureHook {
   virtual void on_inplace(OpId op, std::span<const Tensor> inputs, const Tensor& out,
                           const Attrs& attrs) = 0;
   // A tensor's values are needed on the host (item(), printing, data_ptr()); `loc` is the
-  // user's call site when known (line 0 otherwise).
+  // user's call site when known (line 0 otherwise). Called for real tensors too.
   virtual void on_sync(const Tensor& t, const char* why, std::source_location loc) = 0;
   // Code read a module's training flag while tracing (guarded by the capture).
   virtual void on_module_state(const void* module, bool training) {}

@@ -161,3 +161,22 @@ TEST_F(Breaks, RandomOpsAroundABreakMatchEager) {
 
 }  // namespace
 }  // namespace ember::test
+
+namespace ember::test {
+namespace {
+
+TEST(BreaksOnRealTensors, ReadingAnInputWrittenInPlaceSeesTheWrite) {
+  auto fn = [](Tensor x) {
+    x.add_(1.0);
+    double first = x.to_vector<double>()[0];  // must see the write
+    return x * first;
+  };
+  auto f = compile(fn);
+  Tensor a = zeros({3}), b = zeros({3});
+  EXPECT_TRUE(bits_equal(f(b), fn(a)));
+  EXPECT_TRUE(bits_equal(a, b));
+  EXPECT_EQ(f.explain().breaks.size(), 1u);
+}
+
+}  // namespace
+}  // namespace ember::test
