@@ -47,6 +47,7 @@ struct CompileStats {
   int64_t segment_cache_hits = 0;  // segments found already compiled
   int64_t eager_fallbacks = 0;  // calls run eagerly past the recompile limit
   std::vector<int64_t> ops_per_compile;  // op count of each graph this callable compiled
+  double trace_seconds = 0;     // time spent capturing (running the graphs excluded)
 };
 
 // One graph break, as explain reports it.

@@ -134,6 +134,8 @@ struct TraceResult {
   int64_t compiles = 0;
   int64_t segment_hits = 0;
   std::vector<int64_t> ops_per_compile;
+  double seconds = 0;      // the whole trace
+  double run_seconds = 0;  // of which running the captured segments
 };
 
 struct TraceConfig {

@@ -62,6 +62,7 @@ struct CompiledCore::State {
   void count(const capture::TraceResult& r) {
     std::lock_guard<std::mutex> g(stats_mu);
     stats.breaks += int64_t(r.breaks.size());
+    stats.trace_seconds += r.seconds - r.run_seconds;
     stats.compiles += r.compiles;
     stats.segment_cache_hits += r.segment_hits;
     stats.ops_per_compile.insert(stats.ops_per_compile.end(), r.ops_per_compile.begin(),

@@ -4,6 +4,7 @@
 // sync point or an op capture cannot record runs the pending segment, makes the symbolic
 // tensors the program still holds real in place, and starts a new segment.
 #include <atomic>
+#include <chrono>
 #include <unordered_set>
 
 #include "capture/capture.h"
@@ -424,12 +425,15 @@ class Tracer : public CaptureHook {
       {
         HookScope off(nullptr);
         set_rng_state(s.rng_start);
+        auto t0 = std::chrono::steady_clock::now();
         try {
           real = runnable->run(s.inputs);
         } catch (...) {
           set_rng_state(now);
           throw;
         }
+        out_.run_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         set_rng_state(now);
       }
       for (size_t i = 0; i < live.size(); ++i)
@@ -499,6 +503,7 @@ std::vector<Tensor> ReplayPlan::run(detail::CallFrame& f) const {
 
 TraceResult trace(const TraceConfig& cfg, detail::CallFrame& frame,
                   detail::FunctionRef<void(detail::CallFrame&)> body) {
+  auto t0 = std::chrono::steady_clock::now();
   TraceResult r;
   Tracer t(cfg, frame, r);
   t.begin();
@@ -507,6 +512,7 @@ TraceResult trace(const TraceConfig& cfg, detail::CallFrame& frame,
     body(frame);
   }
   t.finish();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
 
