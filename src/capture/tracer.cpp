@@ -5,7 +5,6 @@
 // tensors the program still holds real in place, and starts a new segment.
 #include <atomic>
 #include <chrono>
-#include <unordered_set>
 
 #include "capture/capture.h"
 #include "core/shape.h"
@@ -89,7 +88,7 @@ class Tracer : public CaptureHook {
       if (!t.defined()) continue;
       EMBER_CHECK(!t.is_symbolic(), "compile: argument ", i,
                   " is a symbolic tensor from another capture; pass real tensors");
-      arguments_.insert(t.impl());
+      arguments_.emplace(t.impl(), int(i));
       arg_inputs_[i] = int32_t(seg_->inputs.size());
       std::string name = "arg";
       name += std::to_string(i);
@@ -298,9 +297,11 @@ class Tracer : public CaptureHook {
   graph::Value* add_or_find_input(const Tensor& t) {
     auto it = seg_->values.find(t.impl());
     if (it != seg_->values.end()) return it->second;
-    bool arg = arguments_.count(t.impl()) > 0;
-    std::string name = "c";  // (appending avoids a GCC 12 -Wrestrict false positive)
-    name += std::to_string(seg_->num_captured++);
+    auto arg_slot = arguments_.find(t.impl());
+    const bool arg = arg_slot != arguments_.end();
+    // (appending avoids a GCC 12 -Wrestrict false positive)
+    std::string name = arg ? "arg" : "c";
+    name += std::to_string(arg ? arg_slot->second : seg_->num_captured++);
     return add_input(t, arg ? graph::InputKind::Argument : graph::InputKind::Captured, name,
                      true);
   }
@@ -411,9 +412,10 @@ class Tracer : public CaptureHook {
       } else {
         out_.segment_hits++;
       }
-      if (cfg_.want_plan || log_enabled(Log::Graph)) {
+      if (cfg_.want_plan || (compiled && log_enabled(Log::Graph))) {
         std::string text = s.g->str();
-        log_line(Log::Graph, cfg_.name + ": graph " + std::to_string(s.index) + " (" +
+        if (compiled)
+          log_line(Log::Graph, cfg_.name + ": graph " + std::to_string(s.index) + " (" +
                                  std::to_string(s.g->num_ops()) + " ops)\n" + text);
         if (cfg_.want_plan) out_.graphs.push_back(std::move(text));
       }
@@ -478,7 +480,7 @@ class Tracer : public CaptureHook {
   TraceResult& out_;
   uint64_t id_;
   std::unique_ptr<Segment> seg_;
-  std::unordered_set<const TensorImpl*> arguments_;
+  std::unordered_map<const TensorImpl*, int> arguments_;  // argument tensor -> first slot
   std::vector<int32_t> arg_inputs_;
   size_t num_arg_inputs_ = 0;
 };
