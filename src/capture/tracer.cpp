@@ -48,6 +48,8 @@ const char* hint_for(const std::string& op) {
            "move the host-side decision outside the compiled function";
   if (op == "to_vector" || op == "data_ptr")
     return "read tensor data after the compiled function returns";
+  if (op == "backward")
+    return "compile the forward (the loss) and call backward() outside the compiled function";
   if (op == "printing a tensor")
     return "print outside the compiled function (or print shape_str(), which needs no data)";
   return "ops whose output shape depends on the data cannot be captured: use fixed-shape "

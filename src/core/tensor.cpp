@@ -109,9 +109,25 @@ std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
 }
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
-  ember::backward({*this}, gradient.defined() ? std::vector<Tensor>{gradient}
-                                              : std::vector<Tensor>{},
-                  retain_graph);
+  std::vector<Tensor> grads;
+  if (gradient.defined()) grads.push_back(gradient);
+  CaptureHook* hook = capture_hook();
+  if (!hook) {
+    ember::backward({*this}, grads, retain_graph);
+    return;
+  }
+  // Under capture, backward is a graph break: the pending graph runs (so this tensor gets
+  // its autograd history) and the backward pass runs eagerly.
+  sync_for_host_read(*this, "backward");
+  if (gradient.defined()) sync_for_host_read(gradient, "backward");
+  set_capture_hook(nullptr);
+  try {
+    ember::backward({*this}, grads, retain_graph);
+  } catch (...) {
+    set_capture_hook(hook);
+    throw;
+  }
+  set_capture_hook(hook);
 }
 
 Tensor Tensor::detach() const {

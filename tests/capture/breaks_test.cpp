@@ -180,3 +180,27 @@ TEST(BreaksOnRealTensors, ReadingAnInputWrittenInPlaceSeesTheWrite) {
 
 }  // namespace
 }  // namespace ember::test
+
+namespace ember::test {
+namespace {
+
+TEST(BreaksOnRealTensors, BackwardInsideACompiledFunctionBreaksAndMatchesEager) {
+  auto fn = [](const Tensor& x, const Tensor& w) {
+    Tensor loss = (x.matmul(w)).tanh().sum();
+    loss.backward();
+    return loss.detach() * 2.0;
+  };
+  auto f = compile(fn);
+  Tensor x = randn({3, 4});
+  Tensor w1 = randn({4, 2}), w2 = w1.clone();
+  w1.requires_grad_(true);
+  w2.requires_grad_(true);
+  EXPECT_TRUE(bits_equal(f(x, w2), fn(x, w1)));
+  EXPECT_TRUE(bits_equal(w2.grad(), w1.grad()));
+  ExplainReport r = f.explain();
+  ASSERT_EQ(r.breaks.size(), 1u);
+  EXPECT_EQ(r.breaks[0].op, "backward");
+}
+
+}  // namespace
+}  // namespace ember::test

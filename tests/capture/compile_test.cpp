@@ -1,5 +1,8 @@
 // compile(): capture and replay, control flow on non-tensor arguments, structured results,
 // guards and recompiles, the recompile limit, module wrappers, and threads.
+#include <unistd.h>
+
+#include <cstdlib>
 #include <thread>
 
 #include "capture/capture_test_util.h"
@@ -343,6 +346,37 @@ TEST_F(Compile, FactoriesAndRandomOpsReplayLikeEager) {
   std::vector<Tensor> want = {fn(x), fn(x), fn(x)};
   manual_seed(7);
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(bits_equal(f(x), want[size_t(i)])) << "call " << i;
+}
+
+}  // namespace
+}  // namespace ember::test
+
+namespace ember::test {
+namespace {
+
+// EMBER_COMPILE is read once per process: this test re-runs itself in a child process with
+// EMBER_COMPILE=0 and checks there that compile() is the identity.
+TEST(CompileEnv, EmberCompileZeroMakesCompileTheIdentity) {
+  const char* env = std::getenv("EMBER_COMPILE");
+  if (env && std::string(env) == "0") {
+    int runs = 0;
+    auto f = compile([&](const Tensor& x) {
+      ++runs;
+      return x + 1.0;
+    });
+    Tensor x = randn({3});
+    f(x);
+    f(x);
+    EXPECT_EQ(runs, 2);
+    EXPECT_EQ(f.stats().calls, 0);
+    return;
+  }
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  ASSERT_GT(n, 0);
+  self[n] = 0;
+  std::string cmd = std::string("EMBER_COMPILE=0 '") + self + "' --gtest_filter=CompileEnv.* > /dev/null 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
 }
 
 }  // namespace
