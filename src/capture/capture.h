@@ -119,7 +119,8 @@ struct ReplayPlan {
   std::vector<Tensor> captured;      // graph inputs after the arguments
   std::vector<Tensor> pristine;      // per captured: initial contents when the graph mutates a
                                      // tensor the function created itself (cloned per replay)
-  std::vector<int32_t> outputs;      // per result tensor: graph output index, or -1 (undefined)
+  // Per result tensor: a graph output index; -1: undefined; -2 - i: argument slot i itself.
+  std::vector<int32_t> outputs;
   std::vector<int64_t> out_lengths;
   std::vector<Tensor> run(detail::CallFrame& f) const;
 };

@@ -392,6 +392,9 @@ class Tracer : public CaptureHook {
           EMBER_CHECK(ours(r), "compile: the function returned a symbolic tensor from another "
                                "capture");
           result_index.push_back(output(sym_of(r.impl())->value));
+        } else if (auto a = arguments_.find(r.impl()); a != arguments_.end()) {
+          // An argument returned (perhaps written in place): the same tensor, as in eager.
+          result_index.push_back(-2 - a->second);
         } else {
           result_index.push_back(output(add_or_find_input(r)));
         }
@@ -500,7 +503,8 @@ std::vector<Tensor> ReplayPlan::run(detail::CallFrame& f) const {
   if (runnable) outs = runnable->run(in);
   f.outputs.clear();
   f.outputs.reserve(outputs.size());
-  for (int32_t k : outputs) f.outputs.push_back(k >= 0 ? outs[size_t(k)] : Tensor());
+  for (int32_t k : outputs)
+    f.outputs.push_back(k >= 0 ? outs[size_t(k)] : k == -1 ? Tensor() : f.tensors[size_t(-2 - k)]);
   f.out_lengths = out_lengths;
   return outs;
 }

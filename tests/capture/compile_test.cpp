@@ -381,3 +381,26 @@ TEST(CompileEnv, EmberCompileZeroMakesCompileTheIdentity) {
 
 }  // namespace
 }  // namespace ember::test
+
+namespace ember::test {
+namespace {
+
+TEST(CompileResults, ReturnedArgumentsAreTheSameTensorsAsInEager) {
+  auto f = compile([](Tensor p, const Tensor& g) {
+    p.add_(g);
+    return std::make_tuple(p, g, Tensor(), g * 2.0);
+  });
+  Tensor p = zeros({2}), g = ones({2});
+  for (int i = 1; i <= 3; ++i) {
+    auto [a, b, u, c] = f(p, g);
+    EXPECT_EQ(a.impl(), p.impl());
+    EXPECT_EQ(b.impl(), g.impl());
+    EXPECT_FALSE(u.defined());
+    EXPECT_EQ(p.to_vector<float>(), std::vector<float>(2, float(i)));
+    EXPECT_EQ(c.to_vector<float>(), std::vector<float>(2, 2.0f));
+  }
+  EXPECT_EQ(f.stats().replays, 2);
+}
+
+}  // namespace
+}  // namespace ember::test
