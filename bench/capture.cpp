@@ -37,20 +37,33 @@ EMBER_BENCH(capture) {
     std::vector<Tensor> x;
     for (int k = 0; k < 10; ++k) x.push_back(ones({1}));
     auto f = compile(sum10);
-    auto call_compiled = [&] { return f(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9]); };
+    auto call_compiled = [&] {
+      return f(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9]);
+    };
     call_compiled();  // trace
     const int n = opt.quick ? 2000 : 100000;
-    double eager = time_ms([&] {
-      for (int k = 0; k < n; ++k) sum10(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9]);
-    }, opt.quick ? 3 : 7) / n;
-    double compiled = time_ms([&] {
-      for (int k = 0; k < n; ++k) call_compiled();
-    }, opt.quick ? 3 : 7) / n;
+    double eager = time_ms(
+                       [&] {
+                         for (int k = 0; k < n; ++k)
+                           sum10(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9]);
+                       },
+                       opt.quick ? 3 : 7) /
+                   n;
+    double compiled = time_ms(
+                          [&] {
+                            for (int k = 0; k < n; ++k) call_compiled();
+                          },
+                          opt.quick ? 3 : 7) /
+                      n;
     bool hit = true;
-    double guard = time_ms([&] {
-      for (int k = 0; k < n; ++k)
-        hit &= f.would_hit(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9]);
-    }, opt.quick ? 3 : 7) / n;
+    double guard =
+        time_ms(
+            [&] {
+              for (int k = 0; k < n; ++k)
+                hit &= f.would_hit(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9]);
+            },
+            opt.quick ? 3 : 7) /
+        n;
     Row r{"capture/guard_hit_10_inputs", eager};
     r.compiled_ms = compiled;
     r.extra = {{"us_guard_check", guard * 1000}, {"us_per_compiled_call", compiled * 1000}};
@@ -73,17 +86,20 @@ EMBER_BENCH(capture) {
       // A fresh callable traces again (the segment cache already holds the graph, so nothing
       // compiles); stats().trace_seconds excludes running the captured graph.
       std::vector<double> per_op;
-      double first = time_ms([&] {
-        auto fresh = compile([&](const Tensor& t) { return model->forward(t); });
-        fresh(idx);
-        per_op.push_back(fresh.stats().trace_seconds * 1e6 / double(ops));
-      }, opt.quick ? 3 : 10, 1);
+      double first = time_ms(
+          [&] {
+            auto fresh = compile([&](const Tensor& t) { return model->forward(t); });
+            fresh(idx);
+            per_op.push_back(fresh.stats().trace_seconds * 1e6 / double(ops));
+          },
+          opt.quick ? 3 : 10, 1);
       std::sort(per_op.begin(), per_op.end());
       Row r{"capture/trace_per_op", NAN};
       r.compiled_ms = first;
       r.extra = {{"us_per_op", per_op[per_op.size() / 2]}, {"ops", double(ops)}};
-      r.note = "compiled_ms: first call of a new callable (trace + run); us_per_op: tracing "
-               "time per captured op (median)";
+      r.note =
+          "compiled_ms: first call of a new callable (trace + run); us_per_op: tracing "
+          "time per captured op (median)";
       rows.push_back(r);
     }
     if (opt.wants("capture/gpt_forward_eager_backend")) {

@@ -37,17 +37,17 @@ struct CompileOptions {
 // Counters of one compiled callable (tests assert them).
 struct CompileStats {
   int64_t calls = 0;
-  int64_t traces = 0;           // runs of the C++ function under capture
-  int64_t compiles = 0;         // graphs handed to the backend (segment cache misses)
-  int64_t recompiles = 0;       // traces caused by a guard miss after the first entry
-  int64_t breaks = 0;           // graph breaks met, over all runs
-  int64_t cache_hits = 0;       // calls whose guards matched a cache entry
-  int64_t replays = 0;          // hits replayed from the graph without running the function
-  int64_t segmented_runs = 0;   // hits re-running a function that broke, segment by segment
+  int64_t traces = 0;              // runs of the C++ function under capture
+  int64_t compiles = 0;            // graphs handed to the backend (segment cache misses)
+  int64_t recompiles = 0;          // traces caused by a guard miss after the first entry
+  int64_t breaks = 0;              // graph breaks met, over all runs
+  int64_t cache_hits = 0;          // calls whose guards matched a cache entry
+  int64_t replays = 0;             // hits replayed from the graph without running the function
+  int64_t segmented_runs = 0;      // hits re-running a function that broke, segment by segment
   int64_t segment_cache_hits = 0;  // segments found already compiled
-  int64_t eager_fallbacks = 0;  // calls run eagerly past the recompile limit
+  int64_t eager_fallbacks = 0;     // calls run eagerly past the recompile limit
   std::vector<int64_t> ops_per_compile;  // op count of each graph this callable compiled
-  double trace_seconds = 0;     // time spent capturing (running the graphs excluded)
+  double trace_seconds = 0;              // time spent capturing (running the graphs excluded)
 };
 
 // One graph break, as explain reports it.
@@ -83,8 +83,7 @@ class FunctionRef<R(A...)> {
  public:
   template <class G>
   FunctionRef(G&& g)  // NOLINT: implicit on purpose
-      : obj_(const_cast<void*>(static_cast<const void*>(&g))),
-        call_([](void* o, A... a) -> R {
+      : obj_(const_cast<void*>(static_cast<const void*>(&g))), call_([](void* o, A... a) -> R {
           return (*static_cast<std::remove_reference_t<G>*>(o))(std::forward<A>(a)...);
         }) {}
   R operator()(A... a) const { return call_(obj_, std::forward<A>(a)...); }
@@ -114,9 +113,9 @@ struct ScalarArg {
 
 // Arguments and results of one call, flattened.
 struct CallFrame {
-  std::vector<Tensor> tensors;  // tensor arguments in order (vectors expanded)
-  std::vector<ScalarArg> scalars;  // other arguments, and the length of each vector argument
-  std::vector<Tensor> outputs;  // result tensors in order
+  std::vector<Tensor> tensors;       // tensor arguments in order (vectors expanded)
+  std::vector<ScalarArg> scalars;    // other arguments, and the length of each vector argument
+  std::vector<Tensor> outputs;       // result tensors in order
   std::vector<int64_t> out_lengths;  // length of each vector inside the result
 };
 
@@ -147,23 +146,28 @@ class CompiledCore {
 };
 
 // ---- flattening arguments ----
-inline void flatten_arg(CallFrame& f, const Tensor& t) { f.tensors.push_back(t); }
+inline void flatten_arg(CallFrame& f, const Tensor& t) {
+  f.tensors.push_back(t);
+}
 inline void flatten_arg(CallFrame& f, const std::vector<Tensor>& v) {
   f.scalars.push_back(ScalarArg::make(ScalarArg::Length, int64_t(v.size())));
   for (const Tensor& t : v) f.tensors.push_back(t);
 }
-inline void flatten_arg(CallFrame& f, bool b) { f.scalars.push_back(ScalarArg::make(ScalarArg::Bool, b)); }
+inline void flatten_arg(CallFrame& f, bool b) {
+  f.scalars.push_back(ScalarArg::make(ScalarArg::Bool, b));
+}
 inline void flatten_arg(CallFrame& f, const std::string& s) {
   f.scalars.push_back(ScalarArg::make(ScalarArg::String, 0, 0, s));
 }
-inline void flatten_arg(CallFrame& f, const char* s) { flatten_arg(f, std::string(s)); }
+inline void flatten_arg(CallFrame& f, const char* s) {
+  flatten_arg(f, std::string(s));
+}
 template <class T>
-  requires std::is_integral_v<T> && (!std::is_same_v<T, bool>)
-void flatten_arg(CallFrame& f, T v) {
+requires std::is_integral_v<T> &&(!std::is_same_v<T, bool>)void flatten_arg(CallFrame& f, T v) {
   f.scalars.push_back(ScalarArg::make(ScalarArg::Int, int64_t(v)));
 }
 template <class T>
-  requires std::is_floating_point_v<T>
+requires std::is_floating_point_v<T>
 void flatten_arg(CallFrame& f, T v) {
   f.scalars.push_back(ScalarArg::make(ScalarArg::Float, 0, double(v)));
 }
@@ -205,8 +209,8 @@ struct ResultCodec<std::vector<Tensor>> {
 template <class... T>
 struct ResultCodec<std::tuple<T...>> {
   static void flatten(CallFrame& f, const std::tuple<T...>& t) {
-    std::apply([&](const auto&... e) { (ResultCodec<std::decay_t<decltype(e)>>::flatten(f, e), ...); },
-               t);
+    std::apply(
+        [&](const auto&... e) { (ResultCodec<std::decay_t<decltype(e)>>::flatten(f, e), ...); }, t);
   }
   static std::tuple<T...> rebuild(const CallFrame& f, size_t& pos, size_t& len) {
     // Braced initialization evaluates the elements in order.
@@ -290,8 +294,7 @@ struct is_module_ptr<std::shared_ptr<M>> : std::is_base_of<nn::Module, M> {};
 // compile(fn): fn takes tensors (and vectors of them, integers, floats, bools, strings) and
 // returns a Tensor, a std::vector<Tensor> or a tuple/pair of those.
 template <class F>
-  requires(!detail::is_module_ptr<std::decay_t<F>>::value)
-CompiledFunction<std::decay_t<F>> compile(
+requires(!detail::is_module_ptr<std::decay_t<F>>::value) CompiledFunction<std::decay_t<F>> compile(
     F&& fn, CompileOptions opts = {},
     std::source_location where = std::source_location::current()) {
   return CompiledFunction<std::decay_t<F>>(std::forward<F>(fn), std::move(opts), where);
@@ -328,9 +331,9 @@ class CompiledModule {
 };
 
 template <class M>
-  requires std::is_base_of_v<nn::Module, M>
-CompiledModule<M> compile(std::shared_ptr<M> m, CompileOptions opts = {},
-                          std::source_location where = std::source_location::current()) {
+requires std::is_base_of_v<nn::Module, M> CompiledModule<M> compile(
+    std::shared_ptr<M> m, CompileOptions opts = {},
+    std::source_location where = std::source_location::current()) {
   return CompiledModule<M>(std::move(m), std::move(opts), where);
 }
 

@@ -71,5 +71,7 @@ void clear_segment_cache() {
 }  // namespace ember::capture
 
 namespace ember {
-void reset_compile_caches() { capture::clear_segment_cache(); }
+void reset_compile_caches() {
+  capture::clear_segment_cache();
+}
 }  // namespace ember

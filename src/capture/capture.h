@@ -44,14 +44,14 @@ std::string loc_str(const std::source_location& loc);
 
 // ---- guards: what a cache entry assumed, as a flat list of cheap checks ----
 struct TensorCheck {
-  int32_t slot = 0;      // argument position among the frame's tensors
+  int32_t slot = 0;  // argument position among the frame's tensors
   bool defined = true;
   DType dtype = DType::Float32;
   Device device;
   bool requires_grad = false;
   bool contiguous = true;
   int32_t ndim = 0;
-  int32_t dims_at = 0;     // sizes at dims_[dims_at ..], then strides when not contiguous
+  int32_t dims_at = 0;  // sizes at dims_[dims_at ..], then strides when not contiguous
 };
 struct CapturedCheck {  // a real tensor met while tracing (parameter, buffer, constant)
   TensorImpl* impl = nullptr;
@@ -101,7 +101,8 @@ struct SegmentKey {
   std::vector<bool> requires_grad;  // per graph input
 };
 // Returns the compiled form of g (compiling it on a miss; `compiled` says which happened).
-std::shared_ptr<const Runnable> lookup_or_compile(Backend& be, std::shared_ptr<const graph::Graph> g,
+std::shared_ptr<const Runnable> lookup_or_compile(Backend& be,
+                                                  std::shared_ptr<const graph::Graph> g,
                                                   const std::vector<Tensor>& inputs,
                                                   bool* compiled);
 void clear_segment_cache();
@@ -115,10 +116,10 @@ struct BreakRecord {
 struct ReplayPlan {
   std::shared_ptr<const graph::Graph> graph;
   std::shared_ptr<const Runnable> runnable;
-  std::vector<int32_t> arg_inputs;   // per argument slot: its graph input, or -1 (undefined)
-  std::vector<Tensor> captured;      // graph inputs after the arguments
-  std::vector<Tensor> pristine;      // per captured: initial contents when the graph mutates a
-                                     // tensor the function created itself (cloned per replay)
+  std::vector<int32_t> arg_inputs;  // per argument slot: its graph input, or -1 (undefined)
+  std::vector<Tensor> captured;     // graph inputs after the arguments
+  std::vector<Tensor> pristine;     // per captured: initial contents when the graph mutates a
+                                    // tensor the function created itself (cloned per replay)
   // Per result tensor: a graph output index; -1: undefined; -2 - i: argument slot i itself.
   std::vector<int32_t> outputs;
   std::vector<int64_t> out_lengths;

@@ -36,10 +36,9 @@ struct CompiledCore::State {
   std::atomic<bool> fallen_back{false};
 
   // Counters touched on every call are atomics; the rest sit under stats_mu.
-  std::atomic<int64_t> calls{0}, cache_hits{0}, replays{0}, segmented_runs{0},
-      eager_fallbacks{0};
+  std::atomic<int64_t> calls{0}, cache_hits{0}, replays{0}, segmented_runs{0}, eager_fallbacks{0};
   mutable std::mutex stats_mu;
-  CompileStats stats;  // traces, compiles, recompiles, breaks, segment hits, ops_per_compile
+  CompileStats stats;    // traces, compiles, recompiles, breaks, segment hits, ops_per_compile
   ExplainReport report;  // from the first trace, plus recompile reasons
 
   std::shared_ptr<const Entry> find(const CallFrame& f, std::string* why) const {
@@ -79,16 +78,21 @@ CompiledCore::CompiledCore(CompileOptions opts, std::source_location where)
               opts.recompile_limit);
   if (s_->enabled) s_->backend = &capture::backend(opts.backend);
   if (s_->enabled && opts.dynamic.value_or(false))
-    capture::warn(s_->name + ": dynamic=true is accepted, but symbolic sizes are not "
-                             "implemented yet: each new size recompiles");
+    capture::warn(s_->name +
+                  ": dynamic=true is accepted, but symbolic sizes are not "
+                  "implemented yet: each new size recompiles");
   s_->opts = std::move(opts);
 }
 
 CompiledCore::~CompiledCore() = default;
 
-bool CompiledCore::enabled() const { return s_->enabled; }
+bool CompiledCore::enabled() const {
+  return s_->enabled;
+}
 
-void CompiledCore::guard_module(std::shared_ptr<const nn::Module> m) { s_->root = std::move(m); }
+void CompiledCore::guard_module(std::shared_ptr<const nn::Module> m) {
+  s_->root = std::move(m);
+}
 
 bool CompiledCore::would_hit(const CallFrame& frame) const {
   return !s_->fallen_back && s_->find(frame, nullptr) != nullptr;

@@ -15,8 +15,8 @@ int64_t ExplainReport::total_ops() const {
 std::string ExplainReport::str() const {
   std::ostringstream os;
   os << "explain " << name << ": " << graph_count << (graph_count == 1 ? " graph, " : " graphs, ")
-     << breaks.size() << (breaks.size() == 1 ? " graph break, " : " graph breaks, ")
-     << total_ops() << " ops\n";
+     << breaks.size() << (breaks.size() == 1 ? " graph break, " : " graph breaks, ") << total_ops()
+     << " ops\n";
   for (size_t i = 0; i < ops_per_graph.size(); ++i)
     os << "  graph " << i << ": " << ops_per_graph[i] << " ops\n";
   if (!breaks.empty()) {
@@ -34,6 +34,8 @@ std::string ExplainReport::str() const {
   return os.str();
 }
 
-std::ostream& operator<<(std::ostream& os, const ExplainReport& r) { return os << r.str(); }
+std::ostream& operator<<(std::ostream& os, const ExplainReport& r) {
+  return os << r.str();
+}
 
 }  // namespace ember

@@ -9,7 +9,9 @@
 namespace ember::capture {
 
 namespace {
-std::string device_str(Device d) { return d.str(); }
+std::string device_str(Device d) {
+  return d.str();
+}
 }  // namespace
 
 void Guards::add_arguments(const detail::CallFrame& f) {
@@ -116,8 +118,8 @@ bool Guards::check(const detail::CallFrame& f, std::string* why, int* passed) co
     } else {
       for (int32_t d = 0; d < c.ndim; ++d)
         if (ti->strides[size_t(d)] != want[c.ndim + d])
-          return fail("input ", c.slot, " stride[", d, "]: expected ", want[c.ndim + d],
-                      ", got ", ti->strides[size_t(d)]);
+          return fail("input ", c.slot, " stride[", d, "]: expected ", want[c.ndim + d], ", got ",
+                      ti->strides[size_t(d)]);
     }
     ++ok;
     if (!(ti->device == c.device))
@@ -156,8 +158,10 @@ bool Guards::check(const detail::CallFrame& f, std::string* why, int* passed) co
   if (root_) {
     size_t i = 0;
     bool same = true;
-    for (const Tensor& p : root_->parameters()) same &= i < root_tensors_.size() && root_tensors_[i++] == p.impl();
-    for (auto& [n, b] : root_->named_buffers()) same &= i < root_tensors_.size() && root_tensors_[i++] == b.impl();
+    for (const Tensor& p : root_->parameters())
+      same &= i < root_tensors_.size() && root_tensors_[i++] == p.impl();
+    for (auto& [n, b] : root_->named_buffers())
+      same &= i < root_tensors_.size() && root_tensors_[i++] == b.impl();
     if (!same || i != root_tensors_.size())
       return fail("module ", root_->type_name(),
                   ": its parameters or buffers were replaced by other tensors");
@@ -174,8 +178,8 @@ std::string Guards::str() const {
       continue;
     }
     Shape s(dims_.begin() + c.dims_at, dims_.begin() + c.dims_at + c.ndim);
-    os << dtype_name(c.dtype) << shape_str(s) << (c.contiguous ? " contiguous" : " strided")
-       << " " << device_str(c.device) << (c.requires_grad ? " requires_grad" : "") << "\n";
+    os << dtype_name(c.dtype) << shape_str(s) << (c.contiguous ? " contiguous" : " strided") << " "
+       << device_str(c.device) << (c.requires_grad ? " requires_grad" : "") << "\n";
   }
   for (auto [a, b] : same_) os << "  inputs " << a << " and " << b << " are one tensor\n";
   for (size_t i = 0; i < scalars_.size(); ++i)
@@ -183,8 +187,8 @@ std::string Guards::str() const {
   os << "  grad mode " << (grad_mode_ ? "enabled" : "disabled") << ", default float dtype "
      << dtype_name(default_dtype_) << "\n";
   for (const ModuleCheck& m : modules_)
-    os << "  module " << m.module->type_name() << " training == "
-       << (m.training ? "true" : "false") << "\n";
+    os << "  module " << m.module->type_name() << " training == " << (m.training ? "true" : "false")
+       << "\n";
   for (const CapturedCheck& c : captured_) os << "  captured " << c.name << " metadata\n";
   if (root_) os << "  module " << root_->type_name() << " parameter identities\n";
   return os.str();
@@ -195,11 +199,16 @@ std::string Guards::str() const {
 namespace ember::detail {
 std::string ScalarArg::str() const {
   switch (kind) {
-    case Int: return std::to_string(i);
-    case Float: return cat_str(f);
-    case Bool: return i ? "true" : "false";
-    case String: return "\"" + s + "\"";
-    case Length: return cat_str("a vector of ", i, " tensors");
+    case Int:
+      return std::to_string(i);
+    case Float:
+      return cat_str(f);
+    case Bool:
+      return i ? "true" : "false";
+    case String:
+      return "\"" + s + "\"";
+    case Length:
+      return cat_str("a vector of ", i, " tensors");
   }
   return "?";
 }

@@ -37,16 +37,22 @@ std::mutex& out_mutex() {
 }
 const char* tag(Log what) {
   switch (what) {
-    case Log::GraphBreaks: return "graph_breaks";
-    case Log::Recompiles: return "recompiles";
-    case Log::Guards: return "guards";
-    case Log::Graph: return "graph";
+    case Log::GraphBreaks:
+      return "graph_breaks";
+    case Log::Recompiles:
+      return "recompiles";
+    case Log::Guards:
+      return "guards";
+    case Log::Graph:
+      return "graph";
   }
   return "?";
 }
 }  // namespace
 
-bool log_enabled(Log what) { return config().on[int(what)]; }
+bool log_enabled(Log what) {
+  return config().on[int(what)];
+}
 
 void log_line(Log what, const std::string& text) {
   if (!log_enabled(what)) return;

@@ -103,8 +103,7 @@ class Tracer : public CaptureHook {
   // The function returned: run the last segment, with its results as outputs.
   void finish() { flush(&frame_.outputs); }
 
-  std::vector<Tensor> on_op(OpId op, std::span<const Tensor> inputs,
-                            const Attrs& attrs) override {
+  std::vector<Tensor> on_op(OpId op, std::span<const Tensor> inputs, const Attrs& attrs) override {
     const OpInfo& info = op_info(op);
     if (info.has(kDataDependentShape) || info.has(kNeedsBreak)) {
       std::string name(info.name);
@@ -141,8 +140,8 @@ class Tracer : public CaptureHook {
   void on_inplace(OpId op, std::span<const Tensor> inputs, const Tensor& out,
                   const Attrs& attrs) override {
     if (!in_place_capturable(out)) {
-      graph_break(std::string(op_name(op)) + "_",
-                  "in-place write into a view or an aliased tensor", current_call_site());
+      graph_break(std::string(op_name(op)) + "_", "in-place write into a view or an aliased tensor",
+                  current_call_site());
       HookScope off(nullptr);
       dispatch_inplace(op, out, std::vector<Tensor>(inputs.begin(), inputs.end()), attrs);
       return;
@@ -245,8 +244,7 @@ class Tracer : public CaptureHook {
       std::shared_ptr<TensorImpl> p = h.impl.lock();
       if (!p || p.get() == except) continue;
       const SymInfo* s = sym_of(p.get());
-      if (s && s->trace == id_ && s->segment == seg_->index && s->alias.get() == alias)
-        return true;
+      if (s && s->trace == id_ && s->segment == seg_->index && s->alias.get() == alias) return true;
     }
     return false;
   }
@@ -276,8 +274,7 @@ class Tracer : public CaptureHook {
       if (!t.defined() || t.is_symbolic() || seg_->values.count(t.impl())) continue;
       for (const TensorImpl* m : seg_->mutated) {
         if (m->storage == t.impl()->storage) {
-          graph_break("read", "a tensor sharing memory with one written in place in the graph",
-                      {});
+          graph_break("read", "a tensor sharing memory with one written in place in the graph", {});
           return;
         }
       }
@@ -304,16 +301,16 @@ class Tracer : public CaptureHook {
     // (appending avoids a GCC 12 -Wrestrict false positive)
     std::string name = arg ? "arg" : "c";
     name += std::to_string(arg ? arg_slot->second : seg_->num_captured++);
-    return add_input(t, arg ? graph::InputKind::Argument : graph::InputKind::Captured, name,
-                     true);
+    return add_input(t, arg ? graph::InputKind::Argument : graph::InputKind::Captured, name, true);
   }
 
   graph::Value* value_of(const Tensor& t) {
     EMBER_CHECK(t.defined(), "compile: an op received an undefined tensor");
     if (t.is_symbolic()) {
-      EMBER_CHECK(ours(t), "compile: a symbolic tensor from another capture (another thread, "
-                           "or a compiled call that failed) was used; only tensors made in "
-                           "this call can be used while it is captured");
+      EMBER_CHECK(ours(t),
+                  "compile: a symbolic tensor from another capture (another thread, "
+                  "or a compiled call that failed) was used; only tensors made in "
+                  "this call can be used while it is captured");
       return sym_of(t.impl())->value;
     }
     return add_or_find_input(t);
@@ -342,8 +339,8 @@ class Tracer : public CaptureHook {
     GraphBreakInfo b{reason, op, loc_str(loc), hint_for(op)};
     EMBER_CHECK(!cfg_.fullgraph, "compile(fullgraph=true): graph break in ", cfg_.name, " at ",
                 b.location, ": ", b.reason, " (", b.op, "). Hint: ", b.hint);
-    log_line(Log::GraphBreaks, cfg_.name + ": graph break at " + b.location + ": " + reason +
-                                   " (" + op + ")");
+    log_line(Log::GraphBreaks,
+             cfg_.name + ": graph break at " + b.location + ": " + reason + " (" + op + ")");
     out_.broke = true;
     out_.breaks.push_back({std::move(b)});
     flush(nullptr);
@@ -358,7 +355,8 @@ class Tracer : public CaptureHook {
     impl.strides = t.strides();
     impl.offset = t.storage_offset();
     impl.is_view = t.impl()->is_view;
-    if (t.impl()->autograd && !detached) impl.autograd = std::make_unique<AutogradMeta>(*t.impl()->autograd);
+    if (t.impl()->autograd && !detached)
+      impl.autograd = std::make_unique<AutogradMeta>(*t.impl()->autograd);
     impl.symbolic.reset();
   }
 
@@ -389,8 +387,9 @@ class Tracer : public CaptureHook {
         if (!r.defined()) {
           result_index.push_back(-1);
         } else if (r.is_symbolic()) {
-          EMBER_CHECK(ours(r), "compile: the function returned a symbolic tensor from another "
-                               "capture");
+          EMBER_CHECK(ours(r),
+                      "compile: the function returned a symbolic tensor from another "
+                      "capture");
           result_index.push_back(output(sym_of(r.impl())->value));
         } else if (auto a = arguments_.find(r.impl()); a != arguments_.end()) {
           // An argument returned (perhaps written in place): the same tensor, as in eager.
@@ -421,7 +420,7 @@ class Tracer : public CaptureHook {
         std::string text = s.g->str();
         if (compiled)
           log_line(Log::Graph, cfg_.name + ": graph " + std::to_string(s.index) + " (" +
-                                 std::to_string(s.g->num_ops()) + " ops)\n" + text);
+                                   std::to_string(s.g->num_ops()) + " ops)\n" + text);
         if (cfg_.want_plan) out_.graphs.push_back(std::move(text));
       }
       // Replay the segment's random ops from where tracing started them, then leave the

@@ -316,7 +316,8 @@ TEST_F(Compile, ManyThreadsCallOneCompiledFunction) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      for (int c = 0; c < kCalls; ++c) ok[size_t(t)] += bool(bits_equal(f(xs[size_t(t)], ys[size_t(t)]), wants[size_t(t)]));
+      for (int c = 0; c < kCalls; ++c)
+        ok[size_t(t)] += bool(bits_equal(f(xs[size_t(t)], ys[size_t(t)]), wants[size_t(t)]));
     });
   }
   for (auto& th : threads) th.join();
@@ -375,7 +376,8 @@ TEST(CompileEnv, EmberCompileZeroMakesCompileTheIdentity) {
   ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   ASSERT_GT(n, 0);
   self[n] = 0;
-  std::string cmd = std::string("EMBER_COMPILE=0 '") + self + "' --gtest_filter=CompileEnv.* > /dev/null 2>&1";
+  std::string cmd =
+      std::string("EMBER_COMPILE=0 '") + self + "' --gtest_filter=CompileEnv.* > /dev/null 2>&1";
   EXPECT_EQ(std::system(cmd.c_str()), 0);
 }
 

@@ -92,9 +92,13 @@ void train_and_compare(double dropout) {
   EXPECT_EQ(s.breaks, 0);
 }
 
-TEST_F(GPTCapture, TrainingStepsEqualEagerBitForBit) { train_and_compare(0.0); }
+TEST_F(GPTCapture, TrainingStepsEqualEagerBitForBit) {
+  train_and_compare(0.0);
+}
 
-TEST_F(GPTCapture, TrainingStepsWithDropoutEqualEagerFromTheSameSeed) { train_and_compare(0.2); }
+TEST_F(GPTCapture, TrainingStepsWithDropoutEqualEagerFromTheSameSeed) {
+  train_and_compare(0.2);
+}
 
 TEST_F(GPTCapture, EvalAfterTrainRecompilesOnce) {
   auto model = std::make_shared<nn::GPT>(tiny_gpt(0.1));
