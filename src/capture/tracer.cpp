@@ -168,8 +168,8 @@ class Tracer : public CaptureHook {
     if (!was_mutated(key)) {
       seg_->mutated.push_back(key);
       // A tensor the function made itself (not an argument) keeps its first contents, in case
-      // it turns out to be local to the function (see finish).
-      if (!arguments_.count(key)) {
+      // it turns out to be local to the function (see flush). Only a replay plan needs them.
+      if (cfg_.want_plan && !out_.broke && !arguments_.count(key)) {
         HookScope off(nullptr);
         NoGradGuard no_grad;
         seg_->pristine[key] = out.clone();
