@@ -341,7 +341,9 @@ requires std::is_base_of_v<nn::Module, M> CompiledModule<M> compile(
 // graph breaks with their locations and hints, recompile reasons.
 template <class F, class... A>
 ExplainReport explain(F&& fn, A&&... args) {
-  auto c = compile(std::forward<F>(fn));
+  CompileOptions opts;
+  opts.name = "the function given to explain()";
+  auto c = compile(std::forward<F>(fn), std::move(opts));
   c(std::forward<A>(args)...);
   return c.explain();
 }
