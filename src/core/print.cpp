@@ -8,6 +8,7 @@
 
 #include "autograd/node.h"
 #include "core/shape.h"
+#include "dispatch/dispatcher.h"
 #include "ember/autograd.h"
 #include "ember/tensor.h"
 
@@ -174,6 +175,8 @@ std::string size_tuple(const Shape& s) {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "tensor(undefined)";
+  // Under capture, printing needs the values: a graph break makes the tensor real.
+  if (t.is_symbolic() && capture_hook()) sync_for_host_read(t, "printing a tensor");
   if (t.is_symbolic())
     return os << "tensor(symbolic, shape=" << t.shape_str() << ", dtype=" << dtype_name(t.dtype())
               << ")";

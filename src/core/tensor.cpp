@@ -48,6 +48,8 @@ Tensor::operator bool() const {
   EMBER_CHECK(defined(), "bool: undefined tensor");
   EMBER_CHECK(numel() == 1, "bool: the truth value of a tensor with ", numel(),
               " elements (shape ", shape_str(), ") is ambiguous");
+  // Named as its own sync site: a conversion operator cannot take the caller's location.
+  sync_for_host_read(*this, "bool conversion");
   return item() != 0;
 }
 
@@ -58,7 +60,16 @@ std::vector<T> Tensor::to_vector(std::source_location loc) const {
   Tensor c;
   {
     NoGradGuard g;
-    c = detach().to(dtype_of<T>::value).contiguous();
+    // The copy is host-side work on real data: it runs eagerly even under capture.
+    CaptureHook* hook = capture_hook();
+    set_capture_hook(nullptr);
+    try {
+      c = detach().to(dtype_of<T>::value).contiguous();
+    } catch (...) {
+      set_capture_hook(hook);
+      throw;
+    }
+    set_capture_hook(hook);
   }
   std::vector<T> out(size_t(c.numel()));
   if (!out.empty()) std::memcpy(out.data(), c.impl()->data(), out.size() * sizeof(T));
@@ -98,9 +109,25 @@ std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
 }
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
-  ember::backward({*this}, gradient.defined() ? std::vector<Tensor>{gradient}
-                                              : std::vector<Tensor>{},
-                  retain_graph);
+  std::vector<Tensor> grads;
+  if (gradient.defined()) grads.push_back(gradient);
+  CaptureHook* hook = capture_hook();
+  if (!hook) {
+    ember::backward({*this}, grads, retain_graph);
+    return;
+  }
+  // Under capture, backward is a graph break: the pending graph runs (so this tensor gets
+  // its autograd history) and the backward pass runs eagerly.
+  sync_for_host_read(*this, "backward");
+  if (gradient.defined()) sync_for_host_read(gradient, "backward");
+  set_capture_hook(nullptr);
+  try {
+    ember::backward({*this}, grads, retain_graph);
+  } catch (...) {
+    set_capture_hook(hook);
+    throw;
+  }
+  set_capture_hook(hook);
 }
 
 Tensor Tensor::detach() const {
@@ -113,7 +140,10 @@ Tensor Tensor::detach() const {
   impl->dtype = impl_->dtype;
   impl->device = impl_->device;
   impl->is_view = impl_->is_view;
-  return Tensor(std::move(impl));
+  Tensor t(std::move(impl));
+  if (t.is_symbolic())
+    if (CaptureHook* h = capture_hook()) h->on_alias(t);
+  return t;
 }
 
 }  // namespace ember

@@ -36,13 +36,29 @@ class CaptureHook {
   virtual void on_inplace(OpId op, std::span<const Tensor> inputs, const Tensor& out,
                           const Attrs& attrs) = 0;
   // A tensor's values are needed on the host (item(), printing, data_ptr()); `loc` is the
-  // user's call site when known (line 0 otherwise).
+  // user's call site when known (line 0 otherwise). Called for real tensors too.
   virtual void on_sync(const Tensor& t, const char* why, std::source_location loc) = 0;
   // Code read a module's training flag while tracing (guarded by the capture).
   virtual void on_module_state(const void* module, bool training) {}
+  // A new handle on a symbolic tensor's value was made outside the dispatcher (detach()).
+  virtual void on_alias(const Tensor& alias) {}
 };
 CaptureHook* capture_hook();
 void set_capture_hook(CaptureHook* hook);
+
+// The user's call site of the op being dispatched on this thread, for the front ends that take
+// a std::source_location (ops that break capture, such as nonzero); line 0 when unknown.
+std::source_location current_call_site();
+class CallSiteScope {
+ public:
+  explicit CallSiteScope(std::source_location loc);
+  ~CallSiteScope();
+  CallSiteScope(const CallSiteScope&) = delete;
+  CallSiteScope& operator=(const CallSiteScope&) = delete;
+
+ private:
+  std::source_location prev_;
+};
 
 // Called before host code reads a tensor's data: graph break under capture, errors otherwise
 // if the tensor has no storage.

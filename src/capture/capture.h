@@ -1,0 +1,155 @@
+// Internals of compile(): backends, guards, the tracer and the caches (see include/ember/compile.h
+// for the public side and docs/compiling.md for the behaviour).
+#pragma once
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <source_location>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dispatch/dispatcher.h"
+#include "ember/compile.h"
+#include "ember/ops.h"
+#include "graph/graph.h"
+
+namespace ember::capture {
+
+// ---- backends: a captured graph in, something runnable out ----
+class Runnable {
+ public:
+  virtual ~Runnable() = default;
+  // Runs the graph on real inputs (in graph input order); applies its mutations.
+  virtual std::vector<Tensor> run(const std::vector<Tensor>& inputs) const = 0;
+};
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual std::shared_ptr<const Runnable> compile(std::shared_ptr<const graph::Graph> g) = 0;
+};
+// "eager" and whatever else was registered; throws for an unknown name.
+Backend& backend(const std::string& name);
+void register_backend(std::unique_ptr<Backend> b);
+
+// ---- logs (EMBER_LOGS=graph_breaks,recompiles,guards,graph, read once) ----
+enum class Log { GraphBreaks, Recompiles, Guards, Graph };
+bool log_enabled(Log what);
+void log_line(Log what, const std::string& text);
+// Always printed (once per callable by the caller): the recompile limit, unsupported options.
+void warn(const std::string& text);
+// "file.cpp:12" from a source location (the file's base name), "<unknown>" for line 0.
+std::string loc_str(const std::source_location& loc);
+
+// ---- guards: what a cache entry assumed, as a flat list of cheap checks ----
+struct TensorCheck {
+  int32_t slot = 0;  // argument position among the frame's tensors
+  bool defined = true;
+  DType dtype = DType::Float32;
+  Device device;
+  bool requires_grad = false;
+  bool contiguous = true;
+  int32_t ndim = 0;
+  int32_t dims_at = 0;  // sizes at dims_[dims_at ..], then strides when not contiguous
+};
+struct CapturedCheck {  // a real tensor met while tracing (parameter, buffer, constant)
+  TensorImpl* impl = nullptr;
+  DType dtype = DType::Float32;
+  bool requires_grad = false;
+  int32_t ndim = 0;
+  int32_t dims_at = 0;
+  std::string name;
+};
+struct ModuleCheck {
+  const nn::Module* module = nullptr;
+  bool training = false;
+};
+
+class Guards {
+ public:
+  void add_arguments(const detail::CallFrame& f);
+  void add_captured(const Tensor& t, const std::string& name);
+  void add_module(const nn::Module* m, bool training);
+  void set_globals();  // grad mode, default float dtype
+  // The module wrapper's root: parameter and buffer identities.
+  void add_module_identity(const std::shared_ptr<const nn::Module>& m);
+  // True when every check passes; otherwise fills `why` (when given) with the first failure,
+  // e.g. "input 0 size[1]: expected 64, got 128".
+  // `passed` (when given) counts the checks that passed before the first failure, so that a
+  // miss can be explained against the closest entry.
+  bool check(const detail::CallFrame& f, std::string* why, int* passed = nullptr) const;
+  std::string str() const;  // every guard, one a line (EMBER_LOGS=guards)
+
+ private:
+  std::vector<TensorCheck> tensors_;
+  std::vector<std::pair<int32_t, int32_t>> same_;  // argument slots holding one tensor
+  std::vector<detail::ScalarArg> scalars_;
+  std::vector<CapturedCheck> captured_;
+  std::vector<ModuleCheck> modules_;
+  std::shared_ptr<const nn::Module> root_;
+  std::vector<TensorImpl*> root_tensors_;
+  std::vector<int64_t> dims_;
+  bool grad_mode_ = true;
+  DType default_dtype_ = DType::Float32;
+};
+
+// ---- the segment cache, shared by every callable: structural hash + input metadata ----
+struct SegmentKey {
+  std::string backend;
+  size_t hash = 0;
+  std::vector<bool> requires_grad;  // per graph input
+};
+// Returns the compiled form of g (compiling it on a miss; `compiled` says which happened).
+std::shared_ptr<const Runnable> lookup_or_compile(Backend& be,
+                                                  std::shared_ptr<const graph::Graph> g,
+                                                  const std::vector<Tensor>& inputs,
+                                                  bool* compiled);
+void clear_segment_cache();
+
+// ---- what a trace produced ----
+struct BreakRecord {
+  GraphBreakInfo info;
+};
+
+// A graph that replays the whole function: inputs are the arguments then the captured tensors.
+struct ReplayPlan {
+  std::shared_ptr<const graph::Graph> graph;
+  std::shared_ptr<const Runnable> runnable;
+  std::vector<int32_t> arg_inputs;  // per argument slot: its graph input, or -1 (undefined)
+  std::vector<Tensor> captured;     // graph inputs after the arguments
+  std::vector<Tensor> pristine;     // per captured: initial contents when the graph mutates a
+                                    // tensor the function created itself (cloned per replay)
+  // Per result tensor: a graph output index; -1: undefined; -2 - i: argument slot i itself.
+  std::vector<int32_t> outputs;
+  std::vector<int64_t> out_lengths;
+  std::vector<Tensor> run(detail::CallFrame& f) const;
+};
+
+struct TraceResult {
+  bool broke = false;
+  Guards guards;
+  std::unique_ptr<ReplayPlan> plan;  // when the function never broke
+  std::vector<BreakRecord> breaks;
+  std::vector<int64_t> ops_per_segment;
+  std::vector<std::string> graphs;
+  int64_t compiles = 0;
+  int64_t segment_hits = 0;
+  std::vector<int64_t> ops_per_compile;
+  double seconds = 0;      // the whole trace
+  double run_seconds = 0;  // of which running the captured segments
+};
+
+struct TraceConfig {
+  Backend* backend = nullptr;
+  bool fullgraph = false;
+  bool want_plan = true;  // first trace: build a replay plan if the function never breaks
+  std::string name;
+};
+
+// Runs body(frame) under capture on this thread and returns what was captured; the frame's
+// outputs hold the (now real) results.
+TraceResult trace(const TraceConfig& cfg, detail::CallFrame& frame,
+                  detail::FunctionRef<void(detail::CallFrame&)> body);
+
+}  // namespace ember::capture

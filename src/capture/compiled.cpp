@@ -1,0 +1,197 @@
+// The call path of a compiled callable: guard check against each cache entry, then replay (a
+// function that never broke), a segmented re-run (one that broke), a new trace (a miss), or
+// eager execution (EMBER_COMPILE=0, nested inside another capture, past the recompile limit).
+#include <cstdlib>
+#include <shared_mutex>
+
+#include "capture/capture.h"
+
+namespace ember::detail {
+
+namespace {
+bool compile_enabled_by_env() {
+  static const bool on = [] {
+    const char* e = std::getenv("EMBER_COMPILE");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+}  // namespace
+
+struct CompiledCore::State {
+  CompileOptions opts;
+  std::string name;
+  bool enabled = true;
+  capture::Backend* backend = nullptr;
+  std::shared_ptr<const nn::Module> root;
+
+  struct Entry {
+    capture::Guards guards;
+    bool segmented = false;
+    std::unique_ptr<capture::ReplayPlan> plan;
+  };
+  mutable std::shared_mutex entries_mu;
+  std::vector<std::shared_ptr<const Entry>> entries;
+  std::mutex trace_mu;  // one trace at a time per callable
+  std::atomic<bool> fallen_back{false};
+
+  // Counters touched on every call are atomics; the rest sit under stats_mu.
+  std::atomic<int64_t> calls{0}, cache_hits{0}, replays{0}, segmented_runs{0}, eager_fallbacks{0};
+  mutable std::mutex stats_mu;
+  CompileStats stats;    // traces, compiles, recompiles, breaks, segment hits, ops_per_compile
+  ExplainReport report;  // from the first trace, plus recompile reasons
+
+  std::shared_ptr<const Entry> find(const CallFrame& f, std::string* why) const {
+    std::shared_lock lock(entries_mu);
+    // Newest first: after a recompile the new entry is the likely one. On a miss, `why` gets
+    // the failure of the entry that came closest (passed the most checks).
+    int best = -1;
+    for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+      std::string w;
+      int passed = 0;
+      if ((*it)->guards.check(f, why ? &w : nullptr, &passed)) return *it;
+      if (why && passed > best) {
+        best = passed;
+        *why = std::move(w);
+      }
+    }
+    return nullptr;
+  }
+
+  void count(const capture::TraceResult& r) {
+    std::lock_guard<std::mutex> g(stats_mu);
+    stats.breaks += int64_t(r.breaks.size());
+    stats.trace_seconds += r.seconds - r.run_seconds;
+    stats.compiles += r.compiles;
+    stats.segment_cache_hits += r.segment_hits;
+    stats.ops_per_compile.insert(stats.ops_per_compile.end(), r.ops_per_compile.begin(),
+                                 r.ops_per_compile.end());
+  }
+};
+
+CompiledCore::CompiledCore(CompileOptions opts, std::source_location where)
+    : s_(std::make_unique<State>()) {
+  s_->enabled = compile_enabled_by_env();
+  s_->name = opts.name.empty() ? "function at " + capture::loc_str(where) : opts.name;
+  s_->report.name = s_->name;
+  EMBER_CHECK(opts.recompile_limit >= 1, "compile: recompile_limit must be at least 1, got ",
+              opts.recompile_limit);
+  if (s_->enabled) s_->backend = &capture::backend(opts.backend);
+  if (s_->enabled && opts.dynamic.value_or(false))
+    capture::warn(s_->name +
+                  ": dynamic=true is accepted, but symbolic sizes are not "
+                  "implemented yet: each new size recompiles");
+  s_->opts = std::move(opts);
+}
+
+CompiledCore::~CompiledCore() = default;
+
+bool CompiledCore::enabled() const {
+  return s_->enabled;
+}
+
+void CompiledCore::guard_module(std::shared_ptr<const nn::Module> m) {
+  s_->root = std::move(m);
+}
+
+bool CompiledCore::would_hit(const CallFrame& frame) const {
+  return !s_->fallen_back && s_->find(frame, nullptr) != nullptr;
+}
+
+bool CompiledCore::call(CallFrame& frame, FunctionRef<void(CallFrame&)> body) {
+  State& s = *s_;
+  s.calls++;
+  // Inside another capture (a compiled function calling this one): trace inline.
+  if (capture_hook()) {
+    body(frame);
+    return true;
+  }
+  if (s.fallen_back) {
+    s.eager_fallbacks++;
+    body(frame);
+    return true;
+  }
+  auto run_entry = [&](const State::Entry& e) {
+    s.cache_hits++;
+    if (!e.segmented) {
+      s.replays++;
+      e.plan->run(frame);
+      return false;
+    }
+    s.segmented_runs++;
+    capture::TraceConfig cfg{s.backend, s.opts.fullgraph, /*want_plan=*/false, s.name};
+    capture::TraceResult r = capture::trace(cfg, frame, body);
+    s.count(r);
+    return true;
+  };
+  if (auto e = s.find(frame, nullptr)) return run_entry(*e);
+  std::string why;
+
+  std::unique_lock<std::mutex> tl(s.trace_mu);
+  if (auto e = s.find(frame, &why)) return run_entry(*e);  // another thread traced it
+  size_t n;
+  {
+    std::shared_lock lock(s.entries_mu);
+    n = s.entries.size();
+  }
+  if (n >= size_t(s.opts.recompile_limit)) {
+    if (!s.fallen_back.exchange(true))
+      capture::warn(s.name + " reached the recompile limit (" +
+                    std::to_string(s.opts.recompile_limit) +
+                    " cache entries); it runs eagerly from now on. Last guard failure: " + why +
+                    ". Raise CompileOptions::recompile_limit if this is expected.");
+    tl.unlock();
+    s.eager_fallbacks++;
+    body(frame);
+    return true;
+  }
+  if (n > 0) {
+    capture::log_line(capture::Log::Recompiles, s.name + ": recompiling because " + why);
+    std::lock_guard<std::mutex> g(s.stats_mu);
+    s.stats.recompiles++;
+    s.report.recompile_reasons.push_back(why);
+  }
+  capture::TraceConfig cfg{s.backend, s.opts.fullgraph, /*want_plan=*/true, s.name};
+  capture::TraceResult r = capture::trace(cfg, frame, body);
+  s.count(r);
+  auto e = std::make_shared<State::Entry>();
+  e->guards = std::move(r.guards);
+  if (s.root) e->guards.add_module_identity(s.root);
+  e->segmented = r.broke;
+  e->plan = std::move(r.plan);
+  if (capture::log_enabled(capture::Log::Guards))
+    capture::log_line(capture::Log::Guards, s.name + ": cache entry " + std::to_string(n) +
+                                                " guards:\n" + e->guards.str());
+  {
+    std::lock_guard<std::mutex> g(s.stats_mu);
+    s.stats.traces++;
+    if (n == 0) {
+      ExplainReport& rep = s.report;
+      rep.graph_count = int64_t(r.ops_per_segment.size());
+      rep.ops_per_graph = r.ops_per_segment;
+      rep.graphs = r.graphs;
+      for (auto& b : r.breaks) rep.breaks.push_back(b.info);
+    }
+  }
+  std::unique_lock lock(s.entries_mu);
+  s.entries.push_back(std::move(e));
+  return true;
+}
+
+CompileStats CompiledCore::stats() const {
+  std::lock_guard<std::mutex> g(s_->stats_mu);
+  CompileStats out = s_->stats;
+  out.calls = s_->calls;
+  out.cache_hits = s_->cache_hits;
+  out.replays = s_->replays;
+  out.segmented_runs = s_->segmented_runs;
+  out.eager_fallbacks = s_->eager_fallbacks;
+  return out;
+}
+
+ExplainReport CompiledCore::explain() const {
+  std::lock_guard<std::mutex> g(s_->stats_mu);
+  return s_->report;
+}
+
+}  // namespace ember::detail

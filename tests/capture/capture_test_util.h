@@ -1,0 +1,25 @@
+// Helpers shared by the capture tests: bit-exact comparison of tensors.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "ember/compile.h"
+#include "ember/ember.h"
+
+namespace ember::test {
+
+// Same shape, dtype and bit pattern of every element.
+inline ::testing::AssertionResult bits_equal(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes() || a.dtype() != b.dtype())
+    return ::testing::AssertionFailure()
+           << "metadata differs: " << a.shape_str() << " " << dtype_name(a.dtype()) << " vs "
+           << b.shape_str() << " " << dtype_name(b.dtype());
+  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i)
+    if (std::memcmp(&x[i], &y[i], sizeof(double)) != 0)
+      return ::testing::AssertionFailure() << "element " << i << ": " << x[i] << " vs " << y[i];
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace ember::test
