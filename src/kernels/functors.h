@@ -105,9 +105,9 @@ EMBER_FN ExpSplitF exp_split(float x) {
   // exp(r) = 1 + r + r^2 q(r); q is the minimax fit of (exp(r) - 1 - r) / r^2 (relative error of
   // exp below 2^-28). 1 + r is split exactly into hi + lo, and the small terms are summed before
   // hi, so p carries little more than its own final rounding (exp within 0.8 ulp, not 1).
-  const float q =
-      4.999999263e-01f +
-      r * (1.666650872e-01f + r * (4.166852828e-02f + r * (8.370134807e-03f + r * 1.381166232e-03f)));
+  const float q = 4.999999263e-01f +
+                  r * (1.666650872e-01f +
+                       r * (4.166852828e-02f + r * (8.370134807e-03f + r * 1.381166232e-03f)));
   const float hi = 1.f + r;
   const float lo = (1.f - hi) + r;
   const float tail = lo + (rlo + (r * r) * q);
@@ -197,12 +197,11 @@ EMBER_FN double exp_f64_approx(double a) {
   const double t = a * kLog2eD + kRoundD;
   const double n = t - kRoundD;
   const double r = a - n * kLn2D;
-  const double q =
-      5.00000007589509132e-01 +
-      r * (1.66666657682418978e-01 +
-           r * (4.16662651315683336e-02 +
-                r * (8.33351071255643283e-03 +
-                     r * (1.39468662396314766e-03 + r * 1.97881571251055368e-04))));
+  const double q = 5.00000007589509132e-01 +
+                   r * (1.66666657682418978e-01 +
+                        r * (4.16662651315683336e-02 +
+                             r * (8.33351071255643283e-03 +
+                                  r * (1.39468662396314766e-03 + r * 1.97881571251055368e-04))));
   const double p = 1.0 + (r + (r * r) * q);
   const uint64_t k = bits_of(t) - bits_of(kRoundD);  // n, two's complement
   return p * double_of((k + 1023u) << 52);
@@ -222,10 +221,10 @@ EMBER_FN double erf_small(double t) {
 // underflows float, and the ratio is held at its value there).
 EMBER_FN double erfcx_tail(double t) {
   const double c = select(t > 10.25, 10.25, t);
-  const double p =
-      1.00001016206648496e+00 +
-      c * (1.31535282710700074e+00 +
-           c * (8.19624124735473969e-01 + c * (2.74243225628967191e-01 + c * 4.38815210506905418e-02)));
+  const double p = 1.00001016206648496e+00 +
+                   c * (1.31535282710700074e+00 +
+                        c * (8.19624124735473969e-01 +
+                             c * (2.74243225628967191e-01 + c * 4.38815210506905418e-02)));
   const double q =
       1.0 + c * (2.44383100760748073e+00 +
                  c * (2.57675221496580731e+00 +
@@ -250,12 +249,14 @@ EMBER_FN NormalF64 normal_f64(double x) {
   const double t = x * kSqrt1_2;
   const double a = std::fabs(t);
   const double e = exp_f64_approx(-0.5 * x * x);  // exp(-t^2), x * x exact for float x
-  const double ec = e * erfcx_tail(a);             // erfc(|t|)
+  const double ec = e * erfcx_tail(a);            // erfc(|t|)
   const double cdf =
       select(a < 0.5, 0.5 + 0.5 * erf_small(t), select(t > 0, 1.0 - 0.5 * ec, 0.5 * ec));
   return {cdf, kInvSqrt2Pi * e};
 }
-EMBER_FN double clamp_below(float x, float lo) { return select(x < lo, double(lo), double(x)); }
+EMBER_FN double clamp_below(float x, float lo) {
+  return select(x < lo, double(lo), double(x));
+}
 
 }  // namespace detail
 

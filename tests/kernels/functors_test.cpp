@@ -1,8 +1,10 @@
 // Accuracy of the float32 transcendentals of kernels/functors.h against double-precision libm:
 // every 64th float32 bit pattern (67 million inputs spanning the whole range, with infinities
-// and NaNs; every 256th for the gelu variants), each through the op's CPU kernel (vectorized, built with the library's flags) and
-// through the functor called directly (built with this file's flags: no FMA, no AVX), plus
-// special values one by one.
+// and NaNs; every 256th for the gelu variants), each through the op's CPU kernel (vectorized,
+// built with the library's flags) and through the functor in a plain loop here (built with this
+// file's flags: no FMA, no AVX), plus special values one by one.
+#include "kernels/functors.h"
+
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -16,7 +18,6 @@
 
 #include "dispatch/dispatcher.h"
 #include "ember/ember.h"
-#include "kernels/functors.h"
 
 namespace ember {
 namespace {
@@ -126,11 +127,19 @@ double ref_sigmoid(double x) {
   const double e = std::exp(-std::fabs(x));
   return x >= 0 ? 1 / (1 + e) : e / (1 + e);
 }
-double ref_silu(double x) { return x == -kInf ? -0.0 : x * ref_sigmoid(x); }
-double ref_gelu(double x) { return x == -kInf ? -0.0 : 0.5 * x * std::erfc(-x * M_SQRT1_2); }
-double tanh_form_arg(double x) { return 2 * std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x); }
+double ref_silu(double x) {
+  return x == -kInf ? -0.0 : x * ref_sigmoid(x);
+}
+double ref_gelu(double x) {
+  return x == -kInf ? -0.0 : 0.5 * x * std::erfc(-x * M_SQRT1_2);
+}
+double tanh_form_arg(double x) {
+  return 2 * std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x);
+}
 // x sigmoid(2u) = 0.5 x (1 + tanh(u)), in the form that does not cancel.
-double ref_gelu_tanh(double x) { return x == -kInf ? -0.0 : x * ref_sigmoid(tanh_form_arg(x)); }
+double ref_gelu_tanh(double x) {
+  return x == -kInf ? -0.0 : x * ref_sigmoid(tanh_form_arg(x));
+}
 double ref_gelu_grad(double x) {
   if (std::isinf(x)) return x > 0 ? 1 : 0;
   return 0.5 * std::erfc(-x * M_SQRT1_2) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
@@ -158,8 +167,8 @@ TEST(FunctorAccuracy, Tanh) {
 
 TEST(FunctorAccuracy, Erf) {
   // No erf op: the functor only (gelu below runs the same code through a kernel).
-  auto r = sweep(nullptr, [](float x) { return fn::Erf{}(x); },
-                 [](double x) { return std::erf(x); });
+  auto r = sweep(
+      nullptr, [](float x) { return fn::Erf{}(x); }, [](double x) { return std::erf(x); });
   expect_within("erf", r, 1.0, false);
 }
 
@@ -209,7 +218,9 @@ TEST(FunctorAccuracy, GeluBackward) {
   Attrs exact;
   exact.flag = false;
   auto r = sweep(
-      [&](const Tensor& t) { return dispatch1(OpId::gelu_backward, {ones_like(t), t}, exact); },
+      [&](const Tensor& t) {
+        return dispatch1(OpId::gelu_backward, {ones_like(t), t}, exact);
+      },
       [](float x) { return fn::GeluBackward{}(1.f, x); }, ref_gelu_grad, err, kCoarseStride);
   expect_within("gelu_backward (fraction of the bound)", r, 1.0);
 }
