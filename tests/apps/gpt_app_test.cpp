@@ -54,21 +54,21 @@ std::string temp_dir(const std::string& name) {
 
 const std::string kTiny =
     " --n_layer 1 --n_head 2 --n_embd 16 --block_size 16 --batch_size 4 --eval_iters 2"
-    " --log_interval 1000 --warmup_iters 5 --lr_decay_iters 40 --dropout 0.1 --seed 7";
+    " --log_interval 1000 --warmup_iters 5 --lr_decay_iters 200 --dropout 0.1 --seed 7";
 
 TEST(GptApp, ResumeContinuesTheSameLossCurve) {
   std::string full = temp_dir("full"), part = temp_dir("part");
-  Result a = run("train --out_dir " + full + " --max_iters 40 --eval_interval 10" + kTiny);
+  Result a = run("train --out_dir " + full + " --max_iters 200 --eval_interval 50" + kTiny);
   ASSERT_EQ(a.code, 0) << a.output;
-  Result b = run("train --out_dir " + part + " --max_iters 20 --eval_interval 10" + kTiny);
+  Result b = run("train --out_dir " + part + " --max_iters 100 --eval_interval 50" + kTiny);
   ASSERT_EQ(b.code, 0) << b.output;
-  Result c = run("train --out_dir " + part + " --max_iters 40 --eval_interval 10 --init_from resume" + kTiny);
+  Result c = run("train --out_dir " + part + " --max_iters 200 --eval_interval 50 --init_from resume" + kTiny);
   ASSERT_EQ(c.code, 0) << c.output;
   EXPECT_NE(c.output.find("resumed from"), std::string::npos) << c.output;
   auto la = train_losses(full), lc = train_losses(part);
-  ASSERT_EQ(la.size(), 40u);
-  ASSERT_EQ(lc.size(), 40u);
-  for (int i = 0; i < 40; ++i) EXPECT_EQ(la[i], lc[i]) << "iter " << i;
+  ASSERT_EQ(la.size(), 200u);
+  ASSERT_EQ(lc.size(), 200u);
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(la[i], lc[i]) << "iter " << i;
 
   Result s = run("sample --out_dir " + full + " --max_new_tokens 30 --num_samples 2");
   ASSERT_EQ(s.code, 0) << s.output;
