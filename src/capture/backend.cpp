@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "capture/capture.h"
+#include "compiler/compiled_graph.h"
 
 namespace ember::capture {
 
@@ -30,7 +31,10 @@ class EagerBackend : public Backend {
 struct Registry {
   std::mutex mu;
   std::vector<std::unique_ptr<Backend>> backends;
-  Registry() { backends.push_back(std::make_unique<EagerBackend>()); }
+  Registry() {
+    backends.push_back(std::make_unique<EagerBackend>());
+    backends.push_back(compiler::make_compiler_backend());  // generated C++ (src/compiler/)
+  }
 };
 Registry& registry() {
   static Registry r;

@@ -1,0 +1,194 @@
+// Running a compiled graph: fused kernels called on raw buffers, other nodes dispatched as
+// in eager mode. Graphs the compiled form cannot run faithfully (autograd recording, random
+// ops, mutations) are interpreted as the eager backend would.
+#include "compiler/compiled_graph.h"
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+
+#include "compiler/codegen_cpp.h"
+#include "core/shape.h"
+#include "ember/autograd.h"
+#include "ember/ops.h"
+#include "graph/graph_util.h"
+
+namespace ember::compiler {
+
+namespace {
+
+// EMBER_LOGS categories of the compiler (read once): output_code prints generated sources,
+// compiler its decisions (kernel counts, why a graph runs eagerly).
+struct CompilerLogs {
+  bool output_code = false, decisions = false;
+  CompilerLogs() {
+    const char* env = std::getenv("EMBER_LOGS");
+    if (!env) return;
+    std::stringstream ss(env);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      if (!item.empty() && item[0] == '+') item.erase(0, 1);
+      if (item == "output_code" || item == "all") output_code = true;
+      if (item == "compiler" || item == "all") decisions = true;
+    }
+  }
+};
+const CompilerLogs& logs() {
+  static const CompilerLogs l;
+  return l;
+}
+void log(bool on, const char* tag, const std::string& text) {
+  if (!on) return;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> g(mu);
+  std::fprintf(stderr, "[ember:%s] %s\n", tag, text.c_str());
+}
+
+std::string static_reason(const graph::Graph& g) {
+  if (!g.mutations().empty()) return "the graph writes into its inputs (mutations)";
+  for (const auto& n : g.nodes())
+    if (graph::is_random(n->op) || n->skipped_draws) return "the graph draws random numbers";
+  return "";
+}
+
+}  // namespace
+
+CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::move(g)) {
+  eager_reason_ = static_reason(*g_);
+  if (!eager_reason_.empty()) {
+    log(logs().decisions, "compiler", "graph runs through eager interpretation: " + eager_reason_);
+    return;
+  }
+  plan_ = plan_fusion(*g_);
+  const auto& nodes = g_->nodes();
+  std::vector<bool> emitted(plan_.groups.size(), false);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const int k = plan_.group_of_node[i];
+    if (k < 0) {
+      steps_.push_back({-1, nodes[i].get()});
+    } else if (nodes[i]->outputs[0] == plan_.groups[size_t(k)].output) {
+      steps_.push_back({k, nullptr});  // at the root: every input of the group exists by then
+    }
+  }
+  // Last reads, so intermediates are freed as early as eager code would free them.
+  std::vector<int> last(g_->values().size(), -1);
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const Step& st = steps_[s];
+    const auto& ins = st.kernel >= 0 ? plan_.groups[size_t(st.kernel)].inputs
+                                     : std::vector<const graph::Value*>(st.node->inputs.begin(),
+                                                                        st.node->inputs.end());
+    for (const graph::Value* v : ins) last[size_t(v->id)] = int(s);
+  }
+  for (const graph::Value* v : g_->outputs()) last[size_t(v->id)] = INT_MAX;
+  release_after_.resize(steps_.size());
+  for (size_t id = 0; id < last.size(); ++id)
+    if (last[id] >= 0 && last[id] != INT_MAX) release_after_[size_t(last[id])].push_back(int(id));
+
+  log(logs().decisions, "compiler",
+      std::to_string(plan_.groups.size()) + " fused kernel(s), " +
+          std::to_string(steps_.size() - plan_.groups.size()) + " eager node(s)");
+  if (plan_.groups.empty()) return;
+  source_ = generate_cpp(plan_);
+  log(logs().output_code, "output_code", "\n" + source_);
+  lib_ = load_source(source_, kernel_name(0));
+  for (size_t k = 0; k < plan_.groups.size(); ++k)
+    kernels_.push_back(reinterpret_cast<KernelFn>(lib_->symbol(kernel_name(k))));
+}
+
+void CompiledGraph::run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const {
+  for (const graph::Node* n : grp.nodes) {
+    std::vector<Tensor> ins;
+    for (const graph::Value* v : n->inputs) ins.push_back(env[size_t(v->id)]);
+    env[size_t(n->outputs[0]->id)] = dispatch1(n->op, std::move(ins), n->attrs);
+  }
+}
+
+std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs) const {
+  if (!eager_reason_.empty()) return g_->interpret(inputs);
+  if (is_grad_enabled()) {
+    for (const Tensor& t : inputs) {
+      if (t.defined() && t.requires_grad()) {
+        // Autograd records per op: the eager interpretation does that (correct, not faster).
+        log(logs().decisions, "compiler",
+            "inputs require grad with grad mode on: running through eager interpretation");
+        return g_->interpret(inputs);
+      }
+    }
+  }
+  const auto& gin = g_->inputs();
+  EMBER_CHECK(inputs.size() == gin.size(), "compiler: expected ", gin.size(),
+              " input tensors, got ", inputs.size());
+  std::vector<Tensor> env(g_->values().size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const graph::Value& v = *gin[i];
+    EMBER_CHECK(inputs[i].defined() && inputs[i].sizes() == v.meta.sizes &&
+                    inputs[i].dtype() == v.meta.dtype,
+                "compiler: input ", i, " does not match the captured ", value_type_str(v),
+                "; capture again for these inputs");
+    env[size_t(v.id)] = inputs[i];
+  }
+  std::vector<void*> args;
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const Step& st = steps_[s];
+    if (st.kernel < 0) {
+      std::vector<Tensor> ins;
+      for (const graph::Value* v : st.node->inputs) ins.push_back(env[size_t(v->id)]);
+      std::vector<Tensor> outs = dispatch(st.node->op, std::move(ins), st.node->attrs);
+      for (size_t j = 0; j < outs.size(); ++j)
+        env[size_t(st.node->outputs[j]->id)] = std::move(outs[j]);
+    } else {
+      const FusionGroup& grp = plan_.groups[size_t(st.kernel)];
+      // Strides are constants in the kernel: a buffer laid out otherwise runs eagerly.
+      bool layout_ok = true;
+      args.clear();
+      for (const graph::Value* v : grp.inputs) {
+        const Tensor& t = env[size_t(v->id)];
+        layout_ok &= t.sizes() == v->meta.sizes && t.dtype() == v->meta.dtype &&
+                     (shape_numel(v->meta.sizes) <= 1 || t.strides() == v->meta.strides);
+        args.push_back(t.impl()->data());
+      }
+      if (!layout_ok) {
+        run_group_eagerly(grp, env);
+      } else {
+        Tensor out = empty(grp.output->meta.sizes, TensorOptions(grp.output->meta.dtype));
+        args.push_back(out.impl()->data());
+        kernels_[size_t(st.kernel)](args.data());
+        env[size_t(grp.output->id)] = std::move(out);
+      }
+    }
+    for (int id : release_after_[s]) env[size_t(id)] = Tensor();
+  }
+  std::vector<Tensor> results;
+  for (const graph::Value* v : g_->outputs())
+    results.push_back(v->producer ? env[size_t(v->id)] : inputs[size_t(v->input_index)]);
+  return results;
+}
+
+namespace {
+
+class CompilerBackend : public capture::Backend {
+ public:
+  std::string name() const override { return "compiler"; }
+  std::shared_ptr<const capture::Runnable> compile(
+      std::shared_ptr<const graph::Graph> g) override {
+    if (!compiler_available()) {
+      static std::once_flag once;
+      std::call_once(once, [] {
+        capture::warn("backend \"compiler\": no C++ compiler found ($CXX or c++); graphs run "
+                      "through eager interpretation");
+      });
+      return capture::backend("eager").compile(std::move(g));
+    }
+    return std::make_shared<CompiledGraph>(std::move(g));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<capture::Backend> make_compiler_backend() {
+  return std::make_unique<CompilerBackend>();
+}
+
+}  // namespace ember::compiler

@@ -1,0 +1,45 @@
+// The "compiler" backend: a graph compiled into steps, fused kernels from generated C++ and
+// eager nodes through the dispatcher.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capture/capture.h"
+#include "compiler/pointwise_fusion.h"
+#include "compiler/toolchain.h"
+
+namespace ember::compiler {
+
+class CompiledGraph : public capture::Runnable {
+ public:
+  explicit CompiledGraph(std::shared_ptr<const graph::Graph> g);
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override;
+
+  size_t kernel_count() const { return plan_.groups.size(); }
+  const std::string& source() const { return source_; }
+  // Why the graph always runs through eager interpretation ("" when it does not).
+  const std::string& eager_reason() const { return eager_reason_; }
+
+ private:
+  using KernelFn = void (*)(void* const*);
+  // A fused kernel over buffers, or (kernel < 0) one node through the dispatcher.
+  struct Step {
+    int kernel = -1;
+    const graph::Node* node = nullptr;
+  };
+  void run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const;
+
+  std::shared_ptr<const graph::Graph> g_;
+  FusionPlan plan_;
+  std::string source_;
+  std::string eager_reason_;
+  std::shared_ptr<const Library> lib_;
+  std::vector<KernelFn> kernels_;
+  std::vector<Step> steps_;
+  std::vector<std::vector<int>> release_after_;  // per step: value ids read for the last time
+};
+
+std::unique_ptr<capture::Backend> make_compiler_backend();
+
+}  // namespace ember::compiler

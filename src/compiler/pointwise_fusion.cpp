@@ -1,0 +1,134 @@
+// Grouping fusable pointwise nodes into trees (see pointwise_fusion.h).
+#include "compiler/pointwise_fusion.h"
+
+#include <algorithm>
+
+#include "core/shape.h"
+
+namespace ember::compiler {
+
+namespace {
+
+// Every op here computes in its output dtype from inputs of that same dtype, so generated
+// code has one element type per group.
+const FusedOpInfo* table_entry(OpId op) {
+  static const FusedOpInfo add{"Add", 2}, sub{"Sub", 2}, mul{"Mul", 2}, div{"Div", 2},
+      neg{"Neg", 1}, clone{"Identity", 1}, exp{"Exp", 1}, log{"Log", 1}, sqrt{"Sqrt", 1},
+      rsqrt{"Rsqrt", 1}, pow{"Pow", 2}, abs{"Abs", 1}, sign{"Sign", 1}, maximum{"Maximum", 2},
+      minimum{"Minimum", 2}, tanh{"Tanh", 1}, sigmoid{"Sigmoid", 1}, relu{"Relu", 1},
+      silu{"Silu", 1};
+  switch (op) {
+    case OpId::add: return &add;
+    case OpId::sub: return &sub;
+    case OpId::mul: return &mul;
+    case OpId::div: return &div;
+    case OpId::neg: return &neg;
+    case OpId::clone: return &clone;
+    case OpId::exp: return &exp;
+    case OpId::log: return &log;
+    case OpId::sqrt: return &sqrt;
+    case OpId::rsqrt: return &rsqrt;
+    case OpId::pow: return &pow;
+    case OpId::abs: return &abs;
+    case OpId::sign: return &sign;
+    case OpId::maximum: return &maximum;
+    case OpId::minimum: return &minimum;
+    case OpId::tanh: return &tanh;
+    case OpId::sigmoid: return &sigmoid;
+    case OpId::relu: return &relu;
+    case OpId::silu: return &silu;
+    default: return nullptr;
+  }
+}
+
+bool supported_dtype(DType t) {
+  return t == DType::Float32 || t == DType::Float64 || t == DType::Int32 || t == DType::Int64;
+}
+
+// Whether n can be one step of a generated loop over its output's elements.
+bool can_fuse(const graph::Node& n) {
+  const OpInfo& info = op_info(n.op);
+  if (info.kind != OpKind::Pointwise || !info.has(kFusable)) return false;
+  if (!fused_op_info(n) || n.outputs.size() != 1) return false;
+  const graph::Value& out = *n.outputs[0];
+  if (!supported_dtype(out.meta.dtype) || out.device != kCPU) return false;
+  if (out.meta.offset != 0 || out.meta.strides != contiguous_strides(out.meta.sizes)) return false;
+  for (const graph::Value* v : n.inputs) {
+    if (v->meta.dtype != out.meta.dtype || v->device != kCPU) return false;
+    // Inputs broadcast to the output: right-aligned, each dim equal or 1.
+    if (v->meta.sizes.size() > out.meta.sizes.size()) return false;
+    const size_t lead = out.meta.sizes.size() - v->meta.sizes.size();
+    for (size_t d = 0; d < v->meta.sizes.size(); ++d)
+      if (v->meta.sizes[d] != 1 && v->meta.sizes[d] != out.meta.sizes[lead + d]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+const FusedOpInfo* fused_op_info(const graph::Node& n) {
+  if (n.op == OpId::gelu) {
+    static const FusedOpInfo exact{"Gelu", 1}, approx{"GeluTanh", 1};
+    return n.attrs.flag ? &approx : &exact;
+  }
+  return table_entry(n.op);
+}
+
+FusionPlan plan_fusion(const graph::Graph& g) {
+  const auto& nodes = g.nodes();
+  std::vector<int> uses(g.values().size(), 0);
+  for (const auto& n : nodes)
+    for (const graph::Value* v : n->inputs) ++uses[size_t(v->id)];
+  // Results the graph hands out or writes back must exist as buffers.
+  for (const graph::Value* v : g.outputs()) uses[size_t(v->id)] += 2;
+  for (const graph::Mutation& m : g.mutations()) uses[size_t(m.value->id)] += 2;
+
+  FusionPlan plan;
+  plan.group_of_node.assign(nodes.size(), -1);
+  std::vector<int> group_of_value(g.values().size(), -1);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const graph::Node& n = *nodes[i];
+    if (!can_fuse(n)) continue;
+    // Absorb each producer group whose root feeds only this node and matches its shape.
+    FusionGroup group;
+    for (const graph::Value* v : n.inputs) {
+      const int src = group_of_value[size_t(v->id)];
+      if (src >= 0 && uses[size_t(v->id)] == 1 && v->meta.sizes == n.outputs[0]->meta.sizes) {
+        FusionGroup& other = plan.groups[size_t(src)];
+        group.nodes.insert(group.nodes.end(), other.nodes.begin(), other.nodes.end());
+        other.nodes.clear();  // emptied: dropped below
+        group_of_value[size_t(v->id)] = -1;
+      }
+    }
+    group.nodes.push_back(&n);
+    group.output = n.outputs[0];
+    group_of_value[size_t(n.outputs[0]->id)] = int(plan.groups.size());
+    plan.groups.push_back(std::move(group));
+  }
+
+  // Drop the absorbed groups, order nodes by graph position, and collect external inputs.
+  std::vector<int> index_of(g.values().size(), -1);  // node position by output value id
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (const graph::Value* v : nodes[i]->outputs) index_of[size_t(v->id)] = int(i);
+  std::vector<FusionGroup> kept;
+  for (FusionGroup& grp : plan.groups) {
+    if (grp.nodes.empty()) continue;
+    std::sort(grp.nodes.begin(), grp.nodes.end(), [&](const graph::Node* a, const graph::Node* b) {
+      return index_of[size_t(a->outputs[0]->id)] < index_of[size_t(b->outputs[0]->id)];
+    });
+    std::vector<const graph::Value*> inside;
+    for (const graph::Node* n : grp.nodes) inside.push_back(n->outputs[0]);
+    for (const graph::Node* n : grp.nodes)
+      for (const graph::Value* v : n->inputs)
+        if (std::find(inside.begin(), inside.end(), v) == inside.end() &&
+            std::find(grp.inputs.begin(), grp.inputs.end(), v) == grp.inputs.end())
+          grp.inputs.push_back(v);
+    for (const graph::Node* n : grp.nodes)
+      plan.group_of_node[size_t(index_of[size_t(n->outputs[0]->id)])] = int(kept.size());
+    kept.push_back(std::move(grp));
+  }
+  plan.groups = std::move(kept);
+  return plan;
+}
+
+}  // namespace ember::compiler

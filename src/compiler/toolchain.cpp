@@ -1,0 +1,232 @@
+// The toolchain: runs the system C++ compiler on generated sources and loads the results.
+// Disk entries are named by a hash of everything that decides the machine code (source, the
+// functors header it includes, compiler version, flags) and are published by rename, so two
+// processes building one source both end up loading a complete library.
+#include "compiler/toolchain.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+
+#include "ember/error.h"
+
+#ifndef EMBER_SRC_DIR
+#error "EMBER_SRC_DIR (the absolute path of ember's src/) must be defined by the build"
+#endif
+
+namespace ember::compiler {
+
+namespace {
+
+std::atomic<int64_t> g_compiler_runs{0}, g_disk_hits{0}, g_memory_hits{0}, g_rebuilds{0};
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+std::string compiler_command() { return env_or("CXX", "c++"); }
+
+// Runs a shell command and returns its stdout; `ok` is false on a nonzero exit.
+std::string run_capture(const std::string& cmd, bool* ok) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) {
+    *ok = false;
+    return out;
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int status = pclose(p);
+  *ok = status == 0;
+  return out;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Two independent 64-bit FNV-1a hashes: 128 bits name a cache entry.
+std::string hash_hex(const std::string& s) {
+  uint64_t a = 0xcbf29ce484222325ull, b = 0x84222325cbf29ce4ull;
+  for (unsigned char c : s) {
+    a = (a ^ c) * 0x100000001b3ull;
+    b = (b ^ (c + 0x5bu)) * 0x100000001b3ull;
+  }
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(a),
+                static_cast<unsigned long long>(b));
+  return buf;
+}
+
+// mkdir -p; directories this creates get mode 0700 (the cache holds code we execute).
+void make_dirs(const std::string& path) {
+  for (size_t pos = 1; pos <= path.size(); ++pos) {
+    if (pos != path.size() && path[pos] != '/') continue;
+    std::string part = path.substr(0, pos);
+    if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST)
+      EMBER_FAIL("compiler: cannot create the cache directory ", part, " (errno ", errno,
+                 "); set EMBER_CACHE_DIR to a writable directory");
+  }
+}
+
+void* try_open(const std::string& path, const std::string& entry) {
+  void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) return nullptr;
+  if (!::dlsym(h, entry.c_str())) {
+    ::dlclose(h);
+    return nullptr;
+  }
+  return h;
+}
+
+std::string unique_suffix() {
+  static std::atomic<uint64_t> counter{0};
+  std::ostringstream ss;
+  ss << ::getpid() << "." << std::hash<std::thread::id>{}(std::this_thread::get_id()) << "."
+     << counter++;
+  return ss.str();
+}
+
+// Builds source into `final_path`: compile to a private temporary, then rename over.
+void build(const std::string& source, const std::string& final_path) {
+  const std::string tmp = final_path + ".tmp." + unique_suffix();
+  const std::string src = tmp + ".cpp", lib = tmp + ".so", log = tmp + ".log";
+  {
+    std::ofstream f(src, std::ios::binary);
+    f << source;
+    EMBER_CHECK(f.good(), "compiler: cannot write ", src);
+  }
+  const std::string cmd = compiler_command() + " " + compiler_flags() + " -I'" EMBER_SRC_DIR
+                          "' -o '" + lib + "' '" + src + "' > '" + log + "' 2>&1";
+  ++g_compiler_runs;
+  const int status = std::system(cmd.c_str());
+  if (status != 0) {
+    std::string msgs = read_file(log);
+    std::remove(src.c_str());
+    std::remove(lib.c_str());
+    std::remove(log.c_str());
+    EMBER_FAIL("compiler: building generated code failed (", cmd, "):\n", msgs);
+  }
+  std::remove(log.c_str());
+  // The source is kept next to the library for reading (EMBER_LOGS=output_code prints it too).
+  std::rename(src.c_str(), (final_path.substr(0, final_path.size() - 3) + ".cpp").c_str());
+  EMBER_CHECK(std::rename(lib.c_str(), final_path.c_str()) == 0, "compiler: cannot move ", lib,
+              " to ", final_path, " (errno ", errno, ")");
+}
+
+struct MemoryCache {
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_ptr<const Library>> libs;
+};
+MemoryCache& memory_cache() {
+  static MemoryCache c;
+  return c;
+}
+
+}  // namespace
+
+Library::~Library() {
+  if (handle_) ::dlclose(handle_);
+}
+
+void* Library::symbol(const std::string& name) const {
+  void* p = ::dlsym(handle_, name.c_str());
+  EMBER_CHECK(p, "compiler: symbol ", name, " not found in ", path_);
+  return p;
+}
+
+bool compiler_available() {
+  static const bool ok = [] {
+    bool good = false;
+    run_capture(compiler_command() + " --version 2>/dev/null", &good);
+    return good;
+  }();
+  return ok;
+}
+
+const std::string& compiler_version() {
+  static const std::string v = [] {
+    bool good = false;
+    std::string out = run_capture(compiler_command() + " --version 2>/dev/null", &good);
+    return compiler_command() + ": " + out.substr(0, out.find('\n'));
+  }();
+  return v;
+}
+
+const std::string& compiler_flags() {
+  static const std::string f =
+      env_or("EMBER_CXXFLAGS", "-O3 -march=native -fopenmp -shared -fPIC -std=c++20 -fno-math-errno");
+  return f;
+}
+
+std::string cache_dir() {
+  const char* d = std::getenv("EMBER_CACHE_DIR");
+  if (d && *d) return d;
+  return env_or("HOME", "/tmp") + "/.cache/ember";
+}
+
+std::shared_ptr<const Library> load_source(const std::string& source, const std::string& entry) {
+  // The functors header is part of what the library computes: a change to it is a new entry.
+  static const std::string header = read_file(EMBER_SRC_DIR "/kernels/functors.h");
+  const std::string key =
+      hash_hex(source + '\0' + header + '\0' + compiler_version() + '\0' + compiler_flags());
+  const std::string dir = cache_dir();
+  const std::string path = dir + "/" + key + ".so";
+
+  MemoryCache& mc = memory_cache();
+  std::lock_guard<std::mutex> lock(mc.mu);  // one build at a time within the process
+  auto it = mc.libs.find(path);
+  if (it != mc.libs.end()) {
+    ++g_memory_hits;
+    return it->second;
+  }
+  make_dirs(dir);
+  void* h = nullptr;
+  if (::access(path.c_str(), F_OK) == 0) {
+    h = try_open(path, entry);
+    if (h) {
+      ++g_disk_hits;
+    } else {
+      ++g_rebuilds;  // truncated, foreign or stale: build it again over the bad one
+    }
+  }
+  if (!h) {
+    build(source, path);
+    h = try_open(path, entry);
+    if (!h) {
+      const char* why = ::dlerror();
+      EMBER_FAIL("compiler: cannot load the library just built, ", path, ": ",
+                 why ? std::string(why) : "missing entry point " + entry);
+    }
+  }
+  auto lib = std::make_shared<const Library>(h, path);
+  mc.libs.emplace(path, lib);
+  return lib;
+}
+
+ToolchainStats toolchain_stats() {
+  return {g_compiler_runs.load(), g_disk_hits.load(), g_memory_hits.load(), g_rebuilds.load()};
+}
+
+void clear_memory_cache() {
+  MemoryCache& mc = memory_cache();
+  std::lock_guard<std::mutex> lock(mc.mu);
+  mc.libs.clear();
+}
+
+}  // namespace ember::compiler

@@ -1,0 +1,53 @@
+// Building generated C++ into shared libraries with the system compiler, and loading them:
+// a disk cache keyed by source, compiler and flags, plus an in-process cache.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ember::compiler {
+
+// A loaded shared library; stays loaded while anyone holds it.
+class Library {
+ public:
+  Library(void* handle, std::string path) : handle_(handle), path_(std::move(path)) {}
+  ~Library();
+  Library(const Library&) = delete;
+  Library& operator=(const Library&) = delete;
+  // The address of an extern "C" symbol; throws Error naming the library when it is missing.
+  void* symbol(const std::string& name) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  void* handle_;
+  std::string path_;
+};
+
+// Counters over the process (tests assert them).
+struct ToolchainStats {
+  int64_t compiler_runs = 0;  // invocations of the C++ compiler
+  int64_t disk_hits = 0;      // libraries loaded from the disk cache
+  int64_t memory_hits = 0;    // sources found already loaded in this process
+  int64_t rebuilds = 0;       // disk entries that would not load and were built again
+};
+
+// Whether a C++ compiler ($CXX, else c++) answers `--version`; checked once.
+bool compiler_available();
+// "g++ (Debian 12.2.0-14) 12.2.0": the first line of `--version`, part of the cache key.
+const std::string& compiler_version();
+// $EMBER_CXXFLAGS, else the default flags (-O3 -march=native -fopenmp ...).
+const std::string& compiler_flags();
+// $EMBER_CACHE_DIR, else ~/.cache/ember; created (mode 0700) by the first build.
+std::string cache_dir();
+
+// Compiles `source` into a shared library (or finds it in the caches) and loads it. Throws
+// Error with the compiler's messages when compilation fails. `entry` is a symbol the library
+// must export: a disk entry without it counts as corrupt and is rebuilt.
+std::shared_ptr<const Library> load_source(const std::string& source, const std::string& entry);
+
+ToolchainStats toolchain_stats();
+// Forgets the libraries loaded in this process (the disk cache stays): tests use it to
+// check disk hits.
+void clear_memory_cache();
+
+}  // namespace ember::compiler

@@ -1,0 +1,200 @@
+// The "compiler" backend: fused results equal eager ones, fusion groups, the disk cache.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "capture/capture_test_util.h"
+#include "compiler/compiled_graph.h"
+#include "compiler/toolchain.h"
+#include "ember/autograd.h"
+
+namespace ember {
+namespace {
+
+using graph::Graph;
+using graph::InputKind;
+using graph::Value;
+
+// Every test compiles into this directory (kept between runs, so reruns hit the cache)
+// unless it sets a fresh one for itself.
+const char* kSharedCache = "/tmp/ember-compiler-tests";
+
+struct CacheDir {
+  std::string old;
+  explicit CacheDir(const std::string& dir) {
+    const char* o = std::getenv("EMBER_CACHE_DIR");
+    old = o ? o : "";
+    ::setenv("EMBER_CACHE_DIR", dir.c_str(), 1);
+  }
+  ~CacheDir() {
+    if (old.empty())
+      ::unsetenv("EMBER_CACHE_DIR");
+    else
+      ::setenv("EMBER_CACHE_DIR", old.c_str(), 1);
+  }
+};
+
+std::string fresh_dir(const char* tag) {
+  std::string d = std::string("/tmp/ember-compiler-test-") + tag + "-" + std::to_string(::getpid());
+  std::filesystem::remove_all(d);
+  return d;
+}
+
+CompileOptions compiler_opts() {
+  CompileOptions o;
+  o.backend = "compiler";
+  return o;
+}
+
+// |a - b| <= atol + rtol * |b| elementwise.
+::testing::AssertionResult allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  if (x.size() != y.size()) return ::testing::AssertionFailure() << "sizes differ";
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!(std::abs(x[i] - y[i]) <= atol + rtol * std::abs(y[i])))
+      return ::testing::AssertionFailure() << "element " << i << ": " << x[i] << " vs " << y[i];
+  return ::testing::AssertionSuccess();
+}
+
+Tensor relu_add_mul(const Tensor& x) { return (x.relu() + 1.0) * 2.0; }
+
+// x.relu().add(1).mul(2) over f32[64, 8], built directly: full() nodes for the constants.
+std::shared_ptr<Graph> relu_add_mul_graph() {
+  auto g = std::make_shared<Graph>();
+  TensorMeta m;
+  m.sizes = {64, 8};
+  Value* x = g->add_input(m, kCPU, InputKind::Argument, "x");
+  Attrs one, two;
+  one.value = 1;
+  two.value = 2;
+  one.dtype = two.dtype = DType::Float32;
+  Value* r = g->add_node(OpId::relu, {x}, {}, {})->outputs[0];
+  Value* c1 = g->add_node(OpId::full, {}, one, {})->outputs[0];
+  Value* a = g->add_node(OpId::add, {r, c1}, {}, {})->outputs[0];
+  Value* c2 = g->add_node(OpId::full, {}, two, {})->outputs[0];
+  Value* y = g->add_node(OpId::mul, {a, c2}, {}, {})->outputs[0];
+  g->set_outputs({y});
+  return g;
+}
+
+std::shared_ptr<const compiler::CompiledGraph> compile_graph(std::shared_ptr<Graph> g) {
+  auto r = capture::backend("compiler").compile(std::move(g));
+  auto cg = std::dynamic_pointer_cast<const compiler::CompiledGraph>(r);
+  EXPECT_TRUE(cg) << "no C++ compiler on this machine?";
+  return cg;
+}
+
+class CompilerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(compiler::compiler_available()); }
+  CacheDir dir{kSharedCache};
+};
+
+TEST_F(CompilerTest, ChainsMatchEagerExactly) {
+  for (DType t : {DType::Float32, DType::Float64}) {
+    reset_compile_caches();
+    auto f = compile(relu_add_mul, compiler_opts());
+    Tensor x = randn({64, 8}, TensorOptions(t));
+    EXPECT_TRUE(test::bits_equal(f(x), relu_add_mul(x))) << dtype_name(t);
+    EXPECT_TRUE(test::bits_equal(f(x), relu_add_mul(x))) << dtype_name(t);  // replay
+  }
+}
+
+TEST_F(CompilerTest, BroadcastingAndStridedInputsMatchEager) {
+  // a broadcasts over rows and columns, b is a transposed (strided) view.
+  auto fn = [](const Tensor& a, const Tensor& b) { return ((a * b + b).relu() - a).sigmoid(); };
+  auto f = compile(fn, compiler_opts());
+  for (DType t : {DType::Float32, DType::Float64}) {
+    Tensor a = randn({4, 1, 8}, TensorOptions(t));
+    Tensor b = randn({8, 3}, TensorOptions(t)).t();
+    Tensor got = f(a, b), want = fn(a, b);
+    ASSERT_EQ(got.sizes(), want.sizes());
+    // The same functors run in both, so this holds exactly; the tolerance documents that
+    // only rounding-level differences would be acceptable.
+    EXPECT_TRUE(allclose(got, want, 1e-6, 1e-7)) << dtype_name(t);
+  }
+}
+
+TEST_F(CompilerTest, ReluAddMulFusesIntoOneKernel) {
+  auto cg = compile_graph(relu_add_mul_graph());
+  ASSERT_TRUE(cg);
+  EXPECT_EQ(cg->kernel_count(), 1u);
+  EXPECT_NE(cg->source().find("ember::fn::Relu"), std::string::npos);
+  EXPECT_NE(cg->source().find("%"), std::string::npos);  // the comment naming the nodes
+  Tensor x = randn({64, 8});
+  EXPECT_TRUE(test::bits_equal(cg->run({x})[0], relu_add_mul(x)));
+}
+
+TEST_F(CompilerTest, IntermediateUsedTwiceIsNotFusedAway) {
+  auto fn = [](const Tensor& x) {
+    Tensor r = x.relu();
+    return std::make_tuple(r * 2.0, r + 1.0);
+  };
+  auto f = compile(fn, compiler_opts());
+  Tensor x = randn({64, 8});
+  auto [p, q] = f(x);
+  auto [p0, q0] = fn(x);
+  EXPECT_TRUE(test::bits_equal(p, p0));
+  EXPECT_TRUE(test::bits_equal(q, q0));
+}
+
+TEST_F(CompilerTest, RequiresGradRunsEagerlyAndRecordsHistory) {
+  auto f = compile(relu_add_mul, compiler_opts());
+  Tensor x = randn({64, 8});
+  x.requires_grad_(true);
+  Tensor y = f(x);
+  ASSERT_TRUE(y.requires_grad());
+  y.sum().backward();
+  Tensor want = x.detach().gt(0.0).to(DType::Float32) * 2.0;
+  EXPECT_TRUE(test::bits_equal(x.grad(), want));
+}
+
+TEST(CompilerCache, DiskHitCorruptRebuildAndDirMode) {
+  ASSERT_TRUE(compiler::compiler_available());
+  const std::string root = fresh_dir("cache");
+  const std::string dir = root + "/nested/ember";
+  CacheDir guard(dir);
+  Tensor x = randn({64, 8});
+  {
+    auto before = compiler::toolchain_stats();
+    auto cg = compile_graph(relu_add_mul_graph());
+    EXPECT_EQ(compiler::toolchain_stats().compiler_runs, before.compiler_runs + 1);
+    struct stat st{};
+    ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0700u);
+    // A second graph of the same structure, with the in-process cache gone: a disk hit.
+    compiler::clear_memory_cache();
+    before = compiler::toolchain_stats();
+    auto cg2 = compile_graph(relu_add_mul_graph());
+    auto after = compiler::toolchain_stats();
+    EXPECT_EQ(after.compiler_runs, before.compiler_runs);
+    EXPECT_EQ(after.disk_hits, before.disk_hits + 1);
+    EXPECT_TRUE(test::bits_equal(cg2->run({x})[0], relu_add_mul(x)));
+  }
+  // Corrupt the library (nothing holds it loaded now): the next load rebuilds it.
+  compiler::clear_memory_cache();
+  int libs = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() != ".so") continue;
+    std::ofstream(e.path(), std::ios::binary | std::ios::trunc) << "not a shared library";
+    ++libs;
+  }
+  ASSERT_EQ(libs, 1);
+  auto before = compiler::toolchain_stats();
+  auto cg3 = compile_graph(relu_add_mul_graph());
+  auto after = compiler::toolchain_stats();
+  EXPECT_EQ(after.rebuilds, before.rebuilds + 1);
+  EXPECT_EQ(after.compiler_runs, before.compiler_runs + 1);
+  EXPECT_TRUE(test::bits_equal(cg3->run({x})[0], relu_add_mul(x)));
+  cg3.reset();
+  compiler::clear_memory_cache();
+  std::filesystem::remove_all(root);
+}
+
+}  // namespace
+}  // namespace ember
