@@ -129,6 +129,51 @@ void emit_elementwise(std::ostringstream& os, const FusionGroup& grp,
   }
 }
 
+// `text` with `extra` put before each line.
+std::string indent(const std::string& text, const std::string& extra) {
+  std::string r;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    end = end == std::string::npos ? text.size() : end + 1;
+    r += extra + text.substr(start, end - start);
+    start = end;
+  }
+  return r;
+}
+
+// Emits a reduction over the row's n columns into `acc`: `body` (lines using j) computes
+// `value`, combined by max or +. Blocks of 256 bytes of columns fold into as many partial
+// results, several vector registers wide, so consecutive vector steps do not wait on one
+// accumulator; the partials then fold in order, and a scalar loop takes the tail.
+void emit_reduce(std::ostringstream& os, const char* T, int64_t n, const std::string& acc,
+                 bool max, const std::string& body, const std::string& value) {
+  const int64_t lanes = std::string(T) == "double" ? 32 : 64;
+  const std::string init =
+      max ? "-std::numeric_limits<" + std::string(T) + ">::infinity()" : std::string(T) + "(0)";
+  auto combine = [&](const std::string& a, const std::string& v) {
+    return max ? a + " = " + a + " < " + v + " ? " + v + " : " + a + ";"
+               : a + " += " + v + ";";
+  };
+  os << "    " << T << " " << acc << " = " << init << ";\n";
+  if (n >= lanes) {
+    os << "    {\n"
+       << "      alignas(64) " << T << " part[" << lanes << "];\n"
+       << "      for (int64_t l = 0; l < " << lanes << "; ++l) part[l] = " << init << ";\n"
+       << "      for (int64_t j0 = 0; j0 + " << lanes << " <= n; j0 += " << lanes << ") {\n"
+       << "#pragma omp simd\n"
+       << "        for (int64_t l = 0; l < " << lanes << "; ++l) {\n"
+       << "          const int64_t j = j0 + l;\n"
+       << indent(body, "    ") << "          " << combine("part[l]", value) << "\n"
+       << "        }\n      }\n"
+       << "      for (int64_t l = 0; l < " << lanes << "; ++l) " << combine(acc, "part[l]")
+       << "\n    }\n";
+  }
+  if (n % lanes != 0)
+    os << "    for (int64_t j = n - n % " << lanes << "; j < n; ++j) {\n"
+       << body << "      " << combine(acc, value) << "\n    }\n";
+}
+
 // One task per row of the row op's [rows, n] output. Pass 1 computes the row op's input
 // (fused producers) into the output row and reduces it; the middle passes finish the
 // statistics; the last pass applies the row op and the fused consumers and stores.
@@ -182,49 +227,34 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   os << "  constexpr int64_t rows = " << rows << ", n = " << n << ";\n";
   if (rows > 1 && rows * n >= cpu::kParallelGrain)
     os << "#pragma omp parallel for schedule(static)\n";
-  os << "  for (int64_t r = 0; r < rows; ++r) {\n"
-     << "    " << T << "* __restrict row = out + r * n;\n";
+  os << "  for (int64_t r = 0; r < rows; ++r) {\n";
+  os << "    " << T << "* __restrict row = out + r * n;  // built in place, in cache\n";
   const std::string x = var(row.inputs[0]);
-  // Pass 1: the row op's input, kept in the output row, and its max or sum.
-  os << "    " << T << " acc = " << (softmax ? "-std::numeric_limits<" + std::string(T) +
-                                                  ">::infinity()"
-                                            : std::string(T) + "(0)")
-     << ";\n";
-  os << "#pragma omp simd reduction(" << (softmax ? "max" : "+") << " : acc)\n"
-     << "    for (int64_t j = 0; j < n; ++j) {\n"
-     << "      const int64_t i = r * n + j;\n"
-     << "      (void)i;\n";
-  emit_elementwise(os, grp, pre, idx, T, "      ", row.inputs[0]);
-  os << "      row[j] = " << x << ";\n";
-  if (softmax)
-    os << "      acc = acc < " << x << " ? " << x << " : acc;\n";
-  else
-    os << "      acc += " << x << ";\n";
-  os << "    }\n";
+  // Pass 1: the row op's input, kept in the row, and its max or sum.
+  {
+    std::ostringstream body;
+    body << "      const int64_t i = r * n + j;\n      (void)i;\n";
+    emit_elementwise(body, grp, pre, idx, T, "      ", row.inputs[0]);
+    body << "      row[j] = " << x << ";\n";
+    emit_reduce(os, T, n, "acc", softmax, body.str(), x);
+  }
   std::string value;  // the row op's output at column j, in the last pass
   if (softmax) {
     // Pass 2: exponentials of the max-subtracted row, and their sum.
-    os << "    " << T << " sum = 0;\n"
-       << "#pragma omp simd reduction(+ : sum)\n"
-       << "    for (int64_t j = 0; j < n; ++j) {\n"
-       << "      const " << T << " e = ember::fn::Exp{}(row[j] - acc);\n"
-       << "      row[j] = e;\n"
-       << "      sum += e;\n"
-       << "    }\n"
-       << "    const " << T << " inv = " << T << "(1) / sum;\n";
+    emit_reduce(os, T, n, "sum", false,
+                "      const " + std::string(T) + " e = ember::fn::Exp{}(row[j] - acc);\n" +
+                    "      row[j] = e;\n",
+                "e");
+    os << "    const " << T << " inv = " << T << "(1) / sum;\n";
     value = "row[j] * inv";
   } else {
     // Pass 2: the variance around the mean (two passes: no cancellation).
     char eps[40];
     std::snprintf(eps, sizeof eps, "%.17g", row.attrs.value);
-    os << "    const " << T << " mu = acc / " << T << "(n);\n"
-       << "    " << T << " sq = 0;\n"
-       << "#pragma omp simd reduction(+ : sq)\n"
-       << "    for (int64_t j = 0; j < n; ++j) {\n"
-       << "      const " << T << " d = row[j] - mu;\n"
-       << "      sq += d * d;\n"
-       << "    }\n"
-       << "    const " << T << " rs = " << T << "(1) / ember::fn::Sqrt{}(sq / " << T << "(n) + "
+    os << "    const " << T << " mu = acc / " << T << "(n);\n";
+    emit_reduce(os, T, n, "sq", false,
+                "      const " + std::string(T) + " d = row[j] - mu;\n", "d * d");
+    os << "    const " << T << " rs = " << T << "(1) / ember::fn::Sqrt{}(sq / " << T << "(n) + "
        << T << "(" << eps << "));\n";
     if (mean_out) os << "    mean_out[r] = mu;\n";
     if (rstd_out) os << "    rstd_out[r] = rs;\n";
@@ -243,7 +273,8 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
      << "      const " << T << " " << var(row.outputs[0]) << " = " << value << ";\n";
   emit_elementwise(os, grp, post, idx, T, "      ");
   os << "      row[j] = " << var(&out) << ";\n"
-     << "    }\n  }\n}\n\n";
+     << "    }\n";
+  os << "  }\n}\n\n";
 }
 
 }  // namespace
