@@ -53,6 +53,9 @@ EMBER_BENCH(compiler) {
   row_op("compiler/softmax_4096", [](const Tensor& t) { return t.softmax(-1); });
   row_op("compiler/layer_norm_4096",
          [side](const Tensor& t) { return layer_norm(t, {side}); });
+  // With a pointwise producer and consumer: eager runs four kernels and three temporaries.
+  row_op("compiler/scale_softmax_scale_4096",
+         [](const Tensor& t) { return (t * 2.0 + 1.0).softmax(-1) * 3.0; });
   return rows;
 }
 
