@@ -1,5 +1,6 @@
 // Compiler rows: a pointwise chain run eagerly (three kernels, two temporaries) against the
-// same chain compiled by the "compiler" backend into one fused loop.
+// same chain compiled by the "compiler" backend into one fused loop; softmax and layer_norm
+// over the last dim, eager kernels against the generated row kernels.
 #include "bench.h"
 #include "ember/autograd.h"
 #include "ember/compile.h"
@@ -30,6 +31,31 @@ EMBER_BENCH(compiler) {
     r.note = opt.quick ? "quick: 1M elements" : "float32, 64M elements; gbps of the compiled run";
     rows.push_back(r);
   }
+
+  // Row ops over a [4096, 4096] float32 tensor: the eager kernel against the compiled one.
+  const int64_t side = opt.quick ? 256 : 4096;
+  auto row_op = [&](const char* name, auto op) {
+    if (!opt.wants(name)) return;
+    Tensor x = randn({side, side});
+    CompileOptions o;
+    o.backend = "compiler";
+    auto f = compile(op, o);
+    f(x);  // trace and build (or load from the disk cache)
+    const double eager = time_ms([&] { op(x); }, opt.repeat);
+    const double compiled = time_ms([&] { f(x); }, opt.repeat);
+    Row r{name, eager};
+    r.compiled_ms = compiled;
+    const double bytes = 2.0 * double(side * side) * sizeof(float);
+    r.extra = {{"gbps", bytes / (compiled * 1e-3) / 1e9}};
+    r.note = opt.quick ? "quick: 256x256" : "float32 4096x4096, last dim; gbps of the compiled run";
+    rows.push_back(r);
+  };
+  row_op("compiler/softmax_4096", [](const Tensor& t) { return t.softmax(-1); });
+  row_op("compiler/layer_norm_4096",
+         [side](const Tensor& t) { return layer_norm(t, {side}); });
+  // With a pointwise producer and consumer: eager runs four kernels and three temporaries.
+  row_op("compiler/scale_softmax_scale_4096",
+         [](const Tensor& t) { return (t * 2.0 + 1.0).softmax(-1) * 3.0; });
   return rows;
 }
 

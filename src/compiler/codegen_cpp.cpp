@@ -1,8 +1,10 @@
 // Generating C++ for fusion groups: a flat loop over the output's elements, inputs indexed
 // from the output index with their strides baked in, the math done by the same fn:: functors
-// the eager kernels call (so fused results match eager ones bit for bit).
+// the eager kernels call (so fused results match eager ones bit for bit). Row groups get one
+// task per row, its passes sweeping the row while it sits in cache.
 #include "compiler/codegen_cpp.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -93,15 +95,202 @@ void emit_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   os << "  }\n}\n\n";
 }
 
+// The offset of input v's element at column j of row r (i = r * n + j): j for a contiguous
+// [n] row vector (layer_norm's weight, a bias), else the flat index expression.
+std::string row_index_expr(const graph::Value& v, const Shape& out) {
+  const Shape& vs = v.meta.sizes;
+  const int64_t n = out.back();
+  if (n > 1 && shape_numel(vs) == n && !vs.empty() && vs.back() == n && v.meta.strides.back() == 1)
+    return "j";
+  return index_expr(v, out);
+}
+
+// Emits the loads of the group inputs that `nodes` (or also_read) read, then the nodes in `nodes`, one per line.
+void emit_elementwise(std::ostringstream& os, const FusionGroup& grp,
+                      const std::vector<const graph::Node*>& nodes,
+                      const std::vector<std::string>& idx, const char* T, const char* indent,
+                      const graph::Value* also_read = nullptr) {
+  for (size_t j = 0; j < grp.inputs.size(); ++j) {
+    if (idx[j].empty()) continue;
+    bool read = grp.inputs[j] == also_read;
+    for (const graph::Node* node : nodes)
+      for (const graph::Value* v : node->inputs) read |= v == grp.inputs[j];
+    if (read)
+      os << indent << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "["
+         << idx[j] << "];\n";
+  }
+  for (const graph::Node* node : nodes) {
+    const FusedOpInfo* f = fused_op_info(*node);
+    os << indent << "const " << T << " " << var(node->outputs[0]) << " = ember::fn::"
+       << f->functor << "{}(";
+    for (size_t a = 0; a < node->inputs.size(); ++a)
+      os << (a ? ", " : "") << var(node->inputs[a]);
+    os << ");\n";
+  }
+}
+
+// `text` with `extra` put before each line.
+std::string indent(const std::string& text, const std::string& extra) {
+  std::string r;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    end = end == std::string::npos ? text.size() : end + 1;
+    r += extra + text.substr(start, end - start);
+    start = end;
+  }
+  return r;
+}
+
+// Emits a reduction over the row's n columns into `acc`: `body` (lines using j) computes
+// `value`, combined by max or +. Blocks of 256 bytes of columns fold into as many partial
+// results, several vector registers wide, so consecutive vector steps do not wait on one
+// accumulator; the partials then fold in order, and a scalar loop takes the tail.
+void emit_reduce(std::ostringstream& os, const char* T, int64_t n, const std::string& acc,
+                 bool max, const std::string& body, const std::string& value) {
+  const int64_t lanes = std::string(T) == "double" ? 32 : 64;
+  const std::string init =
+      max ? "-std::numeric_limits<" + std::string(T) + ">::infinity()" : std::string(T) + "(0)";
+  auto combine = [&](const std::string& a, const std::string& v) {
+    return max ? a + " = " + a + " < " + v + " ? " + v + " : " + a + ";"
+               : a + " += " + v + ";";
+  };
+  os << "    " << T << " " << acc << " = " << init << ";\n";
+  if (n >= lanes) {
+    os << "    {\n"
+       << "      alignas(64) " << T << " part[" << lanes << "];\n"
+       << "      for (int64_t l = 0; l < " << lanes << "; ++l) part[l] = " << init << ";\n"
+       << "      for (int64_t j0 = 0; j0 + " << lanes << " <= n; j0 += " << lanes << ") {\n"
+       << "#pragma omp simd\n"
+       << "        for (int64_t l = 0; l < " << lanes << "; ++l) {\n"
+       << "          const int64_t j = j0 + l;\n"
+       << indent(body, "    ") << "          " << combine("part[l]", value) << "\n"
+       << "        }\n      }\n"
+       << "      for (int64_t l = 0; l < " << lanes << "; ++l) " << combine(acc, "part[l]")
+       << "\n    }\n";
+  }
+  if (n % lanes != 0)
+    os << "    for (int64_t j = n - n % " << lanes << "; j < n; ++j) {\n"
+       << body << "      " << combine(acc, value) << "\n    }\n";
+}
+
+// One task per row of the row op's [rows, n] output. Pass 1 computes the row op's input
+// (fused producers) into the output row and reduces it; the middle passes finish the
+// statistics; the last pass applies the row op and the fused consumers and stores.
+void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
+  const graph::Node& row = *grp.row;
+  const graph::Value& out = *grp.output;
+  const char* T = c_type(out.meta.dtype);
+  const Shape& shape = row.outputs[0]->meta.sizes;
+  const int64_t n = shape.back(), rows = shape_numel(shape) / n;
+  const bool softmax = row.op == OpId::softmax;
+  // Producers: the nodes the row op depends on; consumers: the rest, after it.
+  std::vector<const graph::Node*> pre, post;
+  std::vector<const graph::Value*> needed = {row.inputs[0]};
+  for (size_t a = grp.nodes.size(); a-- > 0;) {
+    const graph::Node* node = grp.nodes[a];
+    if (node == &row) continue;
+    if (std::find(needed.begin(), needed.end(), node->outputs[0]) != needed.end()) {
+      pre.insert(pre.begin(), node);
+      needed.insert(needed.end(), node->inputs.begin(), node->inputs.end());
+    }
+  }
+  for (const graph::Node* node : grp.nodes)
+    if (node != &row && std::find(pre.begin(), pre.end(), node) == pre.end()) post.push_back(node);
+
+  os << "// " << kernel_name(k) << ": " << op_name(row.op) << " over the rows of "
+     << value_type_str(*row.outputs[0]) << ", " << pre.size() << " producer(s) and "
+     << post.size() << " consumer(s) fused\n";
+  for (const graph::Node* node : grp.nodes) os << "//   " << node_str(*node) << "\n";
+  os << "extern \"C\" void " << kernel_name(k) << "(void* const* args) {\n";
+  for (size_t j = 0; j < grp.inputs.size(); ++j)
+    os << "  const " << T << "* __restrict in" << j << " = static_cast<const " << T
+       << "*>(args[" << j << "]);  // " << var(grp.inputs[j]) << " "
+       << value_type_str(*grp.inputs[j]) << "\n";
+  size_t arg = grp.inputs.size();
+  os << "  " << T << "* __restrict out = static_cast<" << T << "*>(args[" << arg++
+     << "]);  // " << var(&out) << "\n";
+  const char* mean_out = nullptr;
+  const char* rstd_out = nullptr;
+  for (const graph::Value* e : grp.extra_outputs) {
+    const bool is_mean = e == row.outputs[1];
+    (is_mean ? mean_out : rstd_out) = is_mean ? "mean_out" : "rstd_out";
+    os << "  " << T << "* __restrict " << (is_mean ? "mean_out" : "rstd_out") << " = static_cast<"
+       << T << "*>(args[" << arg++ << "]);  // " << var(e) << "\n";
+  }
+  std::vector<std::string> idx(grp.inputs.size());
+  for (size_t j = 0; j < grp.inputs.size(); ++j) {
+    idx[j] = row_index_expr(*grp.inputs[j], shape);
+    if (idx[j].empty())
+      os << "  const " << T << " " << var(grp.inputs[j]) << " = in" << j << "[0];\n";
+  }
+  os << "  constexpr int64_t rows = " << rows << ", n = " << n << ";\n";
+  if (rows > 1 && rows * n >= cpu::kParallelGrain)
+    os << "#pragma omp parallel for schedule(static)\n";
+  os << "  for (int64_t r = 0; r < rows; ++r) {\n";
+  os << "    " << T << "* __restrict row = out + r * n;  // built in place, in cache\n";
+  const std::string x = var(row.inputs[0]);
+  // Pass 1: the row op's input, kept in the row, and its max or sum.
+  {
+    std::ostringstream body;
+    body << "      const int64_t i = r * n + j;\n      (void)i;\n";
+    emit_elementwise(body, grp, pre, idx, T, "      ", row.inputs[0]);
+    body << "      row[j] = " << x << ";\n";
+    emit_reduce(os, T, n, "acc", softmax, body.str(), x);
+  }
+  std::string value;  // the row op's output at column j, in the last pass
+  if (softmax) {
+    // Pass 2: exponentials of the max-subtracted row, and their sum.
+    emit_reduce(os, T, n, "sum", false,
+                "      const " + std::string(T) + " e = ember::fn::Exp{}(row[j] - acc);\n" +
+                    "      row[j] = e;\n",
+                "e");
+    os << "    const " << T << " inv = " << T << "(1) / sum;\n";
+    value = "row[j] * inv";
+  } else {
+    // Pass 2: the variance around the mean (two passes: no cancellation).
+    char eps[40];
+    std::snprintf(eps, sizeof eps, "%.17g", row.attrs.value);
+    os << "    const " << T << " mu = acc / " << T << "(n);\n";
+    emit_reduce(os, T, n, "sq", false,
+                "      const " + std::string(T) + " d = row[j] - mu;\n", "d * d");
+    os << "    const " << T << " rs = " << T << "(1) / ember::fn::Sqrt{}(sq / " << T << "(n) + "
+       << T << "(" << eps << "));\n";
+    if (mean_out) os << "    mean_out[r] = mu;\n";
+    if (rstd_out) os << "    rstd_out[r] = rs;\n";
+    value = "(row[j] - mu) * rs";
+    for (size_t p = 1; p < row.inputs.size(); ++p) {
+      const size_t j = size_t(std::find(grp.inputs.begin(), grp.inputs.end(), row.inputs[p]) -
+                              grp.inputs.begin());
+      value += (p == 1 ? " * in" : " + in") + std::to_string(j) + "[j]";
+    }
+  }
+  // Last pass: the row op's result, the fused consumers, the store.
+  os << "#pragma omp simd\n"
+     << "    for (int64_t j = 0; j < n; ++j) {\n"
+     << "      const int64_t i = r * n + j;\n"
+     << "      (void)i;\n"
+     << "      const " << T << " " << var(row.outputs[0]) << " = " << value << ";\n";
+  emit_elementwise(os, grp, post, idx, T, "      ");
+  os << "      row[j] = " << var(&out) << ";\n"
+     << "    }\n";
+  os << "  }\n}\n\n";
+}
+
 }  // namespace
 
 std::string kernel_name(size_t k) { return "kernel_" + std::to_string(k); }
 
 std::string generate_cpp(const FusionPlan& plan) {
   std::ostringstream os;
-  os << "// Generated by ember's compiler: fused pointwise kernels of one graph.\n"
-     << "#include <cstdint>\n\n#include \"kernels/functors.h\"\n\n";
-  for (size_t k = 0; k < plan.groups.size(); ++k) emit_kernel(os, k, plan.groups[k]);
+  os << "// Generated by ember's compiler: fused pointwise and row-wise kernels of one graph.\n"
+     << "#include <cstdint>\n#include <limits>\n\n#include \"kernels/functors.h\"\n\n";
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    if (plan.groups[k].row)
+      emit_row_kernel(os, k, plan.groups[k]);
+    else
+      emit_kernel(os, k, plan.groups[k]);
+  }
   return os.str();
 }
 

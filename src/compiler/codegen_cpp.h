@@ -8,7 +8,7 @@
 namespace ember::compiler {
 
 // The entry point of group k: void kernel_k(void* const* args), args = the group's inputs
-// in FusionGroup::inputs order, then its output.
+// in FusionGroup::inputs order, then its output, then its extra_outputs.
 std::string kernel_name(size_t k);
 
 // The whole source for a graph's fusion plan. Strides and sizes are constants: the graph is

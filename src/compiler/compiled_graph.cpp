@@ -101,7 +101,8 @@ void CompiledGraph::run_group_eagerly(const FusionGroup& grp, std::vector<Tensor
   for (const graph::Node* n : grp.nodes) {
     std::vector<Tensor> ins;
     for (const graph::Value* v : n->inputs) ins.push_back(env[size_t(v->id)]);
-    env[size_t(n->outputs[0]->id)] = dispatch1(n->op, std::move(ins), n->attrs);
+    std::vector<Tensor> outs = dispatch(n->op, std::move(ins), n->attrs);
+    for (size_t j = 0; j < outs.size(); ++j) env[size_t(n->outputs[j]->id)] = std::move(outs[j]);
   }
 }
 
@@ -154,8 +155,15 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs) const 
       } else {
         Tensor out = empty(grp.output->meta.sizes, TensorOptions(grp.output->meta.dtype));
         args.push_back(out.impl()->data());
+        std::vector<Tensor> extras;
+        for (const graph::Value* e : grp.extra_outputs) {
+          extras.push_back(empty(e->meta.sizes, TensorOptions(e->meta.dtype)));
+          args.push_back(extras.back().impl()->data());
+        }
         kernels_[size_t(st.kernel)](args.data());
         env[size_t(grp.output->id)] = std::move(out);
+        for (size_t j = 0; j < extras.size(); ++j)
+          env[size_t(grp.extra_outputs[j]->id)] = std::move(extras[j]);
       }
     }
     for (int id : release_after_[s]) env[size_t(id)] = Tensor();

@@ -64,7 +64,33 @@ bool can_fuse(const graph::Node& n) {
   return true;
 }
 
+bool contiguous(const graph::Value& v) {
+  return v.meta.offset == 0 && v.meta.strides == contiguous_strides(v.meta.sizes);
+}
+
 }  // namespace
+
+bool can_fuse_row(const graph::Node& n) {
+  if (n.op != OpId::softmax && n.op != OpId::layer_norm) return false;
+  const graph::Value& x = *n.inputs[0];
+  const graph::Value& out = *n.outputs[0];
+  const DType t = out.meta.dtype;
+  if ((t != DType::Float32 && t != DType::Float64) || x.meta.dtype != t) return false;
+  if (x.device != kCPU || out.device != kCPU || x.meta.sizes != out.meta.sizes) return false;
+  const Shape& s = x.meta.sizes;
+  // x itself may be strided: generated code reads it through index arithmetic.
+  if (s.empty() || shape_numel(s) == 0 || !contiguous(out)) return false;
+  if (n.op == OpId::softmax) return n.attrs.dim == int64_t(s.size()) - 1;
+  if (n.attrs.shape.size() != 1 || n.attrs.shape[0] != s.back()) return false;
+  for (size_t k = 1; k < n.inputs.size(); ++k) {
+    const graph::Value& p = *n.inputs[k];
+    if (p.meta.dtype != t || p.device != kCPU || p.meta.sizes != Shape{s.back()} || !contiguous(p))
+      return false;
+  }
+  for (size_t k = 1; k < n.outputs.size(); ++k)
+    if (n.outputs[k]->meta.dtype != t || !contiguous(*n.outputs[k])) return false;
+  return true;
+}
 
 const FusedOpInfo* fused_op_info(const graph::Node& n) {
   if (n.op == OpId::gelu) {
@@ -88,13 +114,25 @@ FusionPlan plan_fusion(const graph::Graph& g) {
   std::vector<int> group_of_value(g.values().size(), -1);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const graph::Node& n = *nodes[i];
-    if (!can_fuse(n)) continue;
-    // Absorb each producer group whose root feeds only this node and matches its shape.
+    const bool row = can_fuse_row(n);
+    if (!row && !can_fuse(n)) continue;
     FusionGroup group;
-    for (const graph::Value* v : n.inputs) {
+    if (row) {
+      group.row = &n;
+      for (size_t k = 1; k < n.outputs.size(); ++k)
+        if (uses[size_t(n.outputs[k]->id)] > 0) group.extra_outputs.push_back(n.outputs[k]);
+    }
+    // Absorb each producer group whose root feeds only this node and matches its shape (a row
+    // op only the producer of its row input). One row op per group; a row group whose
+    // statistics are read elsewhere stays the root of its kernel.
+    const size_t absorbable = row ? 1 : n.inputs.size();
+    for (size_t a = 0; a < absorbable; ++a) {
+      const graph::Value* v = n.inputs[a];
       const int src = group_of_value[size_t(v->id)];
       if (src >= 0 && uses[size_t(v->id)] == 1 && v->meta.sizes == n.outputs[0]->meta.sizes) {
         FusionGroup& other = plan.groups[size_t(src)];
+        if (other.row && (group.row || !other.extra_outputs.empty())) continue;
+        if (other.row) group.row = other.row;
         group.nodes.insert(group.nodes.end(), other.nodes.begin(), other.nodes.end());
         other.nodes.clear();  // emptied: dropped below
         group_of_value[size_t(v->id)] = -1;
@@ -117,7 +155,8 @@ FusionPlan plan_fusion(const graph::Graph& g) {
       return index_of[size_t(a->outputs[0]->id)] < index_of[size_t(b->outputs[0]->id)];
     });
     std::vector<const graph::Value*> inside;
-    for (const graph::Node* n : grp.nodes) inside.push_back(n->outputs[0]);
+    for (const graph::Node* n : grp.nodes)
+      inside.insert(inside.end(), n->outputs.begin(), n->outputs.end());
     for (const graph::Node* n : grp.nodes)
       for (const graph::Value* v : n->inputs)
         if (std::find(inside.begin(), inside.end(), v) == inside.end() &&

@@ -1,6 +1,9 @@
-// Pointwise fusion: which graph nodes the compiler runs as one generated loop. A group is a
-// tree of fusable pointwise nodes of one output shape and dtype whose intermediates are read
-// only inside the tree; its root's value is the one result that leaves the group.
+// Pointwise and row-wise fusion: which graph nodes the compiler runs as one generated kernel.
+// A group is a tree of fusable pointwise nodes of one output shape and dtype whose
+// intermediates are read only inside the tree; its root's value is the result that leaves the
+// group. A row group also holds one row op (softmax or layer_norm over the last dim of a
+// float tensor): the pointwise nodes feeding its input and those consuming its output run in
+// the same per-row kernel.
 #pragma once
 #include <string>
 #include <vector>
@@ -22,7 +25,17 @@ struct FusionGroup {
   std::vector<const graph::Node*> nodes;     // in graph order; the last is the root
   std::vector<const graph::Value*> inputs;   // values read from outside, first-use order
   const graph::Value* output = nullptr;      // the root's value
+  // The row op of a row group (null for a pointwise group). Nodes it depends on run in the
+  // row's first pass, the others after the row op, element by element.
+  const graph::Node* row = nullptr;
+  // layer_norm's mean/rstd values read outside the group, written after the output (a group
+  // with these has the row op as its root, so readers run after the kernel).
+  std::vector<const graph::Value*> extra_outputs;
 };
+
+// Whether n is a row op the compiler generates: softmax or layer_norm over the last dim of a
+// float32/float64 CPU tensor (layer_norm's weight and bias contiguous, of x's dtype).
+bool can_fuse_row(const graph::Node& n);
 
 struct FusionPlan {
   std::vector<FusionGroup> groups;

@@ -1,0 +1,216 @@
+// The "compiler" backend's row kernels: softmax and layer_norm over the last dim, with fused
+// pointwise producers and consumers, against the eager kernels.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "capture/capture_test_util.h"
+#include "compiler/compiled_graph.h"
+#include "compiler/toolchain.h"
+#include "core/shape.h"
+#include "dispatch/dispatcher.h"
+#include "ember/autograd.h"
+
+namespace ember {
+namespace {
+
+using graph::Graph;
+using graph::InputKind;
+using graph::Value;
+
+// Shared with compiler_test.cpp: reruns hit the disk cache. Shapes are reused across tests
+// so each generated source is built once.
+const char* kSharedCache = "/tmp/ember-compiler-tests";
+
+// Tolerances: the kernels reduce in a different order from eager (OpenMP simd lanes against
+// eager's chunk tree), so results agree to rounding. float32: rtol 1e-5 (atol 1e-6 for values
+// near zero); float64: rtol 1e-12, atol 1e-14.
+constexpr double kRtol32 = 1e-5, kAtol32 = 1e-6, kRtol64 = 1e-12, kAtol64 = 1e-14;
+
+struct CacheDir {
+  std::string old;
+  explicit CacheDir(const std::string& dir) {
+    const char* o = std::getenv("EMBER_CACHE_DIR");
+    old = o ? o : "";
+    ::setenv("EMBER_CACHE_DIR", dir.c_str(), 1);
+  }
+  ~CacheDir() {
+    if (old.empty())
+      ::unsetenv("EMBER_CACHE_DIR");
+    else
+      ::setenv("EMBER_CACHE_DIR", old.c_str(), 1);
+  }
+};
+
+CompileOptions compiler_opts() {
+  CompileOptions o;
+  o.backend = "compiler";
+  return o;
+}
+
+::testing::AssertionResult allclose(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes() || a.dtype() != b.dtype())
+    return ::testing::AssertionFailure() << "metadata differs: " << a.shape_str() << " vs "
+                                         << b.shape_str();
+  const bool f64 = a.dtype() == DType::Float64;
+  const double rtol = f64 ? kRtol64 : kRtol32, atol = f64 ? kAtol64 : kAtol32;
+  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!(std::abs(x[i] - y[i]) <= atol + rtol * std::abs(y[i])))
+      return ::testing::AssertionFailure() << "element " << i << ": " << x[i] << " vs " << y[i];
+  return ::testing::AssertionSuccess();
+}
+
+std::shared_ptr<const compiler::CompiledGraph> compile_graph(std::shared_ptr<Graph> g) {
+  auto cg = std::dynamic_pointer_cast<const compiler::CompiledGraph>(
+      capture::backend("compiler").compile(std::move(g)));
+  EXPECT_TRUE(cg) << "no C++ compiler on this machine?";
+  return cg;
+}
+
+class RowwiseTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(compiler::compiler_available()); }
+  CacheDir dir{kSharedCache};
+  NoGradGuard no_grad;
+};
+
+// Odd row lengths: a single column, a short row (not a multiple of the SIMD width), a long one.
+const std::vector<Shape> kShapes = {{3, 1}, {5, 7}, {4, 1000}};
+
+TEST_F(RowwiseTest, SoftmaxMatchesEager) {
+  auto fn = [](const Tensor& x) { return x.softmax(-1); };
+  auto f = compile(fn, compiler_opts());
+  for (const Shape& s : kShapes) {
+    Tensor x = randn(s) * 4.0;
+    EXPECT_TRUE(allclose(f(x), fn(x))) << shape_str(s);
+  }
+  auto f64 = compile(fn, compiler_opts());
+  Tensor x = randn({5, 7}, TensorOptions(DType::Float64));
+  EXPECT_TRUE(allclose(f64(x), fn(x)));
+}
+
+TEST_F(RowwiseTest, LayerNormWithAndWithoutAffineMatchesEager) {
+  for (const Shape& s : kShapes) {
+    const int64_t n = s.back();
+    Tensor x = randn(s) * 3.0 + 1.0, w = randn({n}), b = randn({n});
+    auto plain = [n](const Tensor& t) { return layer_norm(t, {n}, Tensor(), Tensor(), 1e-5); };
+    auto weighted = [n](const Tensor& t, const Tensor& wt) { return layer_norm(t, {n}, wt); };
+    auto affine = [n](const Tensor& t, const Tensor& wt, const Tensor& bt) {
+      return layer_norm(t, {n}, wt, bt);
+    };
+    EXPECT_TRUE(allclose(compile(plain, compiler_opts())(x), plain(x))) << shape_str(s);
+    EXPECT_TRUE(allclose(compile(weighted, compiler_opts())(x, w), weighted(x, w)))
+        << shape_str(s);
+    EXPECT_TRUE(allclose(compile(affine, compiler_opts())(x, w, b), affine(x, w, b)))
+        << shape_str(s);
+  }
+}
+
+TEST_F(RowwiseTest, FusedProducerAndConsumerMatchEager) {
+  auto sm = [](const Tensor& x) { return ((x * 2.0 + 1.0).softmax(-1) * 3.0).relu(); };
+  auto ln = [](const Tensor& x, const Tensor& w, const Tensor& b) {
+    return layer_norm(x.sigmoid() - 0.5, {x.sizes().back()}, w, b).tanh() + x;
+  };
+  auto fsm = compile(sm, compiler_opts());
+  auto fln = compile(ln, compiler_opts());
+  for (const Shape& s : kShapes) {
+    Tensor x = randn(s), w = randn({s.back()}), b = randn({s.back()});
+    EXPECT_TRUE(allclose(fsm(x), sm(x))) << shape_str(s);
+    EXPECT_TRUE(allclose(fln(x, w, b), ln(x, w, b))) << shape_str(s);
+  }
+  // A strided (transposed) input is read through index arithmetic.
+  Tensor xt = randn({7, 5}).t();
+  EXPECT_TRUE(allclose(fsm(xt), sm(xt)));
+}
+
+// x * 2 + 1 -> softmax -> * 3 over f32[5, 7], built directly: full() nodes for the constants.
+std::shared_ptr<Graph> producer_softmax_consumer_graph() {
+  auto g = std::make_shared<Graph>();
+  TensorMeta m;
+  m.sizes = {5, 7};
+  Value* x = g->add_input(m, kCPU, InputKind::Argument, "x");
+  Attrs c1, c2, c3, sm;
+  c1.value = 2;
+  c2.value = 1;
+  c3.value = 3;
+  c1.dtype = c2.dtype = c3.dtype = DType::Float32;
+  sm.dim = 1;
+  Value* k1 = g->add_node(OpId::full, {}, c1, {})->outputs[0];
+  Value* a = g->add_node(OpId::mul, {x, k1}, {}, {})->outputs[0];
+  Value* k2 = g->add_node(OpId::full, {}, c2, {})->outputs[0];
+  Value* b = g->add_node(OpId::add, {a, k2}, {}, {})->outputs[0];
+  Value* s = g->add_node(OpId::softmax, {b}, sm, {})->outputs[0];
+  Value* k3 = g->add_node(OpId::full, {}, c3, {})->outputs[0];
+  Value* y = g->add_node(OpId::mul, {s, k3}, {}, {})->outputs[0];
+  g->set_outputs({y});
+  return g;
+}
+
+TEST_F(RowwiseTest, ProducerSoftmaxConsumerIsOneKernel) {
+  auto cg = compile_graph(producer_softmax_consumer_graph());
+  ASSERT_TRUE(cg);
+  EXPECT_EQ(cg->kernel_count(), 1u);
+  EXPECT_NE(cg->source().find("ember::fn::Exp"), std::string::npos);
+  EXPECT_NE(cg->source().find("softmax"), std::string::npos);  // the comment naming the nodes
+  EXPECT_NE(cg->source().find("#pragma omp simd"), std::string::npos);
+  Tensor x = randn({5, 7});
+  EXPECT_TRUE(allclose(cg->run({x})[0], (x * 2.0 + 1.0).softmax(1) * 3.0));
+}
+
+TEST_F(RowwiseTest, LayerNormStatisticsAreProducedWhenRead) {
+  // layer_norm(x, w, b) with its mean and rstd handed out: one kernel writes all three.
+  auto g = std::make_shared<Graph>();
+  TensorMeta mx, mp;
+  mx.sizes = {5, 7};
+  mp.sizes = {7};
+  Value* x = g->add_input(mx, kCPU, InputKind::Argument, "x");
+  Value* w = g->add_input(mp, kCPU, InputKind::Argument, "w");
+  Value* b = g->add_input(mp, kCPU, InputKind::Argument, "b");
+  Attrs a;
+  a.shape = {7};
+  a.value = 1e-5;
+  auto* ln = g->add_node(OpId::layer_norm, {x, w, b}, a, {});
+  g->set_outputs({ln->outputs[0], ln->outputs[1], ln->outputs[2]});
+  auto cg = compile_graph(g);
+  ASSERT_TRUE(cg);
+  EXPECT_EQ(cg->kernel_count(), 1u);
+  Tensor tx = randn({5, 7}), tw = randn({7}), tb = randn({7});
+  std::vector<Tensor> got = cg->run({tx, tw, tb});
+  std::vector<Tensor> want = dispatch(OpId::layer_norm, {tx, tw, tb}, a);
+  ASSERT_EQ(got.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) EXPECT_TRUE(allclose(got[k], want[k])) << "output " << k;
+}
+
+TEST_F(RowwiseTest, SoftmaxOverAnotherDimStaysEager) {
+  auto fn = [](const Tensor& x) { return (x + 1.0).softmax(0); };
+  auto f = compile(fn, compiler_opts());
+  Tensor x = randn({5, 7});
+  EXPECT_TRUE(allclose(f(x), fn(x)));
+}
+
+TEST_F(RowwiseTest, TwoSoftmaxesAreTwoKernels) {
+  // softmax(softmax(x) * 2): one row op per kernel.
+  auto g = std::make_shared<Graph>();
+  TensorMeta m;
+  m.sizes = {5, 7};
+  Value* x = g->add_input(m, kCPU, InputKind::Argument, "x");
+  Attrs sm, two;
+  sm.dim = 1;
+  two.value = 2;
+  two.dtype = DType::Float32;
+  Value* s1 = g->add_node(OpId::softmax, {x}, sm, {})->outputs[0];
+  Value* k = g->add_node(OpId::full, {}, two, {})->outputs[0];
+  Value* p = g->add_node(OpId::mul, {s1, k}, {}, {})->outputs[0];
+  Value* s2 = g->add_node(OpId::softmax, {p}, sm, {})->outputs[0];
+  g->set_outputs({s2});
+  auto cg = compile_graph(g);
+  ASSERT_TRUE(cg);
+  EXPECT_EQ(cg->kernel_count(), 2u);
+  Tensor tx = randn({5, 7});
+  EXPECT_TRUE(allclose(cg->run({tx})[0], (tx.softmax(1) * 2.0).softmax(1)));
+}
+
+}  // namespace
+}  // namespace ember
