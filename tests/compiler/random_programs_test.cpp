@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "compiler/toolchain.h"
 #include "ember/compile.h"
 #include "support/program_gen.h"
 
@@ -22,6 +23,13 @@ using testgen::Program;
 
 constexpr uint64_t kPrograms = 600;
 constexpr uint64_t kCompilerStride = 15;  // 40 programs against "compiler"
+
+// EMBER_RANDOM_PROGRAMS=N runs N programs instead (and N / kCompilerStride against
+// "compiler"), for longer hunts outside CI.
+uint64_t program_count() {
+  const char* n = std::getenv("EMBER_RANDOM_PROGRAMS");
+  return n && std::atoll(n) > 0 ? uint64_t(std::atoll(n)) : kPrograms;
+}
 
 // Empty when `got` matches `want`; else what differs. exact: bit-identical values.
 std::string compare(const Tensor& got, const Tensor& want, bool exact, double rtol, double atol) {
@@ -71,6 +79,10 @@ std::string check(const Program& p, const std::string& backend) {
                  ": " + d;
       }
     }
+    CompileStats st = f.stats();
+    if (st.traces != 1 || st.replays != 1)
+      return "expected one trace and one replay, got " + std::to_string(st.traces) + " traces, " +
+             std::to_string(st.replays) + " replays";
   } catch (const std::exception& e) {
     return std::string("threw: ") + e.what();
   }
@@ -92,7 +104,8 @@ struct CacheDirEnv {
 
 void run_programs(const std::string& backend, uint64_t stride) {
   int64_t ran = 0;
-  for (uint64_t seed = 1; seed <= kPrograms; seed += stride, ++ran) {
+  uint64_t count = program_count();
+  for (uint64_t seed = 1; seed <= count; seed += stride, ++ran) {
     Program p = testgen::generate_program(seed);
     ASSERT_FALSE(p.steps.empty()) << testgen::to_string(p);
     std::string diff = check(p, backend);
@@ -103,7 +116,7 @@ void run_programs(const std::string& backend, uint64_t stride) {
                   << testgen::to_string(small) << "original program (" << diff << "):\n"
                   << testgen::to_string(p);
   }
-  EXPECT_GE(ran * int64_t(stride), int64_t(kPrograms));
+  EXPECT_GE(ran * int64_t(stride), int64_t(count));
 }
 
 TEST(RandomPrograms, GeneratorCoversTheOpKinds) {
@@ -156,7 +169,14 @@ TEST(RandomPrograms, EagerBackendIsBitIdentical) { run_programs("eager", 1); }
 
 TEST(RandomPrograms, CompilerBackendMatchesEager) {
   CacheDirEnv env;
+  auto loaded = [] {
+    compiler::ToolchainStats t = compiler::toolchain_stats();
+    return t.compiler_runs + t.disk_hits + t.memory_hits;
+  };
+  int64_t before = loaded();
   run_programs("compiler", kCompilerStride);
+  // Most programs hold a fusable pointwise chain: the subset must have exercised real kernels.
+  EXPECT_GE(loaded() - before, 20);
 }
 
 }  // namespace

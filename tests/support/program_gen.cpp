@@ -279,16 +279,24 @@ std::vector<Tensor> make_inputs(const Program& p, uint64_t data_seed) {
   Rng r(data_seed * 0x9E3779B97F4A7C15ull + 1);
   std::vector<Tensor> out;
   for (const InputSpec& in : p.inputs) {
+    // A strided input is every other element along its last dim of a twice-as-wide tensor.
+    Shape shape = in.shape;
+    bool strided = in.strided && !shape.empty();
+    if (strided) shape.back() *= 2;
     int64_t n = 1;
-    for (int64_t d : in.shape) n *= d;
+    for (int64_t d : shape) n *= d;
     if (in.dtype == DType::Int64) {
       std::vector<int64_t> v(static_cast<size_t>(n));
       for (auto& e : v) e = uniform(r, -4, 4);
-      out.push_back(from_vector(v, in.shape, DType::Int64));
+      out.push_back(from_vector(v, shape, DType::Int64));
     } else {
       std::vector<double> v(static_cast<size_t>(n));
       for (auto& e : v) e = std::uniform_real_distribution<double>(-2, 2)(r);
-      out.push_back(from_vector(v, in.shape, in.dtype));
+      out.push_back(from_vector(v, shape, in.dtype));
+    }
+    if (strided) {
+      int64_t last = int64_t(shape.size()) - 1;
+      out.back() = out.back().slice(last, 1, shape.back(), 2);
     }
   }
   return out;
@@ -306,6 +314,7 @@ Program generate_program(uint64_t seed) {
     in.shape = random_shape(r, base);
     int d = int(uniform(r, 0, 9));
     in.dtype = d < 5 ? DType::Float32 : d < 8 ? DType::Float64 : DType::Int64;
+    in.strided = !in.shape.empty() && coin(r, 0.2);
     p.inputs.push_back(in);
   }
   // Probe values: zeros of the right metadata, so each drawn step is checked against ember's
@@ -352,7 +361,8 @@ std::string to_string(const Program& p) {
   };
   os << "// program seed " << p.seed << "\n";
   for (size_t i = 0; i < ni; ++i)
-    os << "Tensor x" << i << " = input(" << shape_cpp(p.inputs[i].shape) << ", "
+    os << "Tensor x" << i << " = " << (p.inputs[i].strided ? "strided_input(" : "input(")
+       << shape_cpp(p.inputs[i].shape) << ", "
        << dtype_cpp(p.inputs[i].dtype) << ");\n";
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const Step& s = p.steps[i];

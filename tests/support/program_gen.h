@@ -37,6 +37,7 @@ struct Step {
 struct InputSpec {
   Shape shape;
   DType dtype = DType::Float32;
+  bool strided = false;  // passed as a non-contiguous view (every other element of a bigger tensor)
 };
 
 struct Program {
@@ -48,7 +49,7 @@ struct Program {
 
 // A program of 3-10 steps over 1-3 inputs (0-D to 3-D, float32/float64/int64).
 Program generate_program(uint64_t seed);
-// Fresh input data: floats uniform in [-2, 2], integers in [-4, 4].
+// Fresh input data: floats uniform in [-2, 2], integers in [-4, 4]; strided inputs are views.
 std::vector<Tensor> make_inputs(const Program& p, uint64_t data_seed);
 // Runs one step on the values computed so far.
 Tensor apply_step(const Step& s, const std::vector<Tensor>& values);
