@@ -307,11 +307,13 @@ Program generate_program(uint64_t seed) {
   Program p;
   p.seed = seed;
   Shape base;
-  for (int i = 0; i < 3; ++i) base.push_back(uniform(r, 1, 7));
+  // One program in twelve is big enough for the multi-threaded paths (kParallelGrain).
+  bool big = coin(r, 1.0 / 12);
+  for (int i = 0; i < 3; ++i) base.push_back(big ? uniform(r, 16, 48) : uniform(r, 1, 7));
   int64_t ninputs = uniform(r, 1, 3);
   for (int64_t i = 0; i < ninputs; ++i) {
     InputSpec in;
-    in.shape = random_shape(r, base);
+    in.shape = big && i == 0 ? base : random_shape(r, base);
     int d = int(uniform(r, 0, 9));
     in.dtype = d < 5 ? DType::Float32 : d < 8 ? DType::Float64 : DType::Int64;
     in.strided = !in.shape.empty() && coin(r, 0.2);
@@ -335,7 +337,7 @@ Program generate_program(uint64_t seed) {
     } catch (const Error&) {
       continue;
     }
-    if (y.numel() == 0 || y.numel() > 512) continue;
+    if (y.numel() == 0 || y.numel() > (big ? 200000 : 512)) continue;
     s.bound = result_bound(s, bounds, vals[size_t(s.args[0])]);
     if (s.bound > kMaxBound) continue;
     p.steps.push_back(s);
