@@ -96,6 +96,17 @@ bool draw_step(Rng& r, const std::vector<Tensor>& vals, Step& s) {
   bool is_float = x.dtype() != DType::Int64;
   s = Step{};
   s.args = {a};
+  // Values that broadcast with x (x itself always does).
+  std::vector<int> partners;
+  for (int b = 0; b < n; ++b) {
+    const Shape &p = vals[size_t(b)].sizes(), &q = x.sizes();
+    bool ok = true;
+    for (size_t i = 0; i < std::min(p.size(), q.size()); ++i) {
+      int64_t u = p[p.size() - 1 - i], v = q[q.size() - 1 - i];
+      if (u != v && u != 1 && v != 1) ok = false;
+    }
+    if (ok) partners.push_back(b);
+  }
   int kind = int(uniform(r, 0, 99));
   if (kind < 22) {
     s.op = Op::Unary;
@@ -104,17 +115,6 @@ bool draw_step(Rng& r, const std::vector<Tensor>& vals, Step& s) {
   } else if (kind < 44) {
     s.op = Op::Binary;
     s.fn = int(uniform(r, 0, int(BinaryFn::kCount) - 1));
-    // A partner that broadcasts with x (often one whose shape differs).
-    std::vector<int> partners;
-    for (int b = 0; b < n; ++b) {
-      const Shape &p = vals[size_t(b)].sizes(), &q = x.sizes();
-      bool ok = true;
-      for (size_t i = 0; i < std::min(p.size(), q.size()); ++i) {
-        int64_t u = p[p.size() - 1 - i], v = q[q.size() - 1 - i];
-        if (u != v && u != 1 && v != 1) ok = false;
-      }
-      if (ok) partners.push_back(b);
-    }
     s.args.push_back(pick(r, partners));  // x itself always qualifies
     if (BinaryFn(s.fn) == BinaryFn::Div && (!is_float || vals[size_t(s.args[1])].dtype() == DType::Int64))
       return false;
@@ -123,10 +123,8 @@ bool draw_step(Rng& r, const std::vector<Tensor>& vals, Step& s) {
     s.scalar = is_float ? double(uniform(r, -8, 8)) / 4 : double(uniform(r, -3, 3));
   } else if (kind < 56) {
     s.op = Op::Where;
-    std::vector<int> same;
-    for (int b = 0; b < n; ++b)
-      if (vals[size_t(b)].sizes() == x.sizes()) same.push_back(b);
-    s.args = {pick(r, same), a, pick(r, same)};  // cond from args[0]; args[1] : args[2]
+    // cond from args[0]; args[1] : args[2], all three broadcast together (else redrawn).
+    s.args = {pick(r, partners), a, pick(r, partners)};
     s.scalar = is_float ? 0.1234 : 0.5;
   } else if (kind < 61) {
     if (nd < 2) return false;
