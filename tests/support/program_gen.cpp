@@ -1,0 +1,496 @@
+// Random program generator for the compile backends: generation by probing real ops on small
+// tensors (so shapes and dtypes come from ember itself), printing and shrinking.
+#include "support/program_gen.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "ember/error.h"
+
+namespace ember::testgen {
+namespace {
+
+using Rng = std::mt19937_64;
+
+int64_t uniform(Rng& r, int64_t lo, int64_t hi) {  // inclusive
+  return std::uniform_int_distribution<int64_t>(lo, hi)(r);
+}
+bool coin(Rng& r, double p = 0.5) { return std::uniform_real_distribution<double>(0, 1)(r) < p; }
+template <class T>
+const T& pick(Rng& r, const std::vector<T>& v) {
+  return v[size_t(uniform(r, 0, int64_t(v.size()) - 1))];
+}
+
+// Beyond this, float32 rounding of intermediates would dominate the tolerances.
+constexpr double kMaxBound = 1e3;
+
+const char* unary_name(UnaryFn f) {
+  static const char* n[] = {"neg", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu", "silu", "abs"};
+  return n[int(f)];
+}
+const char* binary_name(BinaryFn f) {
+  static const char* n[] = {"add", "sub", "mul", "div", "maximum", "minimum"};
+  return n[int(f)];
+}
+const char* dtype_cpp(DType t) {
+  switch (t) {
+    case DType::Float32: return "kFloat32";
+    case DType::Float64: return "kFloat64";
+    case DType::Int64: return "kInt64";
+    default: return "?";
+  }
+}
+std::string shape_cpp(const Shape& s) {
+  std::string out = "{";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "}";
+}
+std::string num(double v) {
+  std::ostringstream os;
+  os << v;
+  std::string s = os.str();
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+double result_bound(const Step& s, const std::vector<double>& b, const Tensor& in0) {
+  auto arg = [&](size_t i) { return b[size_t(s.args[i])]; };
+  switch (s.op) {
+    case Op::Unary:
+      switch (UnaryFn(s.fn)) {
+        case UnaryFn::Exp: return std::exp(std::min(arg(0), 4.0));
+        case UnaryFn::Log: return std::max(1.0, std::log(arg(0) + 0.5));
+        case UnaryFn::Sqrt: return std::sqrt(arg(0) + 0.5);
+        case UnaryFn::Tanh:
+        case UnaryFn::Sigmoid: return 1;
+        default: return arg(0);
+      }
+    case Op::Binary:
+      switch (BinaryFn(s.fn)) {
+        case BinaryFn::Add:
+        case BinaryFn::Sub: return arg(0) + arg(1);
+        case BinaryFn::Mul: return arg(0) * arg(1);
+        case BinaryFn::Div: return arg(0) * 2;
+        default: return std::max(arg(0), arg(1));
+      }
+    case Op::AddScalar: return arg(0) + std::abs(s.scalar);
+    case Op::MulScalar: return arg(0) * std::abs(s.scalar);
+    case Op::Where: return std::max(arg(1), arg(2));
+    case Op::Sum: return arg(0) * double(in0.dim() ? in0.sizes()[size_t(s.dim)] : 1);
+    case Op::Softmax: return 1;
+    default: return arg(0);
+  }
+}
+
+// Picks a random step that applies to the current values; returns false when the draw does
+// not fit (the caller draws again).
+bool draw_step(Rng& r, const std::vector<Tensor>& vals, Step& s) {
+  int n = int(vals.size());
+  // Prefer recent values so chains form.
+  int a = coin(r, 0.7) ? n - 1 - int(uniform(r, 0, std::min(n - 1, 2))) : int(uniform(r, 0, n - 1));
+  const Tensor& x = vals[size_t(a)];
+  int64_t nd = x.dim();
+  bool is_float = x.dtype() != DType::Int64;
+  s = Step{};
+  s.args = {a};
+  // Values that broadcast with x (x itself always does).
+  std::vector<int> partners;
+  for (int b = 0; b < n; ++b) {
+    const Shape &p = vals[size_t(b)].sizes(), &q = x.sizes();
+    bool ok = true;
+    for (size_t i = 0; i < std::min(p.size(), q.size()); ++i) {
+      int64_t u = p[p.size() - 1 - i], v = q[q.size() - 1 - i];
+      if (u != v && u != 1 && v != 1) ok = false;
+    }
+    if (ok) partners.push_back(b);
+  }
+  int kind = int(uniform(r, 0, 99));
+  if (kind < 22) {
+    s.op = Op::Unary;
+    s.fn = int(uniform(r, 0, int(UnaryFn::kCount) - 1));
+    if (!is_float && UnaryFn(s.fn) != UnaryFn::Neg && UnaryFn(s.fn) != UnaryFn::Abs) return false;
+  } else if (kind < 44) {
+    s.op = Op::Binary;
+    s.fn = int(uniform(r, 0, int(BinaryFn::kCount) - 1));
+    s.args.push_back(pick(r, partners));  // x itself always qualifies
+    if (BinaryFn(s.fn) == BinaryFn::Div && (!is_float || vals[size_t(s.args[1])].dtype() == DType::Int64))
+      return false;
+  } else if (kind < 50) {
+    s.op = coin(r) ? Op::AddScalar : Op::MulScalar;
+    s.scalar = is_float ? double(uniform(r, -8, 8)) / 4 : double(uniform(r, -3, 3));
+  } else if (kind < 56) {
+    s.op = Op::Where;
+    // cond from args[0]; args[1] : args[2], all three broadcast together (else redrawn).
+    s.args = {pick(r, partners), a, pick(r, partners)};
+    s.scalar = is_float ? 0.1234 : 0.5;
+  } else if (kind < 61) {
+    if (nd < 2) return false;
+    s.op = Op::Transpose;
+    s.dim = uniform(r, 0, nd - 1);
+    s.dim2 = uniform(r, 0, nd - 1);
+  } else if (kind < 65) {
+    if (nd < 2) return false;
+    s.op = Op::Permute;
+    for (int64_t i = 0; i < nd; ++i) s.shape.push_back(i);
+    std::shuffle(s.shape.begin(), s.shape.end(), r);
+  } else if (kind < 70) {
+    s.op = Op::Reshape;
+    int64_t numel = x.numel();
+    // Split numel into up to 3 factors, sometimes with -1.
+    std::vector<int64_t> f;
+    int64_t rest = numel;
+    int64_t dims = uniform(r, 1, 3);
+    for (int64_t i = 0; i + 1 < dims && rest > 0; ++i) {
+      std::vector<int64_t> divs;
+      for (int64_t d = 1; d <= rest; ++d)
+        if (rest % d == 0) divs.push_back(d);
+      int64_t d = pick(r, divs);
+      f.push_back(d);
+      rest /= d;
+    }
+    f.push_back(rest);
+    if (coin(r, 0.3)) f[size_t(uniform(r, 0, int64_t(f.size()) - 1))] = -1;
+    s.shape = f;
+  } else if (kind < 74) {
+    if (nd >= 4) return false;
+    s.op = Op::Unsqueeze;
+    s.dim = uniform(r, 0, nd);
+  } else if (kind < 79) {
+    if (nd < 1) return false;
+    s.op = Op::Slice;
+    s.dim = uniform(r, 0, nd - 1);
+    int64_t size = x.sizes()[size_t(s.dim)];
+    if (size < 2) return false;
+    s.start = uniform(r, 0, size - 1);
+    s.end = uniform(r, s.start + 1, size);
+    s.step = uniform(r, 1, 2);
+  } else if (kind < 84) {
+    if (nd >= 4) return false;
+    s.op = Op::Expand;
+    s.shape = x.sizes();
+    for (auto& d : s.shape)
+      if (d == 1 && coin(r)) d = uniform(r, 2, 4);
+    if (s.shape.size() < 3 && coin(r, 0.3)) s.shape.insert(s.shape.begin(), uniform(r, 1, 3));
+    if (s.shape == x.sizes()) return false;
+  } else if (kind < 88) {
+    s.op = Op::Cast;
+    // Integers may become floats; floats never become integers (rounding near an integer
+    // boundary would turn a tolerated difference into an exact mismatch).
+    s.dtype = is_float ? (x.dtype() == DType::Float32 ? DType::Float64 : DType::Float32)
+                       : (coin(r) ? DType::Float32 : DType::Float64);
+  } else if (kind < 96) {
+    if (nd < 1) return false;
+    int which = int(uniform(r, 0, 2));
+    s.op = which == 0 ? Op::Sum : which == 1 ? Op::Mean : Op::Amax;
+    if (s.op == Op::Mean && !is_float) return false;
+    s.dim = uniform(r, 0, nd - 1);
+    s.keepdim = coin(r);
+  } else {
+    if (nd < 1 || !is_float) return false;
+    s.op = Op::Softmax;
+    s.dim = uniform(r, 0, nd - 1);
+  }
+  return true;
+}
+
+Shape random_shape(Rng& r, const Shape& base) {
+  // A suffix of the base shape, some dims replaced by 1 so inputs broadcast against each other.
+  int64_t nd = uniform(r, 0, int64_t(base.size()));
+  Shape s(base.end() - nd, base.end());
+  for (auto& d : s)
+    if (coin(r, 0.3)) d = 1;
+  return s;
+}
+
+}  // namespace
+
+Tensor apply_step(const Step& s, const std::vector<Tensor>& v) {
+  const Tensor& x = v[size_t(s.args[0])];
+  auto other = [&](size_t i) -> const Tensor& { return v[size_t(s.args[i])]; };
+  switch (s.op) {
+    case Op::Unary:
+      switch (UnaryFn(s.fn)) {
+        case UnaryFn::Neg: return x.neg();
+        case UnaryFn::Exp: return x.clamp(-4.0, 4.0).exp();
+        case UnaryFn::Log: return (x.abs() + 0.5).log();
+        case UnaryFn::Sqrt: return (x.abs() + 0.5).sqrt();
+        case UnaryFn::Tanh: return x.tanh();
+        case UnaryFn::Sigmoid: return x.sigmoid();
+        case UnaryFn::Relu: return x.relu();
+        case UnaryFn::Gelu: return x.gelu();
+        case UnaryFn::Silu: return x.silu();
+        case UnaryFn::Abs: return x.abs();
+        default: break;
+      }
+      break;
+    case Op::Binary:
+      switch (BinaryFn(s.fn)) {
+        case BinaryFn::Add: return x.add(other(1));
+        case BinaryFn::Sub: return x.sub(other(1));
+        case BinaryFn::Mul: return x.mul(other(1));
+        case BinaryFn::Div: return x.div(other(1).abs() + 0.5);
+        case BinaryFn::Maximum: return x.maximum(other(1));
+        case BinaryFn::Minimum: return x.minimum(other(1));
+        default: break;
+      }
+      break;
+    case Op::AddScalar: return x + s.scalar;
+    case Op::MulScalar: return x * s.scalar;
+    case Op::Where: return other(1).where(x.gt(s.scalar), other(2));
+    case Op::Transpose: return x.transpose(s.dim, s.dim2);
+    case Op::Permute: return x.permute(s.shape);
+    case Op::Reshape: return x.reshape(s.shape);
+    case Op::Unsqueeze: return x.unsqueeze(s.dim);
+    case Op::Slice: return x.slice(s.dim, s.start, s.end, s.step);
+    case Op::Expand: return x.expand(s.shape);
+    case Op::Cast: return x.to(s.dtype);
+    case Op::Sum: return x.sum({s.dim}, s.keepdim);
+    case Op::Mean: return x.mean({s.dim}, s.keepdim);
+    case Op::Amax: return x.amax({s.dim}, s.keepdim);
+    case Op::Softmax: return x.softmax(s.dim);
+  }
+  EMBER_CHECK(false, "program_gen: bad step");
+  return x;
+}
+
+std::vector<Tensor> run_all(const Program& p, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> v = inputs;
+  for (const Step& s : p.steps) v.push_back(apply_step(s, v));
+  return v;
+}
+
+std::vector<Tensor> run_program(const Program& p, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> v = run_all(p, inputs), out;
+  for (int o : p.outputs) out.push_back(v[size_t(o)]);
+  return out;
+}
+
+double value_bound(const Program& p, int v) {
+  size_t ni = p.inputs.size();
+  return size_t(v) < ni ? 4.0 : p.steps[size_t(v) - ni].bound;
+}
+
+std::vector<Tensor> make_inputs(const Program& p, uint64_t data_seed) {
+  Rng r(data_seed * 0x9E3779B97F4A7C15ull + 1);
+  std::vector<Tensor> out;
+  for (const InputSpec& in : p.inputs) {
+    // A strided input is every other element along its last dim of a twice-as-wide tensor.
+    Shape shape = in.shape;
+    bool strided = in.strided && !shape.empty();
+    if (strided) shape.back() *= 2;
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    if (in.dtype == DType::Int64) {
+      std::vector<int64_t> v(static_cast<size_t>(n));
+      for (auto& e : v) e = uniform(r, -4, 4);
+      out.push_back(from_vector(v, shape, DType::Int64));
+    } else {
+      std::vector<double> v(static_cast<size_t>(n));
+      for (auto& e : v) e = std::uniform_real_distribution<double>(-2, 2)(r);
+      out.push_back(from_vector(v, shape, in.dtype));
+    }
+    if (strided) {
+      int64_t last = int64_t(shape.size()) - 1;
+      out.back() = out.back().slice(last, 1, shape.back(), 2);
+    }
+  }
+  return out;
+}
+
+Program generate_program(uint64_t seed) {
+  Rng r(seed);
+  Program p;
+  p.seed = seed;
+  Shape base;
+  // One program in twelve is big enough for the multi-threaded paths (kParallelGrain).
+  bool big = coin(r, 1.0 / 12);
+  for (int i = 0; i < 3; ++i) base.push_back(big ? uniform(r, 16, 48) : uniform(r, 1, 7));
+  int64_t ninputs = uniform(r, 1, 3);
+  for (int64_t i = 0; i < ninputs; ++i) {
+    InputSpec in;
+    in.shape = big && i == 0 ? base : random_shape(r, base);
+    int d = int(uniform(r, 0, 9));
+    in.dtype = d < 5 ? DType::Float32 : d < 8 ? DType::Float64 : DType::Int64;
+    in.strided = !in.shape.empty() && coin(r, 0.2);
+    p.inputs.push_back(in);
+  }
+  // Probe values: zeros of the right metadata, so each drawn step is checked against ember's
+  // own shape and dtype rules (a step ember rejects is drawn again).
+  std::vector<Tensor> vals;
+  std::vector<double> bounds;
+  for (const InputSpec& in : p.inputs) {
+    vals.push_back(zeros(in.shape, in.dtype));
+    bounds.push_back(4.0);
+  }
+  int64_t nsteps = uniform(r, 3, 10);
+  for (int tries = 0; int64_t(p.steps.size()) < nsteps && tries < 400; ++tries) {
+    Step s;
+    if (!draw_step(r, vals, s)) continue;
+    Tensor y;
+    try {
+      y = apply_step(s, vals);
+    } catch (const Error&) {
+      continue;
+    }
+    if (y.numel() == 0 || y.numel() > (big ? 200000 : 512)) continue;
+    s.bound = result_bound(s, bounds, vals[size_t(s.args[0])]);
+    if (s.bound > kMaxBound) continue;
+    p.steps.push_back(s);
+    vals.push_back(y);
+    bounds.push_back(s.bound);
+  }
+  // Outputs: the last value and every value nothing else reads (so chains can fuse).
+  std::set<int> used;
+  for (const Step& s : p.steps) used.insert(s.args.begin(), s.args.end());
+  int nvals = int(vals.size());
+  for (int v = int(p.inputs.size()); v < nvals; ++v)
+    if (!used.count(v) || v == nvals - 1) p.outputs.push_back(v);
+  return p;
+}
+
+std::string to_string(const Program& p) {
+  std::ostringstream os;
+  size_t ni = p.inputs.size();
+  auto name = [&](int v) {
+    std::string s(size_t(v) < ni ? "x" : "v");
+    s += std::to_string(size_t(v) < ni ? v : v - int(ni));
+    return s;
+  };
+  os << "// program seed " << p.seed << "\n";
+  for (size_t i = 0; i < ni; ++i)
+    os << "Tensor x" << i << " = " << (p.inputs[i].strided ? "strided_input(" : "input(")
+       << shape_cpp(p.inputs[i].shape) << ", "
+       << dtype_cpp(p.inputs[i].dtype) << ");\n";
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const Step& s = p.steps[i];
+    std::string x = name(s.args[0]), e;
+    switch (s.op) {
+      case Op::Unary:
+        switch (UnaryFn(s.fn)) {
+          case UnaryFn::Exp: e = x + ".clamp(-4.0, 4.0).exp()"; break;
+          case UnaryFn::Log: e = "(" + x + ".abs() + 0.5).log()"; break;
+          case UnaryFn::Sqrt: e = "(" + x + ".abs() + 0.5).sqrt()"; break;
+          default: e = x + "." + unary_name(UnaryFn(s.fn)) + "()";
+        }
+        break;
+      case Op::Binary:
+        e = BinaryFn(s.fn) == BinaryFn::Div ? x + ".div(" + name(s.args[1]) + ".abs() + 0.5)"
+                                            : x + "." + binary_name(BinaryFn(s.fn)) + "(" + name(s.args[1]) + ")";
+        break;
+      case Op::AddScalar: e = x + " + " + num(s.scalar); break;
+      case Op::MulScalar: e = x + " * " + num(s.scalar); break;
+      case Op::Where:
+        e = name(s.args[1]) + ".where(" + x + ".gt(" + num(s.scalar) + "), " + name(s.args[2]) + ")";
+        break;
+      case Op::Transpose: e = x + ".transpose(" + std::to_string(s.dim) + ", " + std::to_string(s.dim2) + ")"; break;
+      case Op::Permute: e = x + ".permute(" + shape_cpp(s.shape) + ")"; break;
+      case Op::Reshape: e = x + ".reshape(" + shape_cpp(s.shape) + ")"; break;
+      case Op::Unsqueeze: e = x + ".unsqueeze(" + std::to_string(s.dim) + ")"; break;
+      case Op::Slice:
+        e = x + ".slice(" + std::to_string(s.dim) + ", " + std::to_string(s.start) + ", " +
+            std::to_string(s.end) + ", " + std::to_string(s.step) + ")";
+        break;
+      case Op::Expand: e = x + ".expand(" + shape_cpp(s.shape) + ")"; break;
+      case Op::Cast: e = x + ".to(" + dtype_cpp(s.dtype) + ")"; break;
+      case Op::Sum:
+      case Op::Mean:
+      case Op::Amax:
+        e = x + (s.op == Op::Sum ? ".sum({" : s.op == Op::Mean ? ".mean({" : ".amax({") +
+            std::to_string(s.dim) + "}, " + (s.keepdim ? "true" : "false") + ")";
+        break;
+      case Op::Softmax: e = x + ".softmax(" + std::to_string(s.dim) + ")"; break;
+    }
+    os << "Tensor v" << i << " = " << e << ";\n";
+  }
+  os << "return {";
+  for (size_t i = 0; i < p.outputs.size(); ++i) os << (i ? ", " : "") << name(p.outputs[i]);
+  os << "};\n";
+  return os.str();
+}
+
+namespace {
+
+// Keeps only the steps and inputs the outputs depend on, renumbering values.
+Program dead_code_eliminate(const Program& p) {
+  int ni = int(p.inputs.size()), nv = ni + int(p.steps.size());
+  std::vector<bool> live(size_t(nv), false);
+  for (int o : p.outputs) live[size_t(o)] = true;
+  for (int v = nv - 1; v >= ni; --v)
+    if (live[size_t(v)])
+      for (int a : p.steps[size_t(v - ni)].args) live[size_t(a)] = true;
+  Program q;
+  q.seed = p.seed;
+  std::vector<int> map(size_t(nv), -1);
+  int next = 0;
+  for (int v = 0; v < ni; ++v)
+    if (live[size_t(v)]) {
+      map[size_t(v)] = next++;
+      q.inputs.push_back(p.inputs[size_t(v)]);
+    }
+  for (int v = ni; v < nv; ++v)
+    if (live[size_t(v)]) {
+      map[size_t(v)] = next++;
+      Step s = p.steps[size_t(v - ni)];
+      for (int& a : s.args) a = map[size_t(a)];
+      q.steps.push_back(s);
+    }
+  for (int o : p.outputs) q.outputs.push_back(map[size_t(o)]);
+  return q;
+}
+
+// Replaces every use of value `v` (a step's result) by value `by`, then drops the dead step.
+Program substitute(const Program& p, int v, int by) {
+  Program q = p;
+  for (Step& s : q.steps)
+    for (int& a : s.args)
+      if (a == v) a = by;
+  for (int& o : q.outputs)
+    if (o == v) o = by;
+  return dead_code_eliminate(q);
+}
+
+}  // namespace
+
+Program shrink(Program p, const std::function<bool(const Program&)>& fails) {
+  p = dead_code_eliminate(p);
+  // One output at a time.
+  if (p.outputs.size() > 1)
+    for (int o : p.outputs) {
+      Program q = p;
+      q.outputs = {o};
+      q = dead_code_eliminate(q);
+      if (fails(q)) {
+        p = q;
+        break;
+      }
+    }
+  // Bypass steps: a step whose operand has the same shape and dtype as its result can be
+  // replaced by that operand. Repeat until nothing more can go.
+  for (bool progress = true; progress;) {
+    progress = false;
+    std::vector<Tensor> probe;
+    for (const InputSpec& in : p.inputs) probe.push_back(zeros(in.shape, in.dtype));
+    std::vector<Tensor> vals = run_all(p, probe);
+    int ni = int(p.inputs.size());
+    for (int i = int(p.steps.size()) - 1; i >= 0 && !progress; --i) {
+      const Tensor& y = vals[size_t(ni + i)];
+      for (int a : p.steps[size_t(i)].args) {
+        const Tensor& x = vals[size_t(a)];
+        if (a == ni + i || x.sizes() != y.sizes() || x.dtype() != y.dtype()) continue;
+        Program q = substitute(p, ni + i, a);
+        if (q.steps.empty() || q.outputs.empty()) continue;
+        if (fails(q)) {
+          p = q;
+          progress = true;
+          break;
+        }
+      }
+    }
+  }
+  return p;
+}
+
+}  // namespace ember::testgen
