@@ -1,36 +1,13 @@
 // EMBER_LOGS for capture: which categories print as they happen (read once), and the lines.
 #include <cstdio>
-#include <cstdlib>
 #include <mutex>
-#include <sstream>
 
 #include "capture/capture.h"
+#include "core/logs.h"
 
 namespace ember::capture {
 
 namespace {
-struct LogConfig {
-  bool on[4] = {false, false, false, false};
-  LogConfig() {
-    const char* env = std::getenv("EMBER_LOGS");
-    if (!env) return;
-    std::stringstream ss(env);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      // "+graph_breaks" is accepted too, as in TORCH_LOGS.
-      if (!item.empty() && item[0] == '+') item.erase(0, 1);
-      if (item == "graph_breaks") on[0] = true;
-      if (item == "recompiles") on[1] = true;
-      if (item == "guards") on[2] = true;
-      if (item == "graph") on[3] = true;
-      if (item == "all") on[0] = on[1] = on[2] = on[3] = true;
-    }
-  }
-};
-const LogConfig& config() {
-  static const LogConfig c;
-  return c;
-}
 std::mutex& out_mutex() {
   static std::mutex m;
   return m;
@@ -51,7 +28,10 @@ const char* tag(Log what) {
 }  // namespace
 
 bool log_enabled(Log what) {
-  return config().on[int(what)];
+  static const bool on[4] = {log_category_enabled("graph_breaks"),
+                             log_category_enabled("recompiles"), log_category_enabled("guards"),
+                             log_category_enabled("graph")};
+  return on[int(what)];
 }
 
 void log_line(Log what, const std::string& text) {

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "compiler/codegen_cpp.h"
+#include "core/logs.h"
 #include "core/shape.h"
 #include "ember/autograd.h"
 #include "ember/ops.h"
@@ -19,21 +20,11 @@ namespace ember::compiler {
 
 namespace {
 
-// EMBER_LOGS categories of the compiler (read once): output_code prints generated sources,
-// compiler its decisions (kernel counts, why a graph runs eagerly).
+// EMBER_LOGS categories of the compiler: output_code prints generated sources, compiler its
+// decisions (kernel counts, why a graph runs eagerly).
 struct CompilerLogs {
-  bool output_code = false, decisions = false;
-  CompilerLogs() {
-    const char* env = std::getenv("EMBER_LOGS");
-    if (!env) return;
-    std::stringstream ss(env);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      if (!item.empty() && item[0] == '+') item.erase(0, 1);
-      if (item == "output_code" || item == "all") output_code = true;
-      if (item == "compiler" || item == "all") decisions = true;
-    }
-  }
+  bool output_code = log_category_enabled("output_code");
+  bool decisions = log_category_enabled("compiler");
 };
 const CompilerLogs& logs() {
   static const CompilerLogs l;
