@@ -3,6 +3,9 @@
 #include <cstdint>
 #include <cstring>
 #include <string_view>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 namespace ember {
 
@@ -14,6 +17,9 @@ struct Half {
   operator float() const { return to_float(bits); }
 
   static uint16_t from_float(float f) {
+#if defined(__F16C__)
+    return uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));  // hardware, same rounding
+#else
     uint32_t x;
     std::memcpy(&x, &f, 4);
     uint32_t sign = (x >> 16) & 0x8000u;
@@ -32,8 +38,12 @@ struct Half {
     uint32_t mant_odd = (ax >> 13) & 1u;
     ax += 0xc8000fffu + mant_odd;  // rebias exponent and round to nearest even
     return uint16_t(sign | (ax >> 13));
+#endif
   }
   static float to_float(uint16_t h) {
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#else
     uint32_t sign = uint32_t(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
     uint32_t out;
@@ -53,6 +63,7 @@ struct Half {
     float f;
     std::memcpy(&f, &out, 4);
     return f;
+#endif
   }
 };
 
