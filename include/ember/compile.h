@@ -7,7 +7,7 @@
 #include <iosfwd>
 #include <memory>
 #include <optional>
-#include <source_location>
+#include "ember/source_location.h"
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -122,7 +122,7 @@ struct CallFrame {
 // The type-erased core of a compiled callable (src/capture/compiled.cpp).
 class CompiledCore {
  public:
-  CompiledCore(CompileOptions opts, std::source_location where);
+  CompiledCore(CompileOptions opts, ember::SourceLocation where);
   ~CompiledCore();
   CompiledCore(const CompiledCore&) = delete;
   CompiledCore& operator=(const CompiledCore&) = delete;
@@ -245,7 +245,7 @@ struct ForwardCall {
 template <class F>
 class CompiledFunction {
  public:
-  CompiledFunction(F fn, CompileOptions opts, std::source_location where)
+  CompiledFunction(F fn, CompileOptions opts, ember::SourceLocation where)
       : fn_(std::make_shared<F>(std::move(fn))),
         core_(std::make_shared<detail::CompiledCore>(std::move(opts), where)) {}
 
@@ -296,7 +296,7 @@ struct is_module_ptr<std::shared_ptr<M>> : std::is_base_of<nn::Module, M> {};
 template <class F>
 requires(!detail::is_module_ptr<std::decay_t<F>>::value) CompiledFunction<std::decay_t<F>> compile(
     F&& fn, CompileOptions opts = {},
-    std::source_location where = std::source_location::current()) {
+    ember::SourceLocation where = ember::SourceLocation::current()) {
   return CompiledFunction<std::decay_t<F>>(std::forward<F>(fn), std::move(opts), where);
 }
 
@@ -305,7 +305,7 @@ requires(!detail::is_module_ptr<std::decay_t<F>>::value) CompiledFunction<std::d
 template <class M>
 class CompiledModule {
  public:
-  CompiledModule(std::shared_ptr<M> m, CompileOptions opts, std::source_location where)
+  CompiledModule(std::shared_ptr<M> m, CompileOptions opts, ember::SourceLocation where)
       : m_(m), fn_(detail::ForwardCall<M>{m}, std::move(opts), where) {
     fn_.core().guard_module(m_);
   }
@@ -333,7 +333,7 @@ class CompiledModule {
 template <class M>
 requires std::is_base_of_v<nn::Module, M> CompiledModule<M> compile(
     std::shared_ptr<M> m, CompileOptions opts = {},
-    std::source_location where = std::source_location::current()) {
+    ember::SourceLocation where = ember::SourceLocation::current()) {
   return CompiledModule<M>(std::move(m), std::move(opts), where);
 }
 

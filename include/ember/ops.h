@@ -66,7 +66,7 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 // Indices of the non-zero elements of x, int64 [n, x.dim()] in row-major order. The result's
 // size depends on the data, so under compile this op breaks the graph (`loc` names the caller).
-Tensor nonzero(const Tensor& x, std::source_location loc = std::source_location::current());
+Tensor nonzero(const Tensor& x, ember::SourceLocation loc = ember::SourceLocation::current());
 // Sums a broadcast tensor back down to `shape` (the reverse of expand).
 Tensor sum_to_size(const Tensor& x, const Shape& shape);
 Tensor broadcast_to(const Tensor& x, const Shape& shape);

@@ -6,7 +6,7 @@
 #include <iosfwd>
 #include <memory>
 #include <optional>
-#include <source_location>
+#include "ember/source_location.h"
 #include <string>
 #include <vector>
 
@@ -56,22 +56,22 @@ class Tensor {
 
   // ---- data access (a sync point under capture) ----
   // The source location parameters name the caller when capture has to break a graph here.
-  void* data_ptr(std::source_location loc = std::source_location::current()) const;
+  void* data_ptr(ember::SourceLocation loc = ember::SourceLocation::current()) const;
   template <class T>
-  T* data_ptr(std::source_location loc = std::source_location::current()) const {
+  T* data_ptr(ember::SourceLocation loc = ember::SourceLocation::current()) const {
     EMBER_CHECK(dtype_of<T>::value == dtype(), "data_ptr<", dtype_name(dtype_of<T>::value),
                 ">: tensor has dtype ", dtype_name(dtype()));
     return static_cast<T*>(data_ptr(loc));
   }
   // One-element tensor -> value.
-  double item(std::source_location loc = std::source_location::current()) const;
+  double item(ember::SourceLocation loc = ember::SourceLocation::current()) const;
   template <class T>
-  T item(std::source_location loc = std::source_location::current()) const {
+  T item(ember::SourceLocation loc = ember::SourceLocation::current()) const {
     return static_cast<T>(item(loc));
   }
   // Contiguous copy of all elements, converted to T.
   template <class T>
-  std::vector<T> to_vector(std::source_location loc = std::source_location::current()) const;
+  std::vector<T> to_vector(ember::SourceLocation loc = ember::SourceLocation::current()) const;
   explicit operator bool() const;    // one-element tensor -> truth value
 
   // ---- autograd ----

@@ -4,7 +4,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
-#include <source_location>
+#include "ember/source_location.h"
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -40,7 +40,7 @@ void log_line(Log what, const std::string& text);
 // Always printed (once per callable by the caller): the recompile limit, unsupported options.
 void warn(const std::string& text);
 // "file.cpp:12" from a source location (the file's base name), "<unknown>" for line 0.
-std::string loc_str(const std::source_location& loc);
+std::string loc_str(const ember::SourceLocation& loc);
 
 // ---- guards: what a cache entry assumed, as a flat list of cheap checks ----
 struct TensorCheck {

@@ -69,7 +69,7 @@ struct CompiledCore::State {
   }
 };
 
-CompiledCore::CompiledCore(CompileOptions opts, std::source_location where)
+CompiledCore::CompiledCore(CompileOptions opts, ember::SourceLocation where)
     : s_(std::make_unique<State>()) {
   s_->enabled = compile_enabled_by_env();
   s_->name = opts.name.empty() ? "function at " + capture::loc_str(where) : opts.name;

@@ -45,7 +45,7 @@ void warn(const std::string& text) {
   std::fprintf(stderr, "ember::compile warning: %s\n", text.c_str());
 }
 
-std::string loc_str(const std::source_location& loc) {
+std::string loc_str(const ember::SourceLocation& loc) {
   if (loc.line() == 0 || !loc.file_name() || !*loc.file_name()) return "<unknown>";
   std::string f = loc.file_name();
   size_t slash = f.find_last_of('/');

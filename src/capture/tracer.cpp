@@ -178,7 +178,7 @@ class Tracer : public CaptureHook {
     seg_->values[key] = n->outputs[0];
   }
 
-  void on_sync(const Tensor& t, const char* why, std::source_location loc) override {
+  void on_sync(const Tensor& t, const char* why, ember::SourceLocation loc) override {
     std::string op = why;
     if (ours(t)) {
       graph_break(op, op + " needs the values of a tensor computed in the graph", loc);
@@ -211,7 +211,7 @@ class Tracer : public CaptureHook {
 
   graph::Node* add_node(OpId op, std::vector<graph::Value*> vals, const Attrs& attrs,
                         const MetaList& metas) {
-    std::source_location l = current_call_site();
+    ember::SourceLocation l = current_call_site();
     graph::SourceLoc loc =
         l.line() ? graph::SourceLoc{l.file_name(), l.line()} : graph::SourceLoc{};
     graph::Node* n = seg_->g->add_node(op, std::move(vals), attrs, metas, loc);
@@ -335,7 +335,7 @@ class Tracer : public CaptureHook {
     return Tensor(std::move(impl));
   }
 
-  void graph_break(const std::string& op, const std::string& reason, std::source_location loc) {
+  void graph_break(const std::string& op, const std::string& reason, ember::SourceLocation loc) {
     GraphBreakInfo b{reason, op, loc_str(loc), hint_for(op)};
     EMBER_CHECK(!cfg_.fullgraph, "compile(fullgraph=true): graph break in ", cfg_.name, " at ",
                 b.location, ": ", b.reason, " (", b.op, "). Hint: ", b.hint);

@@ -26,13 +26,13 @@ uint32_t Tensor::version() const {
 }
 std::string Tensor::shape_str() const { return ember::shape_str(sizes()); }
 
-void* Tensor::data_ptr(std::source_location loc) const {
+void* Tensor::data_ptr(ember::SourceLocation loc) const {
   EMBER_CHECK(defined(), "data_ptr: undefined tensor");
   sync_for_host_read(*this, "data_ptr", loc);
   return impl_->data();
 }
 
-double Tensor::item(std::source_location loc) const {
+double Tensor::item(ember::SourceLocation loc) const {
   EMBER_CHECK(defined(), "item: undefined tensor");
   EMBER_CHECK(numel() == 1, "item: a tensor with ", numel(), " elements (shape ", shape_str(),
               ") cannot be converted to a scalar; only one-element tensors can");
@@ -54,7 +54,7 @@ Tensor::operator bool() const {
 }
 
 template <class T>
-std::vector<T> Tensor::to_vector(std::source_location loc) const {
+std::vector<T> Tensor::to_vector(ember::SourceLocation loc) const {
   EMBER_CHECK(defined(), "to_vector: undefined tensor");
   sync_for_host_read(*this, "to_vector", loc);
   Tensor c;
@@ -75,10 +75,10 @@ std::vector<T> Tensor::to_vector(std::source_location loc) const {
   if (!out.empty()) std::memcpy(out.data(), c.impl()->data(), out.size() * sizeof(T));
   return out;
 }
-template std::vector<float> Tensor::to_vector(std::source_location) const;
-template std::vector<double> Tensor::to_vector(std::source_location) const;
-template std::vector<int32_t> Tensor::to_vector(std::source_location) const;
-template std::vector<int64_t> Tensor::to_vector(std::source_location) const;
+template std::vector<float> Tensor::to_vector(ember::SourceLocation) const;
+template std::vector<double> Tensor::to_vector(ember::SourceLocation) const;
+template std::vector<int32_t> Tensor::to_vector(ember::SourceLocation) const;
+template std::vector<int64_t> Tensor::to_vector(ember::SourceLocation) const;
 
 Tensor& Tensor::requires_grad_(bool on) {
   EMBER_CHECK(defined(), "requires_grad_: undefined tensor");

@@ -31,15 +31,15 @@ CaptureHook* capture_hook() { return tls_capture_hook; }
 void set_capture_hook(CaptureHook* hook) { tls_capture_hook = hook; }
 
 namespace {
-thread_local std::source_location tls_call_site{};
+thread_local ember::SourceLocation tls_call_site{};
 }
-std::source_location current_call_site() { return tls_call_site; }
-CallSiteScope::CallSiteScope(std::source_location loc) : prev_(tls_call_site) {
+ember::SourceLocation current_call_site() { return tls_call_site; }
+CallSiteScope::CallSiteScope(ember::SourceLocation loc) : prev_(tls_call_site) {
   tls_call_site = loc;
 }
 CallSiteScope::~CallSiteScope() { tls_call_site = prev_; }
 
-void sync_for_host_read(const Tensor& t, const char* why, std::source_location loc) {
+void sync_for_host_read(const Tensor& t, const char* why, ember::SourceLocation loc) {
   // Real tensors go to the hook too: capture may have pending in-place writes to them.
   if (tls_capture_hook) tls_capture_hook->on_sync(t, why, loc);
   EMBER_CHECK(!t.is_symbolic(), why, ": the tensor has no data (it is symbolic, from capture)");

@@ -1,7 +1,7 @@
 // The dispatcher: every op call goes Autograd -> Capture -> backend kernel.
 // Ops are called boxed (OpId, input tensors, Attrs), so each layer handles all ops uniformly.
 #pragma once
-#include <source_location>
+#include "ember/source_location.h"
 #include <span>
 #include <vector>
 
@@ -37,7 +37,7 @@ class CaptureHook {
                           const Attrs& attrs) = 0;
   // A tensor's values are needed on the host (item(), printing, data_ptr()); `loc` is the
   // user's call site when known (line 0 otherwise). Called for real tensors too.
-  virtual void on_sync(const Tensor& t, const char* why, std::source_location loc) = 0;
+  virtual void on_sync(const Tensor& t, const char* why, ember::SourceLocation loc) = 0;
   // Code read a module's training flag while tracing (guarded by the capture).
   virtual void on_module_state(const void* module, bool training) {}
   // A new handle on a symbolic tensor's value was made outside the dispatcher (detach()).
@@ -47,21 +47,21 @@ CaptureHook* capture_hook();
 void set_capture_hook(CaptureHook* hook);
 
 // The user's call site of the op being dispatched on this thread, for the front ends that take
-// a std::source_location (ops that break capture, such as nonzero); line 0 when unknown.
-std::source_location current_call_site();
+// a ember::SourceLocation (ops that break capture, such as nonzero); line 0 when unknown.
+ember::SourceLocation current_call_site();
 class CallSiteScope {
  public:
-  explicit CallSiteScope(std::source_location loc);
+  explicit CallSiteScope(ember::SourceLocation loc);
   ~CallSiteScope();
   CallSiteScope(const CallSiteScope&) = delete;
   CallSiteScope& operator=(const CallSiteScope&) = delete;
 
  private:
-  std::source_location prev_;
+  ember::SourceLocation prev_;
 };
 
 // Called before host code reads a tensor's data: graph break under capture, errors otherwise
 // if the tensor has no storage.
-void sync_for_host_read(const Tensor& t, const char* why, std::source_location loc = {});
+void sync_for_host_read(const Tensor& t, const char* why, ember::SourceLocation loc = {});
 
 }  // namespace ember

@@ -37,7 +37,9 @@ Tensor to_floating(const Tensor& t) {
 
 Tensor binary(OpId op, const Tensor& a, const Tensor& b) {
   EMBER_CHECK(a.defined() && b.defined(), op_name(op), ": undefined tensor argument");
-  broadcast_pair(a.sizes(), b.sizes(), op_name(op).data());  // names the op on mismatch
+  // The shape rule checks broadcasting too, but without the op's name; check here only when
+  // the shapes differ, so the common equal-shape call pays nothing extra.
+  if (a.sizes() != b.sizes()) broadcast_pair(a.sizes(), b.sizes(), op_name(op).data());
   DType t = result_type(a, b);
   return dispatch1(op, {cast_to(a, t), cast_to(b, t)});
 }

@@ -57,7 +57,7 @@ void nonzero_cpu(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
 
 const OpImpl op_impl_nonzero{infer_nonzero, nonzero_cpu, nullptr};
 
-Tensor nonzero(const Tensor& x, std::source_location loc) {
+Tensor nonzero(const Tensor& x, ember::SourceLocation loc) {
   EMBER_CHECK(x.defined(), "nonzero: undefined tensor argument");
   CallSiteScope site(loc);
   return dispatch1(OpId::nonzero, {x});

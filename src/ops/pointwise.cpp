@@ -85,7 +85,7 @@ Tensor Tensor::sub(const Tensor& o) const {
 Tensor Tensor::mul(const Tensor& o) const { return binary(OpId::mul, *this, o); }
 Tensor Tensor::div(const Tensor& o) const {
   EMBER_CHECK(o.defined(), "div: undefined tensor argument");
-  broadcast_pair(sizes(), o.sizes(), "div");
+  if (sizes() != o.sizes()) broadcast_pair(sizes(), o.sizes(), "div");
   DType t = result_type(*this, o);
   if (!is_floating(t)) t = default_float_dtype();  // true division
   return dispatch1(OpId::div, {cast_to(*this, t), cast_to(o, t)});

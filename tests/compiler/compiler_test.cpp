@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "capture/capture_test_util.h"
+#include "compiler/compiler_test_util.h"
 #include "compiler/compiled_graph.h"
 #include "compiler/toolchain.h"
 #include "ember/autograd.h"
@@ -16,39 +17,17 @@
 namespace ember {
 namespace {
 
+using test::CacheDir;
+using test::compiler_opts;
+
 using graph::Graph;
 using graph::InputKind;
 using graph::Value;
-
-// Every test compiles into this directory (kept between runs, so reruns hit the cache)
-// unless it sets a fresh one for itself.
-const char* kSharedCache = "/tmp/ember-compiler-tests";
-
-struct CacheDir {
-  std::string old;
-  explicit CacheDir(const std::string& dir) {
-    const char* o = std::getenv("EMBER_CACHE_DIR");
-    old = o ? o : "";
-    ::setenv("EMBER_CACHE_DIR", dir.c_str(), 1);
-  }
-  ~CacheDir() {
-    if (old.empty())
-      ::unsetenv("EMBER_CACHE_DIR");
-    else
-      ::setenv("EMBER_CACHE_DIR", old.c_str(), 1);
-  }
-};
 
 std::string fresh_dir(const char* tag) {
   std::string d = std::string("/tmp/ember-compiler-test-") + tag + "-" + std::to_string(::getpid());
   std::filesystem::remove_all(d);
   return d;
-}
-
-CompileOptions compiler_opts() {
-  CompileOptions o;
-  o.backend = "compiler";
-  return o;
 }
 
 // |a - b| <= atol + rtol * |b| elementwise.
@@ -92,7 +71,7 @@ std::shared_ptr<const compiler::CompiledGraph> compile_graph(std::shared_ptr<Gra
 class CompilerTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(compiler::compiler_available()); }
-  CacheDir dir{kSharedCache};
+  CacheDir dir{test::kSharedCompilerCache};
 };
 
 TEST_F(CompilerTest, ChainsMatchEagerExactly) {

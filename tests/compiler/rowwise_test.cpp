@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "capture/capture_test_util.h"
+#include "compiler/compiler_test_util.h"
 #include "compiler/compiled_graph.h"
 #include "compiler/toolchain.h"
 #include "core/shape.h"
@@ -15,39 +16,17 @@
 namespace ember {
 namespace {
 
+using test::CacheDir;
+using test::compiler_opts;
+
 using graph::Graph;
 using graph::InputKind;
 using graph::Value;
-
-// Shared with compiler_test.cpp: reruns hit the disk cache. Shapes are reused across tests
-// so each generated source is built once.
-const char* kSharedCache = "/tmp/ember-compiler-tests";
 
 // Tolerances: the kernels reduce in a different order from eager (OpenMP simd lanes against
 // eager's chunk tree), so results agree to rounding. float32: rtol 1e-5 (atol 1e-6 for values
 // near zero); float64: rtol 1e-12, atol 1e-14.
 constexpr double kRtol32 = 1e-5, kAtol32 = 1e-6, kRtol64 = 1e-12, kAtol64 = 1e-14;
-
-struct CacheDir {
-  std::string old;
-  explicit CacheDir(const std::string& dir) {
-    const char* o = std::getenv("EMBER_CACHE_DIR");
-    old = o ? o : "";
-    ::setenv("EMBER_CACHE_DIR", dir.c_str(), 1);
-  }
-  ~CacheDir() {
-    if (old.empty())
-      ::unsetenv("EMBER_CACHE_DIR");
-    else
-      ::setenv("EMBER_CACHE_DIR", old.c_str(), 1);
-  }
-};
-
-CompileOptions compiler_opts() {
-  CompileOptions o;
-  o.backend = "compiler";
-  return o;
-}
 
 ::testing::AssertionResult allclose(const Tensor& a, const Tensor& b) {
   if (a.sizes() != b.sizes() || a.dtype() != b.dtype())
@@ -72,7 +51,7 @@ std::shared_ptr<const compiler::CompiledGraph> compile_graph(std::shared_ptr<Gra
 class RowwiseTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(compiler::compiler_available()); }
-  CacheDir dir{kSharedCache};
+  CacheDir dir{test::kSharedCompilerCache};
   NoGradGuard no_grad;
 };
 

@@ -5,9 +5,12 @@
 #include <cmath>
 
 #include "ember/ember.h"
+#include "support/expect_error.h"
 
 namespace ember {
 namespace {
+
+using test::expect_error;
 
 Tensor grid(int64_t rows, int64_t cols, DType t = DType::Float32) {
   return arange(0, double(rows * cols), 1, t).view({rows, cols});
@@ -16,15 +19,6 @@ Tensor grid(int64_t rows, int64_t cols, DType t = DType::Float32) {
 template <class T>
 std::vector<T> values(const Tensor& t) {
   return t.to_vector<T>();
-}
-
-void expect_error(const std::function<void()>& f, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning '" << fragment << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
 }
 
 // ---- views share storage and versions ----

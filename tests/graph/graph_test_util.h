@@ -90,7 +90,7 @@ class Recorder : public CaptureHook {
   void on_inplace(OpId op, std::span<const Tensor>, const Tensor&, const Attrs&) override {
     ADD_FAILURE() << "unexpected in-place " << op_name(op);
   }
-  void on_sync(const Tensor&, const char* why, std::source_location) override {
+  void on_sync(const Tensor&, const char* why, ember::SourceLocation) override {
     ADD_FAILURE() << "unexpected sync " << why;
   }
 

@@ -7,25 +7,15 @@
 #include <limits>
 
 #include "ember/ember.h"
+#include "support/expect_error.h"
 
 namespace ember {
 namespace {
 
+using test::expect_error;
+
 Tensor idx(std::vector<int64_t> v) {
   return from_vector(v, {int64_t(v.size())}, DType::Int64);
-}
-
-// Runs f, expects an ember::Error whose message contains every one of `parts`.
-template <class F>
-void expect_error(F f, std::vector<std::string> parts) {
-  try {
-    f();
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg;
-    return;
-  }
-  ADD_FAILURE() << "expected an ember::Error mentioning " << parts[0];
 }
 
 TEST(IndexSelect, OutOfRangeIndexNamesOpIndexAndSize) {

@@ -3,21 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "ember/ember.h"
+#include "support/expect_error.h"
 
 namespace ember {
 namespace {
 
-template <class F>
-void expect_error(F f, std::vector<std::string> parts) {
-  try {
-    f();
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg;
-    return;
-  }
-  ADD_FAILURE() << "expected an ember::Error mentioning " << parts[0];
-}
+using test::expect_error;
 
 Tensor seq(const Shape& s, DType t = DType::Float64) {
   int64_t n = 1;

@@ -12,9 +12,12 @@
 #include "core/generator.h"
 #include "core/philox.h"
 #include "ember/ember.h"
+#include "support/expect_error.h"
 
 namespace ember {
 namespace {
+
+using test::expect_error;
 
 // ---- Philox4x32-10 ----
 
@@ -505,15 +508,6 @@ TEST(Multinomial, StridedAndHalfWeights) {
   EXPECT_EQ(a, b);
   Tensor h = tensor({0, 1, 0}, DType::Float16);
   for (int64_t x : multinomial(h, 10, true).to_vector<int64_t>()) EXPECT_EQ(x, 1);
-}
-
-void expect_error(const std::function<void()>& f, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning '" << fragment << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
 }
 
 TEST(Multinomial, Errors) {
