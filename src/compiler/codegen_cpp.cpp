@@ -3,6 +3,7 @@
 // the eager kernels call (so fused results match eager ones bit for bit). Row groups get one
 // task per row, its passes sweeping the row while it sits in cache.
 #include "compiler/codegen_cpp.h"
+#include "compiler/codegen_util.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -13,8 +14,6 @@
 #include "kernels/cpu/loops.h"
 
 namespace ember::compiler {
-
-namespace {
 
 const char* c_type(DType t) {
   switch (t) {
@@ -32,7 +31,6 @@ std::string var(const graph::Value* v) {
   return buf;
 }
 
-// The offset of input `v`'s element read by output element `i`, or "" when v is one element.
 std::string index_expr(const graph::Value& v, const Shape& out) {
   const Shape& vs = v.meta.sizes;
   if (shape_numel(vs) == 1) return "";
@@ -55,12 +53,82 @@ std::string index_expr(const graph::Value& v, const Shape& out) {
   return expr.empty() ? "0" : expr;
 }
 
+RowIndex row_index(const graph::Value& v, const Shape& out) {
+  RowIndex ri;
+  const Shape& vs = v.meta.sizes;
+  if (shape_numel(vs) == 1) return ri;
+  const size_t nd = out.size(), lead = nd - vs.size();
+  auto stride_at = [&](size_t d) -> int64_t {  // 0 where v broadcasts along out's dim d
+    if (d < lead || vs[d - lead] == 1) return 0;
+    return v.meta.strides[d - lead];
+  };
+  int64_t inner = 1;  // rows of the output per step of dim d
+  for (size_t d = nd - 1; d-- > 0;) {
+    const int64_t stride = stride_at(d);
+    if (out[d] > 1 && stride != 0) {
+      std::string coord = inner == 1 ? "r" : "(r / " + std::to_string(inner) + ")";
+      if (d > 0) coord = "(" + coord + " % " + std::to_string(out[d]) + ")";
+      std::string term = stride == 1 ? coord : coord + " * " + std::to_string(stride);
+      ri.row = ri.row.empty() ? term : term + " + " + ri.row;
+    }
+    inner *= out[d];
+  }
+  if (ri.row.empty()) ri.row = "0";
+  const int64_t cs = out[nd - 1] > 1 ? stride_at(nd - 1) : 0;
+  ri.col = cs == 0 ? "" : cs == 1 ? "j" : "j * " + std::to_string(cs);
+  return ri;
+}
+
+void emit_elementwise(std::ostringstream& os, const FusionGroup& grp,
+                      const std::vector<const graph::Node*>& nodes,
+                      const std::vector<std::string>& idx, const char* T, const char* indent,
+                      const graph::Value* also_read) {
+  for (size_t j = 0; j < grp.inputs.size(); ++j) {
+    if (idx[j].empty()) continue;
+    bool read = grp.inputs[j] == also_read;
+    for (const graph::Node* node : nodes)
+      for (const graph::Value* v : node->inputs) read |= v == grp.inputs[j];
+    if (read)
+      os << indent << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "["
+         << idx[j] << "];\n";
+  }
+  for (const graph::Node* node : nodes) {
+    const FusedOpInfo* f = fused_op_info(*node);
+    os << indent << "const " << T << " " << var(node->outputs[0]) << " = ember::fn::"
+       << f->functor << "{}(";
+    for (size_t a = 0; a < node->inputs.size(); ++a)
+      os << (a ? ", " : "") << var(node->inputs[a]);
+    os << ");\n";
+  }
+}
+
+std::vector<std::string> emit_row_bases(std::ostringstream& os, const FusionGroup& grp,
+                                        const Shape& out, const char* indent) {
+  std::vector<std::string> idx(grp.inputs.size());
+  for (size_t k = 0; k < grp.inputs.size(); ++k) {
+    const RowIndex ri = row_index(*grp.inputs[k], out);
+    if (ri.row.empty()) continue;  // one element: loaded once, outside the rows
+    std::string base;
+    if (ri.row != "0") {
+      base = "b" + std::to_string(k);
+      os << indent << "const int64_t " << base << " = " << ri.row << ";\n";
+    }
+    idx[k] = base.empty() ? (ri.col.empty() ? "0" : ri.col)
+                          : (ri.col.empty() ? base : base + " + " + ri.col);
+  }
+  return idx;
+}
+
+namespace {
+
 void emit_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   const graph::Value& out = *grp.output;
   const char* T = c_type(out.meta.dtype);
   const int64_t n = shape_numel(out.meta.sizes);
   os << "// " << kernel_name(k) << ": " << grp.nodes.size() << " node"
      << (grp.nodes.size() == 1 ? "" : "s") << " fused, output " << value_type_str(out) << "\n";
+  if (grp.gemm)
+    os << "// then a gemm adds " << node_str(*grp.gemm) << " onto the output\n";
   for (const graph::Node* node : grp.nodes) os << "//   " << node_str(*node) << "\n";
   os << "extern \"C\" void " << kernel_name(k) << "(void* const* args) {\n";
   for (size_t j = 0; j < grp.inputs.size(); ++j)
@@ -69,6 +137,9 @@ void emit_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
        << value_type_str(*grp.inputs[j]) << "\n";
   os << "  " << T << "* __restrict out = static_cast<" << T << "*>(args[" << grp.inputs.size()
      << "]);  // " << var(&out) << "\n";
+  // The output only ever adds the product, so the kernel sums the other terms (the product
+  // taken as zero) and the gemm accumulates the product onto them.
+  if (grp.gemm) os << "  const " << T << " " << var(grp.gemm->outputs[0]) << " = " << T << "(0);\n";
   // One-element inputs are loaded once, outside the loop.
   std::vector<std::string> idx(grp.inputs.size());
   for (size_t j = 0; j < grp.inputs.size(); ++j) {
@@ -93,40 +164,6 @@ void emit_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   }
   os << "    out[i] = " << var(&out) << ";\n";
   os << "  }\n}\n\n";
-}
-
-// The offset of input v's element at column j of row r (i = r * n + j): j for a contiguous
-// [n] row vector (layer_norm's weight, a bias), else the flat index expression.
-std::string row_index_expr(const graph::Value& v, const Shape& out) {
-  const Shape& vs = v.meta.sizes;
-  const int64_t n = out.back();
-  if (n > 1 && shape_numel(vs) == n && !vs.empty() && vs.back() == n && v.meta.strides.back() == 1)
-    return "j";
-  return index_expr(v, out);
-}
-
-// Emits the loads of the group inputs that `nodes` (or also_read) read, then the nodes in `nodes`, one per line.
-void emit_elementwise(std::ostringstream& os, const FusionGroup& grp,
-                      const std::vector<const graph::Node*>& nodes,
-                      const std::vector<std::string>& idx, const char* T, const char* indent,
-                      const graph::Value* also_read = nullptr) {
-  for (size_t j = 0; j < grp.inputs.size(); ++j) {
-    if (idx[j].empty()) continue;
-    bool read = grp.inputs[j] == also_read;
-    for (const graph::Node* node : nodes)
-      for (const graph::Value* v : node->inputs) read |= v == grp.inputs[j];
-    if (read)
-      os << indent << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "["
-         << idx[j] << "];\n";
-  }
-  for (const graph::Node* node : nodes) {
-    const FusedOpInfo* f = fused_op_info(*node);
-    os << indent << "const " << T << " " << var(node->outputs[0]) << " = ember::fn::"
-       << f->functor << "{}(";
-    for (size_t a = 0; a < node->inputs.size(); ++a)
-      os << (a ? ", " : "") << var(node->inputs[a]);
-    os << ");\n";
-  }
 }
 
 // `text` with `extra` put before each line.
@@ -218,22 +255,19 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
     os << "  " << T << "* __restrict " << (is_mean ? "mean_out" : "rstd_out") << " = static_cast<"
        << T << "*>(args[" << arg++ << "]);  // " << var(e) << "\n";
   }
-  std::vector<std::string> idx(grp.inputs.size());
-  for (size_t j = 0; j < grp.inputs.size(); ++j) {
-    idx[j] = row_index_expr(*grp.inputs[j], shape);
-    if (idx[j].empty())
+  for (size_t j = 0; j < grp.inputs.size(); ++j)
+    if (shape_numel(grp.inputs[j]->meta.sizes) == 1)
       os << "  const " << T << " " << var(grp.inputs[j]) << " = in" << j << "[0];\n";
-  }
   os << "  constexpr int64_t rows = " << rows << ", n = " << n << ";\n";
   if (rows > 1 && rows * n >= cpu::kParallelGrain)
     os << "#pragma omp parallel for schedule(static)\n";
   os << "  for (int64_t r = 0; r < rows; ++r) {\n";
   os << "    " << T << "* __restrict row = out + r * n;  // built in place, in cache\n";
+  const std::vector<std::string> idx = emit_row_bases(os, grp, shape, "    ");
   const std::string x = var(row.inputs[0]);
   // Pass 1: the row op's input, kept in the row, and its max or sum.
   {
     std::ostringstream body;
-    body << "      const int64_t i = r * n + j;\n      (void)i;\n";
     emit_elementwise(body, grp, pre, idx, T, "      ", row.inputs[0]);
     body << "      row[j] = " << x << ";\n";
     emit_reduce(os, T, n, "acc", softmax, body.str(), x);
@@ -268,8 +302,6 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   // Last pass: the row op's result, the fused consumers, the store.
   os << "#pragma omp simd\n"
      << "    for (int64_t j = 0; j < n; ++j) {\n"
-     << "      const int64_t i = r * n + j;\n"
-     << "      (void)i;\n"
      << "      const " << T << " " << var(row.outputs[0]) << " = " << value << ";\n";
   emit_elementwise(os, grp, post, idx, T, "      ");
   os << "      row[j] = " << var(&out) << ";\n"
@@ -284,9 +316,11 @@ std::string kernel_name(size_t k) { return "kernel_" + std::to_string(k); }
 std::string generate_cpp(const FusionPlan& plan) {
   std::ostringstream os;
   os << "// Generated by ember's compiler: fused pointwise and row-wise kernels of one graph.\n"
-     << "#include <cstdint>\n#include <limits>\n\n#include \"kernels/functors.h\"\n\n";
+     << "#include <cstdint>\n#include <limits>\n#include <new>\n\n#include \"kernels/functors.h\"\n\n";
   for (size_t k = 0; k < plan.groups.size(); ++k) {
-    if (plan.groups[k].row)
+    if (plan.groups[k].attn_qk)
+      emit_attention_kernel(os, kernel_name(k), plan.groups[k]);
+    else if (plan.groups[k].row)
       emit_row_kernel(os, k, plan.groups[k]);
     else
       emit_kernel(os, k, plan.groups[k]);

@@ -15,6 +15,7 @@
 #include "ember/autograd.h"
 #include "ember/ops.h"
 #include "graph/graph_util.h"
+#include "kernels/cpu/index.h"
 
 namespace ember::compiler {
 
@@ -67,9 +68,18 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
   std::vector<int> last(g_->values().size(), -1);
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& st = steps_[s];
-    const auto& ins = st.kernel >= 0 ? plan_.groups[size_t(st.kernel)].inputs
-                                     : std::vector<const graph::Value*>(st.node->inputs.begin(),
-                                                                        st.node->inputs.end());
+    std::vector<const graph::Value*> ins;
+    if (st.kernel >= 0) {
+      const FusionGroup& grp = plan_.groups[size_t(st.kernel)];
+      ins = grp.inputs;
+      if (grp.gemm) ins.insert(ins.end(), grp.gemm->inputs.begin(), grp.gemm->inputs.end());
+      if (grp.attn_qk) {
+        ins.insert(ins.end(), grp.attn_qk->inputs.begin(), grp.attn_qk->inputs.end());
+        ins.push_back(grp.attn_pv->inputs[1]);
+      }
+    } else {
+      ins.assign(st.node->inputs.begin(), st.node->inputs.end());
+    }
     for (const graph::Value* v : ins) last[size_t(v->id)] = int(s);
   }
   for (const graph::Value* v : g_->outputs()) last[size_t(v->id)] = INT_MAX;
@@ -89,7 +99,13 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
 }
 
 void CompiledGraph::run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const {
-  for (const graph::Node* n : grp.nodes) {
+  std::vector<const graph::Node*> nodes = grp.nodes;
+  if (grp.gemm) nodes.insert(nodes.begin(), grp.gemm);
+  if (grp.attn_qk) {
+    nodes.insert(nodes.begin(), grp.attn_qk);
+    nodes.push_back(grp.attn_pv);
+  }
+  for (const graph::Node* n : nodes) {
     std::vector<Tensor> ins;
     for (const graph::Value* v : n->inputs) ins.push_back(env[size_t(v->id)]);
     std::vector<Tensor> outs = dispatch(n->op, std::move(ins), n->attrs);
@@ -135,7 +151,13 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs) const 
       // Strides are constants in the kernel: a buffer laid out otherwise runs eagerly.
       bool layout_ok = true;
       args.clear();
-      for (const graph::Value* v : grp.inputs) {
+      std::vector<const graph::Value*> reads = grp.inputs;
+      if (grp.attn_qk) {
+        reads.push_back(grp.attn_qk->inputs[0]);
+        reads.push_back(grp.attn_qk->inputs[1]);
+        reads.push_back(grp.attn_pv->inputs[1]);
+      }
+      for (const graph::Value* v : reads) {
         const Tensor& t = env[size_t(v->id)];
         layout_ok &= t.sizes() == v->meta.sizes && t.dtype() == v->meta.dtype &&
                      (shape_numel(v->meta.sizes) <= 1 || t.strides() == v->meta.strides);
@@ -152,6 +174,9 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs) const 
           args.push_back(extras.back().impl()->data());
         }
         kernels_[size_t(st.kernel)](args.data());
+        if (grp.gemm)
+          cpu::matmul_accumulate(env[size_t(grp.gemm->inputs[0]->id)],
+                                 env[size_t(grp.gemm->inputs[1]->id)], out);
         env[size_t(grp.output->id)] = std::move(out);
         for (size_t j = 0; j < extras.size(); ++j)
           env[size_t(grp.extra_outputs[j]->id)] = std::move(extras[j]);

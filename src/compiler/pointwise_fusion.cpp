@@ -2,6 +2,7 @@
 #include "compiler/pointwise_fusion.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/shape.h"
 
@@ -68,6 +69,86 @@ bool contiguous(const graph::Value& v) {
   return v.meta.offset == 0 && v.meta.strides == contiguous_strides(v.meta.sizes);
 }
 
+// Whether n is a matmul the compiler runs as a gemm accumulating onto its consumer's other
+// terms: float32/float64 matrices on the CPU with a contiguous result.
+bool can_accumulate_gemm(const graph::Node& n) {
+  if (n.op != OpId::matmul) return false;
+  const graph::Value& out = *n.outputs[0];
+  const DType t = out.meta.dtype;
+  if ((t != DType::Float32 && t != DType::Float64) || out.device != kCPU || !contiguous(out))
+    return false;
+  for (const graph::Value* v : n.inputs)
+    if (v->meta.dtype != t || v->device != kCPU || v->meta.sizes.size() < 2) return false;
+  return shape_numel(out.meta.sizes) > 0;
+}
+
+// Whether n's result is "input a + something": add with either operand, sub with a on the left.
+bool adds_operand(const graph::Node& n, size_t a) {
+  return n.op == OpId::add || (n.op == OpId::sub && a == 0);
+}
+
+// Whether n is a matmul of same-dtype float matrices whose batch dims equal its output's (no
+// broadcasting), the form an attention kernel reads through strides.
+bool attention_matmul(const graph::Node* n) {
+  if (!n || n->op != OpId::matmul) return false;
+  const graph::Value& out = *n->outputs[0];
+  const DType t = out.meta.dtype;
+  if ((t != DType::Float32 && t != DType::Float64) || out.device != kCPU) return false;
+  const size_t nd = out.meta.sizes.size();
+  if (nd < 2) return false;
+  for (const graph::Value* v : n->inputs) {
+    if (v->meta.dtype != t || v->device != kCPU || v->meta.sizes.size() != nd) return false;
+    for (size_t d = 0; d + 2 < nd; ++d)
+      if (v->meta.sizes[d] != out.meta.sizes[d]) return false;
+  }
+  return shape_numel(out.meta.sizes) > 0;
+}
+
+// Turns a softmax row group into an attention group when its neighbours allow (see
+// FusionGroup::attn_qk); `uses` counts the readers of each value.
+void try_attention(FusionGroup& grp, const std::vector<int>& uses,
+                   const std::vector<std::vector<const graph::Node*>>& readers) {
+  const graph::Node& row = *grp.row;
+  if (row.op != OpId::softmax || !grp.extra_outputs.empty() || grp.output != row.outputs[0])
+    return;
+  const graph::Value* p = row.outputs[0];
+  if (uses[size_t(p->id)] != 1 || readers[size_t(p->id)].size() != 1) return;
+  const graph::Node* pv = readers[size_t(p->id)][0];
+  if (!attention_matmul(pv) || pv->inputs[0] != p || pv->inputs[1] == p) return;
+  if (!contiguous(*pv->outputs[0])) return;
+  // The scores: a matmul product read by exactly one node of the group.
+  const graph::Node* qk = nullptr;
+  for (const graph::Value* v : grp.inputs) {
+    if (attention_matmul(v->producer) && uses[size_t(v->id)] == 1 &&
+        v->meta.sizes == p->meta.sizes) {
+      qk = v->producer;
+      break;
+    }
+  }
+  if (!qk) return;
+  grp.attn_qk = qk;
+  grp.attn_pv = pv;
+  grp.output = pv->outputs[0];
+  grp.inputs.erase(std::find(grp.inputs.begin(), grp.inputs.end(), qk->outputs[0]));
+  // A causal mask: the row input is add(x, triu(full(-inf), diag)) with the mask [.., L, S].
+  const graph::Node* add = row.inputs[0]->producer;
+  if (!add || add->op != OpId::add) return;
+  for (const graph::Value* m : add->inputs) {
+    const graph::Node* tri = m->producer;
+    if (!tri || tri->op != OpId::triu || !tri->inputs[0]->producer) continue;
+    const graph::Node* fill = tri->inputs[0]->producer;
+    if (fill->op != OpId::full || !(std::isinf(fill->attrs.value) && fill->attrs.value < 0))
+      continue;
+    const Shape& ms = m->meta.sizes;
+    const Shape& ps = p->meta.sizes;
+    if (ms.size() < 2 || ms[ms.size() - 1] != ps.back() || ms[ms.size() - 2] != ps[ps.size() - 2])
+      continue;
+    if (shape_numel(ms) != ms[ms.size() - 1] * ms[ms.size() - 2]) continue;
+    grp.causal = true;
+    grp.causal_diag = tri->attrs.start;
+  }
+}
+
 }  // namespace
 
 bool can_fuse_row(const graph::Node& n) {
@@ -128,10 +209,20 @@ FusionPlan plan_fusion(const graph::Graph& g) {
     const size_t absorbable = row ? 1 : n.inputs.size();
     for (size_t a = 0; a < absorbable; ++a) {
       const graph::Value* v = n.inputs[a];
+      const bool same_shape = v->meta.sizes == n.outputs[0]->meta.sizes;
+      // A matmul product added here: the group becomes a gemm group around it.
+      if (!row && !group.gemm && v->producer && same_shape && uses[size_t(v->id)] == 1 &&
+          adds_operand(n, a) && can_accumulate_gemm(*v->producer)) {
+        group.gemm = v->producer;
+        continue;
+      }
       const int src = group_of_value[size_t(v->id)];
-      if (src >= 0 && uses[size_t(v->id)] == 1 && v->meta.sizes == n.outputs[0]->meta.sizes) {
+      if (src >= 0 && uses[size_t(v->id)] == 1 && same_shape) {
         FusionGroup& other = plan.groups[size_t(src)];
         if (other.row && (group.row || !other.extra_outputs.empty())) continue;
+        // A gemm group's sum stays "product + rest" only through further adds.
+        if (other.gemm && (row || group.gemm || !adds_operand(n, a))) continue;
+        if (other.gemm) group.gemm = other.gemm;
         if (other.row) group.row = other.row;
         group.nodes.insert(group.nodes.end(), other.nodes.begin(), other.nodes.end());
         other.nodes.clear();  // emptied: dropped below
@@ -157,6 +248,7 @@ FusionPlan plan_fusion(const graph::Graph& g) {
     std::vector<const graph::Value*> inside;
     for (const graph::Node* n : grp.nodes)
       inside.insert(inside.end(), n->outputs.begin(), n->outputs.end());
+    if (grp.gemm) inside.push_back(grp.gemm->outputs[0]);  // the product is not read as input
     for (const graph::Node* n : grp.nodes)
       for (const graph::Value* v : n->inputs)
         if (std::find(inside.begin(), inside.end(), v) == inside.end() &&
@@ -164,9 +256,23 @@ FusionPlan plan_fusion(const graph::Graph& g) {
           grp.inputs.push_back(v);
     for (const graph::Node* n : grp.nodes)
       plan.group_of_node[size_t(index_of[size_t(n->outputs[0]->id)])] = int(kept.size());
+    if (grp.gemm)
+      plan.group_of_node[size_t(index_of[size_t(grp.gemm->outputs[0]->id)])] = int(kept.size());
     kept.push_back(std::move(grp));
   }
   plan.groups = std::move(kept);
+
+  std::vector<std::vector<const graph::Node*>> readers(g.values().size());
+  for (const auto& n : nodes)
+    for (const graph::Value* v : n->inputs) readers[size_t(v->id)].push_back(n.get());
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    FusionGroup& grp = plan.groups[k];
+    if (!grp.row) continue;
+    try_attention(grp, uses, readers);
+    if (!grp.attn_qk) continue;
+    for (const graph::Node* mm : {grp.attn_qk, grp.attn_pv})
+      plan.group_of_node[size_t(index_of[size_t(mm->outputs[0]->id)])] = int(k);
+  }
   return plan;
 }
 

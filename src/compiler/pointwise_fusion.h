@@ -1,7 +1,8 @@
 // Pointwise and row-wise fusion: which graph nodes the compiler runs as one generated kernel.
 // A group is a tree of fusable pointwise nodes of one output shape and dtype whose
 // intermediates are read only inside the tree; its root's value is the result that leaves the
-// group. A row group also holds one row op (softmax or layer_norm over the last dim of a
+// group. A gemm group is a pointwise group that adds a matmul's product to other terms
+// (out = a @ b + rest). A row group also holds one row op (softmax or layer_norm over the last dim of a
 // float tensor): the pointwise nodes feeding its input and those consuming its output run in
 // the same per-row kernel.
 #pragma once
@@ -31,6 +32,19 @@ struct FusionGroup {
   // layer_norm's mean/rstd values read outside the group, written after the output (a group
   // with these has the row op as its root, so readers run after the kernel).
   std::vector<const graph::Value*> extra_outputs;
+  // A matmul whose product the group adds to (a gemm group): the generated kernel computes
+  // the rest of the sum into the output, then the gemm accumulates the product onto it
+  // (beta = 1), so bias and residual adds cost no pass of their own. Its value is not an input.
+  const graph::Node* gemm = nullptr;
+  // An attention group: a softmax row group whose row input is computed from the scores
+  // attn_qk = matmul(q, k) and whose result feeds attn_pv = matmul(softmax, v) and nothing
+  // else. The kernel runs both matmuls per batch matrix, the scores never leave the cache, and
+  // `output` is attn_pv's result. With a causal mask (the row input is x + triu(-inf, diag)),
+  // keys the mask sets to -inf are skipped: row i reads keys j < i + causal_diag.
+  const graph::Node* attn_qk = nullptr;
+  const graph::Node* attn_pv = nullptr;
+  bool causal = false;
+  int64_t causal_diag = 0;
 };
 
 // Whether n is a row op the compiler generates: softmax or layer_norm over the last dim of a

@@ -14,5 +14,8 @@ void tril(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void triu(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void topk(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void matmul(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
+// out += a @ b for float32/float64 matrices (batch dims broadcast; out contiguous, of the
+// broadcast result shape): the compiler's gemm with a fused additive epilogue.
+void matmul_accumulate(const Tensor& a, const Tensor& b, const Tensor& out);
 
 }  // namespace ember::cpu

@@ -70,16 +70,18 @@ void check_blas_size(int64_t v, const char* what) {
               " exceeds what the BLAS library accepts (", std::numeric_limits<blasint>::max(), ")");
 }
 
+// beta 0 overwrites c; beta 1 adds the product to what c holds (OpenBLAS then skips its pass
+// over c entirely, which the compiler uses to fuse a bias or residual add into the gemm).
 inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                 const float* b, int64_t ldb, float* c, int64_t ldc) {
+                 const float* b, int64_t ldb, float* c, int64_t ldc, float beta) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              blasint(m), blasint(n), blasint(k), 1.0f, a, blasint(lda), b, blasint(ldb), 0.0f, c,
+              blasint(m), blasint(n), blasint(k), 1.0f, a, blasint(lda), b, blasint(ldb), beta, c,
               blasint(ldc));
 }
 inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
-                 const double* b, int64_t ldb, double* c, int64_t ldc) {
+                 const double* b, int64_t ldb, double* c, int64_t ldc, double beta) {
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              blasint(m), blasint(n), blasint(k), 1.0, a, blasint(lda), b, blasint(ldb), 0.0, c,
+              blasint(m), blasint(n), blasint(k), 1.0, a, blasint(lda), b, blasint(ldb), beta, c,
               blasint(ldc));
 }
 
@@ -88,7 +90,7 @@ inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double
 constexpr int64_t kSmallGemm = 128 * 128 * 128;
 
 template <class T>
-void blas_matmul(const Tensor& a, const Tensor& b, const Tensor& o) {
+void blas_matmul(const Tensor& a, const Tensor& b, const Tensor& o, T beta = T(0)) {
   const int64_t nd = o.dim();
   const int64_t m = o.sizes()[nd - 2], n = o.sizes()[nd - 1], k = a.sizes()[a.dim() - 1];
   const Shape batch(o.sizes().begin(), o.sizes().end() - 2);
@@ -105,19 +107,19 @@ void blas_matmul(const Tensor& a, const Tensor& b, const Tensor& o) {
   for (int64_t i = 0; fold && i < nb; ++i)
     fold = B.batch_off[i] == B.batch_off[0] && A.batch_off[i] == A.batch_off[0] + i * m * A.ld;
   if (fold && nb * m <= int64_t(std::numeric_limits<blasint>::max())) {
-    gemm(false, B.trans, nb * m, n, k, ap + A.batch_off[0], A.ld, bp + B.batch_off[0], B.ld, op, n);
+    gemm(false, B.trans, nb * m, n, k, ap + A.batch_off[0], A.ld, bp + B.batch_off[0], B.ld, op, n, beta);
     return;
   }
   if (nb > 1 && m * n * k <= kSmallGemm && omp_get_max_threads() > 1 && !omp_in_parallel()) {
 #pragma omp parallel for
     for (int64_t i = 0; i < nb; ++i)
       gemm(A.trans, B.trans, m, n, k, ap + A.batch_off[i], A.ld, bp + B.batch_off[i], B.ld,
-           op + i * m * n, n);
+           op + i * m * n, n, beta);
     return;
   }
   for (int64_t i = 0; i < nb; ++i)
     gemm(A.trans, B.trans, m, n, k, ap + A.batch_off[i], A.ld, bp + B.batch_off[i], B.ld,
-         op + i * m * n, n);
+         op + i * m * n, n, beta);
 }
 
 // 16-bit floats: float32 copies of the operands, a float32 gemm, one rounding at the end.
@@ -196,6 +198,23 @@ void matmul(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
       return;
     default:
       EMBER_FAIL("matmul: not implemented for dtype ", dtype_name(o.dtype()));
+  }
+}
+
+void matmul_accumulate(const Tensor& a, const Tensor& b, const Tensor& out) {
+  EMBER_CHECK(out.is_contiguous() && a.dim() >= 2 && b.dim() >= 2,
+              "matmul_accumulate: needs matrices and a contiguous output, got ", a.shape_str(),
+              " x ", b.shape_str(), " into ", out.shape_str());
+  if (a.sizes()[a.dim() - 1] == 0) return;
+  switch (out.dtype()) {
+    case DType::Float32:
+      blas_matmul<float>(a, b, out, 1.0f);
+      return;
+    case DType::Float64:
+      blas_matmul<double>(a, b, out, 1.0);
+      return;
+    default:
+      EMBER_FAIL("matmul_accumulate: not implemented for dtype ", dtype_name(out.dtype()));
   }
 }
 

@@ -1,0 +1,221 @@
+// The attention kernel: for each batch matrix, scores = q @ k row by row, the group's fused
+// producers (scale, mask) and a max-subtracted softmax on the row while it sits in L1, then
+// the row of softmax @ v accumulated directly; neither the scores nor the probabilities are
+// stored. A causal mask skips the keys it sets to -inf.
+#include <algorithm>
+#include <cstdio>
+
+#include "compiler/codegen_util.h"
+#include "graph/graph_util.h"
+#include "kernels/cpu/loops.h"
+
+namespace ember::compiler {
+
+namespace {
+
+// The element offset of batch matrix `b` of v (batch dims: all but v's last two).
+std::string batch_offset(const graph::Value& v) {
+  const Shape& s = v.meta.sizes;
+  const size_t nb = s.size() - 2;
+  std::string expr;
+  int64_t inner = 1;
+  for (size_t d = nb; d-- > 0;) {
+    if (s[d] > 1 && v.meta.strides[d] != 0) {
+      std::string coord = inner == 1 ? "b" : "(b / " + std::to_string(inner) + ")";
+      if (d > 0) coord = "(" + coord + " % " + std::to_string(s[d]) + ")";
+      const std::string term = coord + " * " + std::to_string(v.meta.strides[d]);
+      expr = expr.empty() ? term : term + " + " + expr;
+    }
+    inner *= s[d];
+  }
+  return expr.empty() ? "0" : expr;  // the storage offset is in the data pointer
+}
+
+constexpr int64_t kQB = 4;  // query rows per register tile
+
+// "base + a * stride" with the trivial cases folded.
+std::string at(const std::string& a, int64_t stride) {
+  if (stride == 0) return "0";
+  return stride == 1 ? a : a + " * " + std::to_string(stride);
+}
+
+}  // namespace
+
+void emit_attention_kernel(std::ostringstream& os, const std::string& name,
+                           const FusionGroup& grp) {
+  const graph::Node& row = *grp.row;
+  const graph::Node& qk = *grp.attn_qk;
+  const graph::Node& pv = *grp.attn_pv;
+  const graph::Value &q = *qk.inputs[0], &k = *qk.inputs[1], &v = *pv.inputs[1];
+  const graph::Value& out = *grp.output;
+  const char* T = c_type(out.meta.dtype);
+  const Shape& ps = row.outputs[0]->meta.sizes;  // the scores: [batch..., L, S]
+  const size_t nd = ps.size();
+  const int64_t L = ps[nd - 2], S = ps[nd - 1], E = q.meta.sizes[nd - 1],
+                D = out.meta.sizes[nd - 1];
+  const int64_t nb = shape_numel(ps) / (L * S);
+  std::vector<const graph::Node*> pre;
+  for (const graph::Node* n : grp.nodes)
+    if (n != &row) pre.push_back(n);
+
+  os << "// " << name << ": attention over " << nb << " batch matrices, scores "
+     << value_type_str(*row.outputs[0]) << (grp.causal ? ", causal" : "") << "\n";
+  os << "//   " << node_str(qk) << "\n";
+  for (const graph::Node* n : grp.nodes) os << "//   " << node_str(*n) << "\n";
+  os << "//   " << node_str(pv) << "\n";
+  os << "extern \"C\" void " << name << "(void* const* args) {\n";
+  for (size_t j = 0; j < grp.inputs.size(); ++j)
+    os << "  const " << T << "* __restrict in" << j << " = static_cast<const " << T
+       << "*>(args[" << j << "]);  // " << var(grp.inputs[j]) << " "
+       << value_type_str(*grp.inputs[j]) << "\n";
+  size_t arg = grp.inputs.size();
+  const char* names[] = {"qm", "km", "vm"};
+  const graph::Value* mats[] = {&q, &k, &v};
+  for (int m = 0; m < 3; ++m)
+    os << "  const " << T << "* __restrict " << names[m] << " = static_cast<const " << T
+       << "*>(args[" << arg++ << "]);  // " << var(mats[m]) << " " << value_type_str(*mats[m])
+       << "\n";
+  os << "  " << T << "* __restrict out = static_cast<" << T << "*>(args[" << arg
+     << "]);  // " << var(&out) << "\n";
+  for (size_t j = 0; j < grp.inputs.size(); ++j)
+    if (shape_numel(grp.inputs[j]->meta.sizes) == 1)
+      os << "  const " << T << " " << var(grp.inputs[j]) << " = in" << j << "[0];\n";
+  os << "  constexpr int64_t nb = " << nb << ", L = " << L << ", S = " << S << ", E = " << E
+     << ", D = " << D << ";\n";
+  const int64_t work = nb * L * S * (E + D);
+  if (nb > 1 && work >= cpu::kParallelGrain) os << "#pragma omp parallel for schedule(static)\n";
+  os << "  for (int64_t b = 0; b < nb; ++b) {\n";
+  os << "    const " << T << "* __restrict qb = qm + " << batch_offset(q) << ";\n"
+     << "    const " << T << "* __restrict kb = km + " << batch_offset(k) << ";\n"
+     << "    const " << T << "* __restrict vb = vm + " << batch_offset(v) << ";\n";
+  const int64_t ks_e = k.meta.strides[nd - 2], ks_j = k.meta.strides[nd - 1];
+  const int64_t qs_l = q.meta.strides[nd - 2], qs_e = q.meta.strides[nd - 1];
+  const int64_t vs_j = v.meta.strides[nd - 2], vs_d = v.meta.strides[nd - 1];
+  const std::string sv = var(qk.outputs[0]), x = var(row.inputs[0]);
+  // Register tiles: kQB query rows at a time against one vector of W keys (scores) or of W
+  // output columns (softmax @ v), so each loaded vector of k or v feeds kQB FMAs. GCC's vector
+  // extensions map the tiles onto whatever vector width -march gives.
+  const int64_t W = 64 / int64_t(dtype_size(out.meta.dtype));
+  const int64_t SP = (S + W - 1) / W * W;  // score rows padded to whole vectors
+  const bool vec_pv = D % W == 0 && vs_d == 1;
+  os << "    typedef " << T << " vec __attribute__((vector_size(64)));\n"
+     << "    typedef " << T << " uvec __attribute__((vector_size(64), aligned("
+     << dtype_size(out.meta.dtype) << ")));\n"
+     << "    constexpr int64_t W = " << W << ", SP = " << SP << ", QB = " << kQB << ";\n";
+  // k as [E, SP] with unit stride along keys and zeros past S, so score tiles are whole vectors.
+  os << "    vec* ktv = static_cast<vec*>(__builtin_assume_aligned(::operator new[](sizeof("
+     << T << ") * E * SP, std::align_val_t(64)), 64));\n"
+     << "    " << T << "* __restrict kt = reinterpret_cast<" << T << "*>(ktv);\n"
+     << "    for (int64_t e = 0; e < E; ++e) {\n"
+     << "      for (int64_t j = 0; j < S; ++j) kt[e * SP + j] = kb[" << at("e", ks_e) << " + "
+     << at("j", ks_j) << "];\n"
+     << "      for (int64_t j = S; j < SP; ++j) kt[e * SP + j] = " << T << "(0);\n"
+     << "    }\n";
+  if (vec_pv) {
+    // v as [S, D] rows next to each other: the tile's loop over keys then stays in L1.
+    os << "    vec* vpv = static_cast<vec*>(__builtin_assume_aligned(::operator new[](sizeof("
+       << T << ") * S * D, std::align_val_t(64)), 64));\n"
+       << "    " << T << "* __restrict vp = reinterpret_cast<" << T << "*>(vpv);\n"
+       << "    for (int64_t j = 0; j < S; ++j)\n"
+       << "#pragma omp simd\n"
+       << "      for (int64_t d = 0; d < D; ++d) vp[j * D + d] = vb[" << at("j", vs_j) << " + d];\n";
+  }
+  os << "    alignas(64) " << T << " s[QB * SP];  // the scores, then probabilities, of QB rows\n";
+  os << "    for (int64_t q0 = 0; q0 < L; q0 += QB) {\n"
+     << "      const int64_t nq = L - q0 < QB ? L - q0 : QB;\n"
+     << "      int64_t jn[QB];  // keys each row reads\n"
+     << "      int64_t jmax = 0;\n"
+     << "      for (int64_t t = 0; t < QB; ++t) {\n"
+     << "        const int64_t qi = q0 + (t < nq ? t : nq - 1);\n";
+  if (grp.causal) {
+    // Keys j >= qi + diag are -inf in the mask; a fully masked row keeps every key (and gives
+    // NaN, as the unfused softmax does).
+    os << "        const int64_t lim = qi + (" << grp.causal_diag << ");\n"
+       << "        jn[t] = lim < 1 ? S : (lim < S ? lim : S);\n";
+  } else {
+    os << "        jn[t] = S;\n";
+  }
+  os << "        (void)qi;\n"
+     << "        jmax = jn[t] > jmax ? jn[t] : jmax;\n"
+     << "      }\n";
+  // Scores of the tile's rows (rows past nq repeat the last one; their results are unused).
+  os << "      const " << T << "* qr[QB];\n"
+     << "      for (int64_t t = 0; t < QB; ++t) qr[t] = qb + " << at("(q0 + (t < nq ? t : nq - 1))", qs_l) << ";\n"
+     << "      for (int64_t jb = 0; jb * W < jmax; ++jb) {\n"
+     << "        vec acc[QB] = {};\n"
+     << "        for (int64_t e = 0; e < E; ++e) {\n"
+     << "          const vec kv = ktv[(e * SP) / W + jb];\n";
+  os << "          for (int64_t t = 0; t < QB; ++t) acc[t] += qr[t][" << at("e", qs_e) << "] * kv;\n"
+     << "        }\n"
+     << "        for (int64_t t = 0; t < QB; ++t) *reinterpret_cast<vec*>(s + t * SP + jb * W) = acc[t];\n"
+     << "      }\n";
+  // Per row: the fused producers, the max, the exponentials and their sum; zeros past jn so the
+  // tile's softmax @ v can run every row to jmax.
+  os << "      " << T << " inv[QB];\n"
+     << "      for (int64_t t = 0; t < nq; ++t) {\n"
+     << "        const int64_t r = b * L + q0 + t;  // the scores row\n"
+     << "        " << T << "* __restrict st = s + t * SP;\n"
+     << "        const int64_t n = jn[t];\n";
+  const std::vector<std::string> idx = emit_row_bases(os, grp, ps, "        ");
+  // Whole vectors of keys: past n the row value is -inf (its exponential 0), and reads of the
+  // group inputs use column 0 there, which is always in bounds.
+  const std::string ninf = "-std::numeric_limits<" + std::string(T) + ">::infinity()";
+  os << "        const int64_t nv = (n + W - 1) / W * W;\n"
+     << "        " << T << " mx = " << ninf << ";\n"
+     << "        for (int64_t j0 = 0; j0 < nv; j0 += W) {\n"
+     << "#pragma omp simd reduction(max : mx)\n"
+     << "          for (int64_t l = 0; l < W; ++l) {\n"
+     << "            const int64_t jj = j0 + l;\n"
+     << "            const int64_t j = jj < n ? jj : 0;\n"
+     << "            const " << T << " " << sv << " = st[j];\n";
+  emit_elementwise(os, grp, pre, idx, T, "            ");
+  os << "            const " << T << " xv = jj < n ? " << x << " : " << ninf << ";\n"
+     << "            st[jj] = xv;\n"
+     << "            mx = mx < xv ? xv : mx;\n"
+     << "          }\n"
+     << "        }\n"
+     << "        " << T << " sum = " << T << "(0);\n"
+     << "        for (int64_t j0 = 0; j0 < nv; j0 += W) {\n"
+     << "#pragma omp simd reduction(+ : sum)\n"
+     << "          for (int64_t l = 0; l < W; ++l) {\n"
+     << "            const " << T << " p = ember::fn::Exp{}(st[j0 + l] - mx);\n"
+     << "            st[j0 + l] = p;\n"
+     << "            sum += p;\n"
+     << "          }\n"
+     << "        }\n"
+     << "        for (int64_t j = nv; j < jmax; ++j) st[j] = " << T << "(0);\n"
+     << "        inv[t] = " << T << "(1) / sum;\n"
+     << "      }\n"
+     << "      for (int64_t t = nq; t < QB; ++t)\n"
+     << "        for (int64_t j = 0; j < jmax; ++j) s[t * SP + j] = " << T << "(0);\n";
+  if (vec_pv) {
+    os << "      for (int64_t d0 = 0; d0 < D; d0 += W) {\n"
+       << "        vec acc[QB] = {};\n"
+       << "        for (int64_t j = 0; j < jmax; ++j) {\n"
+       << "          const vec vv = vpv[(j * D + d0) / W];\n"
+       << "          for (int64_t t = 0; t < QB; ++t) acc[t] += s[t * SP + j] * vv;\n"
+       << "        }\n"
+       << "        for (int64_t t = 0; t < nq; ++t)\n"
+       << "          *reinterpret_cast<uvec*>(out + ((b * L + q0 + t) * D + d0)) = acc[t] * inv[t];\n"
+       << "      }\n";
+  } else {
+    os << "      for (int64_t t = 0; t < nq; ++t) {\n"
+       << "        alignas(64) " << T << " y[D] = {};\n"
+       << "        for (int64_t j = 0; j < jmax; ++j) {\n"
+       << "          const " << T << " p = s[t * SP + j];\n"
+       << "          const " << T << "* __restrict vr = vb + " << at("j", vs_j) << ";\n"
+       << "#pragma omp simd\n"
+       << "          for (int64_t d = 0; d < D; ++d) y[d] += p * vr[" << at("d", vs_d) << "];\n"
+       << "        }\n"
+       << "        " << T << "* __restrict o = out + (b * L + q0 + t) * D;\n"
+       << "#pragma omp simd\n"
+       << "        for (int64_t d = 0; d < D; ++d) o[d] = y[d] * inv[t];\n"
+       << "      }\n";
+  }
+  os << "    }\n"
+     << "    ::operator delete[](ktv, std::align_val_t(64));\n"
+     << (vec_pv ? "    ::operator delete[](vpv, std::align_val_t(64));\n" : "")
+     << "  }\n}\n\n";
+}
+
+}  // namespace ember::compiler

@@ -1,0 +1,43 @@
+// Pieces of C++ generation shared by the kernel emitters (codegen_cpp.cpp and
+// codegen_attention.cpp): element types, value names, index arithmetic, fused node lines.
+#pragma once
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "compiler/pointwise_fusion.h"
+#include "core/shape.h"
+
+namespace ember::compiler {
+
+const char* c_type(DType t);
+std::string var(const graph::Value* v);  // "v12": the C++ name of a value
+// The offset of input `v`'s element read by flat output element `i` (v broadcast to `out`,
+// strides baked in), or "" when v is one element.
+std::string index_expr(const graph::Value& v, const Shape& out);
+
+// The same offset split for row kernels, with r the row (over all dims but the last) and j the
+// column: `row` is computed once per row, `col` per element ("" when v does not vary along
+// the row). Both empty when v is one element.
+struct RowIndex {
+  std::string row, col;
+};
+RowIndex row_index(const graph::Value& v, const Shape& out);
+
+// Emits declarations of row bases (b<k> = row part) for the non-scalar group inputs and returns
+// each input's element offset expression in terms of b<k> and j ("" for one-element inputs).
+std::vector<std::string> emit_row_bases(std::ostringstream& os, const FusionGroup& grp,
+                                        const Shape& out, const char* indent);
+
+// Emits the loads of the group inputs that `nodes` (or also_read) read, then the nodes, one a
+// line, each as `const T v<id> = ember::fn::<Functor>{}(...)`.
+void emit_elementwise(std::ostringstream& os, const FusionGroup& grp,
+                      const std::vector<const graph::Node*>& nodes,
+                      const std::vector<std::string>& idx, const char* T, const char* indent,
+                      const graph::Value* also_read = nullptr);
+
+// An attention group's kernel (see FusionGroup::attn_qk).
+void emit_attention_kernel(std::ostringstream& os, const std::string& name,
+                           const FusionGroup& grp);
+
+}  // namespace ember::compiler

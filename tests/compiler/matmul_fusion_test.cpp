@@ -1,0 +1,179 @@
+// The compiler's matmul fusions against eager: gemm groups (a bias or residual added to a
+// matmul product becomes the gemm's accumulator) and attention groups (scores, softmax and the
+// product with v in one kernel, causal masks skipping the masked keys).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "capture/capture.h"
+#include "compiler/compiled_graph.h"
+#include "compiler/compiler_test_util.h"
+#include "compiler/toolchain.h"
+#include "ember/autograd.h"
+#include "ember/ember.h"
+
+namespace ember {
+namespace {
+
+using test::CacheDir;
+using test::compiler_opts;
+
+// The fused kernels sum in another order than OpenBLAS and the eager softmax: float32 results
+// agree to rtol 1e-4 (atol 1e-5 near zero), float64 to rtol 1e-11. NaN must match NaN.
+::testing::AssertionResult allclose(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes() || a.dtype() != b.dtype())
+    return ::testing::AssertionFailure() << "metadata differs: " << a.shape_str() << " vs "
+                                         << b.shape_str();
+  const bool f64 = a.dtype() == DType::Float64;
+  const double rtol = f64 ? 1e-11 : 1e-4, atol = f64 ? 1e-13 : 1e-5;
+  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) && std::isnan(y[i])) continue;
+    if (!(std::abs(x[i] - y[i]) <= atol + rtol * std::abs(y[i])))
+      return ::testing::AssertionFailure() << "element " << i << ": " << x[i] << " vs " << y[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// The "compiler" backend, keeping the source it generated last (so tests can check which
+// fusion a graph got, from the kernel comments).
+class SpyBackend : public capture::Backend {
+ public:
+  static std::string& last_source() {
+    static std::string s;
+    return s;
+  }
+  std::string name() const override { return "compiler-spy"; }
+  std::shared_ptr<const capture::Runnable> compile(std::shared_ptr<const graph::Graph> g) override {
+    auto r = capture::backend("compiler").compile(std::move(g));
+    if (auto cg = std::dynamic_pointer_cast<const compiler::CompiledGraph>(r))
+      last_source() = cg->source();
+    return r;
+  }
+};
+
+CompileOptions spy_opts() {
+  static const bool registered = [] {
+    capture::register_backend(std::make_unique<SpyBackend>());
+    return true;
+  }();
+  (void)registered;
+  CompileOptions o;
+  o.backend = "compiler-spy";
+  return o;
+}
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+int count(const std::string& text, const std::string& part) {
+  int n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+class MatmulFusionTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(compiler::compiler_available()); }
+  CacheDir dir{test::kSharedCompilerCache};
+  NoGradGuard no_grad;
+};
+
+TEST_F(MatmulFusionTest, LinearBiasActivationAndResidualMatchEager) {
+  // The GPT MLP shape: gelu(x W1^T + b1) W2^T + b2 + x, batched [B, T, C].
+  auto mlp = [](const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+                const Tensor& b2) { return x + linear(linear(x, w1, b1).gelu(), w2, b2); };
+  auto f = compile(mlp, spy_opts());
+  for (DType t : {DType::Float32, DType::Float64}) {
+    TensorOptions o(t);
+    Tensor x = randn({3, 5, 8}, o), w1 = randn({12, 8}, o), b1 = randn({12}, o),
+           w2 = randn({8, 12}, o), b2 = randn({8}, o);
+    EXPECT_TRUE(allclose(f(x, w1, b1, w2, b2), mlp(x, w1, b1, w2, b2))) << dtype_name(t);
+    // Both products accumulate onto their bias (the second also onto the residual x).
+    const std::string& src = SpyBackend::last_source();
+    EXPECT_EQ(count(src, "then a gemm adds"), 2) << src;
+  }
+}
+
+TEST_F(MatmulFusionTest, SubtractionsKeepTheirSign) {
+  // a @ b - c accumulates onto -c; c - a @ b cannot (the product is negated) and stays apart.
+  auto left = [](const Tensor& a, const Tensor& b, const Tensor& c) { return a.matmul(b) - c; };
+  auto right = [](const Tensor& a, const Tensor& b, const Tensor& c) { return c - a.matmul(b); };
+  auto both = [](const Tensor& a, const Tensor& b, const Tensor& c) {
+    return (a.matmul(b) + c) * 2.0 + a.matmul(b);  // a second product after a non-add
+  };
+  Tensor a = randn({6, 4}), b = randn({4, 5}), c = randn({6, 5}), row = randn({5});
+  EXPECT_TRUE(allclose(compile(left, compiler_opts())(a, b, c), left(a, b, c)));
+  EXPECT_TRUE(allclose(compile(right, compiler_opts())(a, b, c), right(a, b, c)));
+  EXPECT_TRUE(allclose(compile(both, compiler_opts())(a, b, row), both(a, b, row)));
+  // A batched product with a transposed operand (a trans flag for BLAS, no copy).
+  Tensor ab = randn({2, 6, 4}), bt = randn({5, 4});
+  auto lin = [](const Tensor& x, const Tensor& w, const Tensor& r) { return x.matmul(w.t()) + r; };
+  EXPECT_TRUE(allclose(compile(lin, compiler_opts())(ab, bt, row), lin(ab, bt, row)));
+}
+
+// q, k, v as the GPT makes them: views of one [B, T, 3C] projection, split into heads.
+struct Heads {
+  Tensor q, k, v;
+};
+Heads gpt_heads(int64_t B, int64_t T, int64_t nh, int64_t hs, DType t) {
+  Tensor qkv = randn({B, T, 3 * nh * hs}, TensorOptions(t));
+  std::vector<Tensor> parts = qkv.split(nh * hs, 2);
+  auto heads = [&](const Tensor& x) { return x.view({B, T, nh, hs}).transpose(1, 2); };
+  return {heads(parts[0]), heads(parts[1]), heads(parts[2])};
+}
+
+TEST_F(MatmulFusionTest, CausalAttentionMatchesEager) {
+  auto attn = [](const Tensor& q, const Tensor& k, const Tensor& v) {
+    return scaled_dot_product_attention(q, k, v, /*is_causal=*/true);
+  };
+  auto f = compile(attn, spy_opts());
+  // Head sizes on and off the vector width, sequence lengths not a multiple of it.
+  for (int64_t hs : {16, 7}) {
+    for (DType t : {DType::Float32, DType::Float64}) {
+      Heads h = gpt_heads(2, 19, 3, hs, t);
+      EXPECT_TRUE(allclose(f(h.q, h.k, h.v), attn(h.q, h.k, h.v)))
+          << "hs " << hs << " " << dtype_name(t);
+      EXPECT_TRUE(has(SpyBackend::last_source(), "attention over 6 batch matrices"));
+      EXPECT_TRUE(has(SpyBackend::last_source(), ", causal"));
+    }
+  }
+  // Contiguous inputs, more queries than keys (top-left aligned mask).
+  Tensor q = randn({2, 9, 8}), k = randn({2, 5, 8}), v = randn({2, 5, 32});
+  EXPECT_TRUE(allclose(f(q, k, v), attn(q, k, v)));
+}
+
+TEST_F(MatmulFusionTest, UnmaskedAndUserMaskedAttentionMatchEager) {
+  auto plain = [](const Tensor& q, const Tensor& k, const Tensor& v) {
+    return scaled_dot_product_attention(q, k, v, /*is_causal=*/false);
+  };
+  auto masked = [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& m) {
+    return (q.matmul(k.transpose(-2, -1)) * 0.5 + m).softmax(-1).matmul(v);
+  };
+  Heads h = gpt_heads(2, 21, 2, 16, DType::Float32);
+  EXPECT_TRUE(allclose(compile(plain, spy_opts())(h.q, h.k, h.v), plain(h.q, h.k, h.v)));
+  EXPECT_TRUE(has(SpyBackend::last_source(), "attention over"));
+  EXPECT_FALSE(has(SpyBackend::last_source(), ", causal"));
+  Tensor m = randn({21, 21});
+  EXPECT_TRUE(allclose(compile(masked, spy_opts())(h.q, h.k, h.v, m), masked(h.q, h.k, h.v, m)));
+  EXPECT_TRUE(has(SpyBackend::last_source(), "attention over"));
+  EXPECT_FALSE(has(SpyBackend::last_source(), ", causal"));
+}
+
+TEST_F(MatmulFusionTest, MaskDiagonalsIncludingFullyMaskedRows) {
+  // triu(-inf, d) masks keys j >= i + d; with d <= 0 the first rows have no key left and the
+  // softmax gives NaN, as eager does.
+  for (int64_t d : {1, 3, 0, -2}) {
+    auto fn = [d](const Tensor& q, const Tensor& k, const Tensor& v) {
+      const int64_t L = q.size(-2), S = k.size(-2);
+      Tensor mask = full({L, S}, -INFINITY).triu(d);
+      return (q.matmul(k.transpose(-2, -1)) + mask).softmax(-1).matmul(v);
+    };
+    Tensor q = randn({3, 6, 16}), k = randn({3, 6, 16}), v = randn({3, 6, 16});
+    EXPECT_TRUE(allclose(compile(fn, compiler_opts())(q, k, v), fn(q, k, v))) << "diag " << d;
+  }
+}
+
+}  // namespace
+}  // namespace ember
