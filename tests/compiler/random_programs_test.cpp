@@ -197,4 +197,3 @@ TEST(RandomPrograms, CompilerBackendMatchesEager) {
 
 }  // namespace
 }  // namespace ember
-namespace ember { TEST(RandomProgramsTmp, Print) { for (uint64_t s = 1; s <= 4; ++s) std::cout << testgen::to_string(testgen::generate_program(s)); int64_t n=0; for (uint64_t s=1;s<=600;++s) n+=testgen::generate_program(s).steps.size(); std::cout << "total steps " << n << "\n"; } }
