@@ -20,8 +20,10 @@
 namespace ember {
 
 struct CompileOptions {
+  // "compiler": fuse the captured graphs into generated C++ kernels (src/compiler; without a
+  // C++ compiler on the machine, graphs run as under "eager", with one warning).
   // "eager": interpret the captured graphs through the eager kernels (checks capture alone).
-  std::string backend = "eager";
+  std::string backend = "compiler";
   // Turn the first graph break into an ember::Error naming the op and its source location.
   bool fullgraph = false;
   // Shapes are specialized in every mode for now. Unset (automatic) and false: a size change

@@ -1,4 +1,4 @@
-// Helpers shared by the capture tests: bit-exact comparison of tensors.
+// Helpers shared by the capture tests: bit-exact comparison of tensors, the eager backend.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -8,6 +8,14 @@
 #include "ember/ember.h"
 
 namespace ember::test {
+
+// The "eager" backend: tests that compare a compiled function with eager code bit for bit use
+// it, since generated kernels may round differently (FMA contraction, summation order).
+inline CompileOptions eager_backend() {
+  CompileOptions o;
+  o.backend = "eager";
+  return o;
+}
 
 // Same shape, dtype and bit pattern of every element.
 inline ::testing::AssertionResult bits_equal(const Tensor& a, const Tensor& b) {

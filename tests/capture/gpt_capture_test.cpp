@@ -34,7 +34,7 @@ class GPTCapture : public ::testing::Test {
 
 TEST_F(GPTCapture, ForwardEqualsEagerBitForBit) {
   auto [eager, model] = twin_models(0.0);
-  auto cm = compile(model);
+  auto cm = compile(model, eager_backend());
   Tensor idx = randint(0, 11, {2, 8});
   NoGradGuard ng;
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(bits_equal(cm(idx), eager->forward(idx)));
@@ -102,7 +102,7 @@ TEST_F(GPTCapture, TrainingStepsWithDropoutEqualEagerFromTheSameSeed) {
 
 TEST_F(GPTCapture, EvalAfterTrainRecompilesOnce) {
   auto model = std::make_shared<nn::GPT>(tiny_gpt(0.1));
-  auto cm = compile(model);
+  auto cm = compile(model, eager_backend());
   Tensor idx = randint(0, 11, {1, 8});
   NoGradGuard ng;
   cm(idx);
