@@ -36,6 +36,10 @@ struct Registrar {
 };
 std::vector<std::pair<std::string, BenchFn>>& registry();
 
+// `ember-bench --gpt-first-call NAME`: prints the seconds of the first compiled GPT forward
+// (config "baby" or "384") in this process; the gpt rows run it to time a warm start.
+int gpt_first_call_main(const std::string& config);
+
 // Median wall time of fn() in milliseconds over `repeat` runs after `warmup` runs.
 double time_ms(const std::function<void()>& fn, int repeat, int warmup = 2);
 

@@ -1,7 +1,14 @@
 // GPT rows: one training step (forward, backward, AdamW) and a forward pass, for nanoGPT's
 // CPU recipe ("baby": 4 layers, 4 heads, 128 embd, block 64, batch 12) and a larger config
 // (6 layers, 6 heads, 384 embd, block 256, batch 8).
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
 #include "bench.h"
+#include "ember/compile.h"
 #include "ember/ember.h"
 #include "ember/nn.h"
 #include "ember/optim.h"
@@ -25,7 +32,53 @@ nn::GPTConfig gpt_config(const Config& c) {
   g.dropout = 0.0;
   return g;
 }
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The first call of the compiled forward (eval, no grad): trace, generate, build or load the
+// kernels, run. With an empty cache directory this is the cold compile time.
+double first_call_seconds(nn::GPT& model, const Tensor& x) {
+  auto cm = compile([&model](const Tensor& t) { return model.forward(t); });
+  const auto t0 = std::chrono::steady_clock::now();
+  Tensor logits = cm(x);
+  return seconds_since(t0);
+}
+
+// Runs `ember-bench --gpt-first-call NAME` in a new process sharing EMBER_CACHE_DIR: the warm
+// start (kernels loaded from the disk cache). -1 when the child fails.
+double warm_start_seconds(const char* config) {
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return -1;
+  exe[n] = 0;
+  const std::string cmd = std::string("'") + exe + "' --gpt-first-call " + config;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  double secs = -1;
+  if (std::fscanf(p, "%lf", &secs) != 1) secs = -1;
+  return ::pclose(p) == 0 ? secs : -1;
+}
+
+const Config* find_config(const std::string& name) {
+  for (const Config& c : kConfigs)
+    if (name == c.name) return &c;
+  return nullptr;
+}
+
 }  // namespace
+
+int gpt_first_call_main(const std::string& config) {
+  const Config* c = find_config(config);
+  if (!c) return 2;
+  manual_seed(1);
+  nn::GPT model(gpt_config(*c));
+  model.eval();
+  NoGradGuard no_grad;
+  Tensor x = randint(0, 65, {c->batch, c->block});
+  std::printf("%.6f\n", first_call_seconds(model, x));
+  return 0;
+}
 
 EMBER_BENCH(gpt) {
   std::vector<Row> rows;
@@ -54,8 +107,32 @@ EMBER_BENCH(gpt) {
     if (opt.wants(fwd_name)) {
       NoGradGuard no_grad;
       model.eval();
+      // Cold compile into a fresh cache directory, then a warm start in a new process.
+      char dir[] = "/tmp/ember-bench-cache-XXXXXX";
+      const char* old = std::getenv("EMBER_CACHE_DIR");
+      const std::string old_dir = old ? old : "";
+      double cold = -1, warm = -1;
+      if (::mkdtemp(dir)) {
+        ::setenv("EMBER_CACHE_DIR", dir, 1);
+        cold = first_call_seconds(model, x);
+        warm = warm_start_seconds(c.name);
+      }
+      auto cm = compile([&model](const Tensor& t) { return model.forward(t); });
+      cm(x);
       double ms = time_ms([&] { Tensor logits = model.forward(x); }, repeat, 2);
-      rows.push_back(Row(fwd_name, ms));
+      double cms = time_ms([&] { Tensor logits = cm(x); }, repeat, 2);
+      if (old)
+        ::setenv("EMBER_CACHE_DIR", old_dir.c_str(), 1);
+      else
+        ::unsetenv("EMBER_CACHE_DIR");
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+      Row r(fwd_name, ms);
+      r.compiled_ms = cms;
+      r.extra.push_back({"cold_compile_s", cold});
+      r.extra.push_back({"warm_start_s", warm});
+      r.note = "eval forward, no grad; compiled = default backend (generated kernels)";
+      rows.push_back(r);
     }
   }
   return rows;

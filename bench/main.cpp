@@ -72,6 +72,8 @@ int main(int argc, char** argv) {
       filter = a.substr(9);
     } else if (a == "--repeat" && i + 1 < argc) {
       opt.repeat = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--gpt-first-call" && i + 1 < argc) {
+      return gpt_first_call_main(argv[++i]);
     } else if (a == "--quick") {
       opt.quick = true;
       opt.repeat = 3;

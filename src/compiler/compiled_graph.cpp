@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "compiler/codegen_cpp.h"
+#include "compiler/memory_plan.h"
 #include "core/logs.h"
 #include "core/shape.h"
 #include "ember/autograd.h"
@@ -64,24 +65,34 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
       steps_.push_back({k, nullptr});  // at the root: every input of the group exists by then
     }
   }
-  // Last reads, so intermediates are freed as early as eager code would free them.
-  std::vector<int> last(g_->values().size(), -1);
+  // What each step produces and reads: the memory plan's peak, and last reads, so
+  // intermediates are freed as early as eager code would free them.
+  std::vector<StepIO> io(steps_.size());
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& st = steps_[s];
-    std::vector<const graph::Value*> ins;
     if (st.kernel >= 0) {
       const FusionGroup& grp = plan_.groups[size_t(st.kernel)];
-      ins = grp.inputs;
-      if (grp.gemm) ins.insert(ins.end(), grp.gemm->inputs.begin(), grp.gemm->inputs.end());
+      io[s].reads = grp.inputs;
+      if (grp.gemm)
+        io[s].reads.insert(io[s].reads.end(), grp.gemm->inputs.begin(), grp.gemm->inputs.end());
       if (grp.attn_qk) {
-        ins.insert(ins.end(), grp.attn_qk->inputs.begin(), grp.attn_qk->inputs.end());
-        ins.push_back(grp.attn_pv->inputs[1]);
+        io[s].reads.insert(io[s].reads.end(), grp.attn_qk->inputs.begin(),
+                           grp.attn_qk->inputs.end());
+        io[s].reads.push_back(grp.attn_pv->inputs[1]);
       }
+      io[s].produces = {grp.output};
+      io[s].produces.insert(io[s].produces.end(), grp.extra_outputs.begin(),
+                            grp.extra_outputs.end());
     } else {
-      ins.assign(st.node->inputs.begin(), st.node->inputs.end());
+      io[s].reads.assign(st.node->inputs.begin(), st.node->inputs.end());
+      io[s].produces.assign(st.node->outputs.begin(), st.node->outputs.end());
     }
-    for (const graph::Value* v : ins) last[size_t(v->id)] = int(s);
   }
+  peak_bytes_ = compiler::peak_bytes(*g_, io);
+  eager_peak_bytes_ = compiler::eager_peak_bytes(*g_);
+  std::vector<int> last(g_->values().size(), -1);
+  for (size_t s = 0; s < steps_.size(); ++s)
+    for (const graph::Value* v : io[s].reads) last[size_t(v->id)] = int(s);
   for (const graph::Value* v : g_->outputs()) last[size_t(v->id)] = INT_MAX;
   release_after_.resize(steps_.size());
   for (size_t id = 0; id < last.size(); ++id)
@@ -89,7 +100,9 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
 
   log(logs().decisions, "compiler",
       std::to_string(plan_.groups.size()) + " fused kernel(s), " +
-          std::to_string(steps_.size() - plan_.groups.size()) + " eager node(s)");
+          std::to_string(steps_.size() - plan_.groups.size()) + " eager node(s); peak " +
+          std::to_string(peak_bytes_) + " bytes of intermediates (eager: " +
+          std::to_string(eager_peak_bytes_) + ")");
   if (plan_.groups.empty()) return;
   source_ = generate_cpp(plan_);
   log(logs().output_code, "output_code", "\n" + source_);

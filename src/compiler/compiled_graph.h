@@ -20,6 +20,10 @@ class CompiledGraph : public capture::Runnable {
   const std::string& source() const { return source_; }
   // Why the graph always runs through eager interpretation ("" when it does not).
   const std::string& eager_reason() const { return eager_reason_; }
+  // Peak bytes of intermediates alive at once: this plan's (fused intermediates never exist)
+  // and eager execution's of the same graph (memory_plan.h).
+  int64_t peak_bytes() const { return peak_bytes_; }
+  int64_t eager_peak_bytes() const { return eager_peak_bytes_; }
 
  private:
   using KernelFn = void (*)(void* const*);
@@ -37,7 +41,8 @@ class CompiledGraph : public capture::Runnable {
   std::shared_ptr<const Library> lib_;
   std::vector<KernelFn> kernels_;
   std::vector<Step> steps_;
-  std::vector<std::vector<int>> release_after_;  // per step: value ids read for the last time
+  std::vector<std::vector<int>> release_after_;
+  int64_t peak_bytes_ = 0, eager_peak_bytes_ = 0;  // per step: value ids read for the last time
 };
 
 std::unique_ptr<capture::Backend> make_compiler_backend();
