@@ -110,7 +110,7 @@ std::vector<std::string> emit_row_bases(std::ostringstream& os, const FusionGrou
     if (ri.row.empty()) continue;  // one element: loaded once, outside the rows
     std::string base;
     if (ri.row != "0") {
-      base = "b" + std::to_string(k);
+      base = std::string("b").append(std::to_string(k));
       os << indent << "const int64_t " << base << " = " << ri.row << ";\n";
     }
     idx[k] = base.empty() ? (ri.col.empty() ? "0" : ri.col)
@@ -180,35 +180,43 @@ std::string indent(const std::string& text, const std::string& extra) {
 }
 
 // Emits a reduction over the row's n columns into `acc`: `body` (lines using j) computes
-// `value`, combined by max or +. Blocks of 256 bytes of columns fold into as many partial
-// results, several vector registers wide, so consecutive vector steps do not wait on one
-// accumulator; the partials then fold in order, and a scalar loop takes the tail.
+// `value`, combined by max or +. An OpenMP simd reduction keeps partial results in vector
+// registers; long rows are cut into four quarters reduced in the same loop, so four
+// independent accumulators hide the add latency (one chain would cap an L1-resident pass at
+// one vector per add latency). The partials fold in a fixed order at the end.
 void emit_reduce(std::ostringstream& os, const char* T, int64_t n, const std::string& acc,
                  bool max, const std::string& body, const std::string& value) {
-  const int64_t lanes = std::string(T) == "double" ? 32 : 64;
   const std::string init =
       max ? "-std::numeric_limits<" + std::string(T) + ">::infinity()" : std::string(T) + "(0)";
   auto combine = [&](const std::string& a, const std::string& v) {
-    return max ? a + " = " + a + " < " + v + " ? " + v + " : " + a + ";"
-               : a + " += " + v + ";";
+    return max ? a + " = " + a + " < " + v + " ? " + v + " : " + a + ";" : a + " += " + v + ";";
   };
-  os << "    " << T << " " << acc << " = " << init << ";\n";
-  if (n >= lanes) {
-    os << "    {\n"
-       << "      alignas(64) " << T << " part[" << lanes << "];\n"
-       << "      for (int64_t l = 0; l < " << lanes << "; ++l) part[l] = " << init << ";\n"
-       << "      for (int64_t j0 = 0; j0 + " << lanes << " <= n; j0 += " << lanes << ") {\n"
-       << "#pragma omp simd\n"
-       << "        for (int64_t l = 0; l < " << lanes << "; ++l) {\n"
-       << "          const int64_t j = j0 + l;\n"
-       << indent(body, "    ") << "          " << combine("part[l]", value) << "\n"
-       << "        }\n      }\n"
-       << "      for (int64_t l = 0; l < " << lanes << "; ++l) " << combine(acc, "part[l]")
-       << "\n    }\n";
-  }
-  if (n % lanes != 0)
-    os << "    for (int64_t j = n - n % " << lanes << "; j < n; ++j) {\n"
+  const char* op = max ? "max" : "+";
+  if (n % 4 != 0 || n < 256) {
+    os << "    " << T << " " << acc << " = " << init << ";\n"
+       << "#pragma omp simd reduction(" << op << " : " << acc << ")\n"
+       << "    for (int64_t j = 0; j < n; ++j) {\n"
        << body << "      " << combine(acc, value) << "\n    }\n";
+    return;
+  }
+  os << "    " << T << " " << acc << "0 = " << init << ", " << acc << "1 = " << init << ", "
+     << acc << "2 = " << init << ", " << acc << "3 = " << init << ";\n"
+     << "#pragma omp simd reduction(" << op << " : " << acc << "0, " << acc << "1, " << acc
+     << "2, " << acc << "3)\n"
+     << "    for (int64_t jq = 0; jq < n / 4; ++jq) {\n";
+  for (int k = 0; k < 4; ++k) {
+    const std::string part = acc + std::to_string(k);
+    os << "      {\n        const int64_t j = jq + " << k << " * (n / 4);\n"
+       << indent(body, "    ") << "        " << combine(part, value) << "\n      }\n";
+  }
+  os << "    }\n";
+  if (max) {
+    os << "    " << T << " " << acc << " = " << acc << "0;\n";
+    for (int k = 1; k < 4; ++k) os << "    " << combine(acc, acc + std::to_string(k)) << "\n";
+  } else {
+    os << "    const " << T << " " << acc << " = (" << acc << "0 + " << acc << "1) + (" << acc
+       << "2 + " << acc << "3);\n";
+  }
 }
 
 // One task per row of the row op's [rows, n] output. Pass 1 computes the row op's input
@@ -265,18 +273,35 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   os << "    " << T << "* __restrict row = out + r * n;  // built in place, in cache\n";
   const std::vector<std::string> idx = emit_row_bases(os, grp, shape, "    ");
   const std::string x = var(row.inputs[0]);
-  // Pass 1: the row op's input, kept in the row, and its max or sum.
+  // Where later passes read the row op's input: straight from a unit-stride group input when
+  // nothing is computed before the row op (as the eager kernels do), else from the row, which
+  // pass 1 fills.
+  std::string src = "row";
+  if (pre.empty()) {
+    const size_t k = size_t(std::find(grp.inputs.begin(), grp.inputs.end(), row.inputs[0]) -
+                            grp.inputs.begin());
+    const RowIndex ri = row_index(*row.inputs[0], shape);
+    if (k < grp.inputs.size() && ri.col == "j") {
+      src = "src";
+      os << "    const " << T << "* __restrict src = in" << k << " + " << ri.row << ";\n";
+    }
+  }
+  // Pass 1: the row op's input (kept in the row when computed here), and its max or sum.
   {
     std::ostringstream body;
-    emit_elementwise(body, grp, pre, idx, T, "      ", row.inputs[0]);
-    body << "      row[j] = " << x << ";\n";
+    if (src == "row") {
+      emit_elementwise(body, grp, pre, idx, T, "      ", row.inputs[0]);
+      body << "      row[j] = " << x << ";\n";
+    } else {
+      body << "      const " << T << " " << x << " = src[j];\n";
+    }
     emit_reduce(os, T, n, "acc", softmax, body.str(), x);
   }
   std::string value;  // the row op's output at column j, in the last pass
   if (softmax) {
     // Pass 2: exponentials of the max-subtracted row, and their sum.
     emit_reduce(os, T, n, "sum", false,
-                "      const " + std::string(T) + " e = ember::fn::Exp{}(row[j] - acc);\n" +
+                "      const " + std::string(T) + " e = ember::fn::Exp{}(" + src + "[j] - acc);\n" +
                     "      row[j] = e;\n",
                 "e");
     os << "    const " << T << " inv = " << T << "(1) / sum;\n";
@@ -287,12 +312,12 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
     std::snprintf(eps, sizeof eps, "%.17g", row.attrs.value);
     os << "    const " << T << " mu = acc / " << T << "(n);\n";
     emit_reduce(os, T, n, "sq", false,
-                "      const " + std::string(T) + " d = row[j] - mu;\n", "d * d");
+                "      const " + std::string(T) + " d = " + src + "[j] - mu;\n", "d * d");
     os << "    const " << T << " rs = " << T << "(1) / ember::fn::Sqrt{}(sq / " << T << "(n) + "
        << T << "(" << eps << "));\n";
     if (mean_out) os << "    mean_out[r] = mu;\n";
     if (rstd_out) os << "    rstd_out[r] = rs;\n";
-    value = "(row[j] - mu) * rs";
+    value = "(" + src + "[j] - mu) * rs";
     for (size_t p = 1; p < row.inputs.size(); ++p) {
       const size_t j = size_t(std::find(grp.inputs.begin(), grp.inputs.end(), row.inputs[p]) -
                               grp.inputs.begin());
@@ -316,7 +341,8 @@ std::string kernel_name(size_t k) { return "kernel_" + std::to_string(k); }
 std::string generate_cpp(const FusionPlan& plan) {
   std::ostringstream os;
   os << "// Generated by ember's compiler: fused pointwise and row-wise kernels of one graph.\n"
-     << "#include <cstdint>\n#include <limits>\n#include <new>\n\n#include \"kernels/functors.h\"\n\n";
+     << "#include <cstdint>\n#include <limits>\n#include <new>\n"
+     << "\n#include \"kernels/functors.h\"\n\n";
   for (size_t k = 0; k < plan.groups.size(); ++k) {
     if (plan.groups[k].attn_qk)
       emit_attention_kernel(os, kernel_name(k), plan.groups[k]);
