@@ -56,6 +56,29 @@ EMBER_BENCH(compiler) {
   // With a pointwise producer and consumer: eager runs four kernels and three temporaries.
   row_op("compiler/scale_softmax_scale_4096",
          [](const Tensor& t) { return (t * 2.0 + 1.0).softmax(-1) * 3.0; });
+
+  // Causal attention as the GPT's 384 config runs it: q, k, v heads viewed out of one
+  // [B, T, 3C] projection. Eager: two batched gemms, scale, mask, softmax, four temporaries.
+  if (opt.wants("compiler/causal_attention_384")) {
+    const int64_t B = opt.quick ? 2 : 8, T = opt.quick ? 64 : 256, nh = 6, hs = 64;
+    Tensor qkv = randn({B, T, 3 * nh * hs});
+    auto attn = [B, T](const Tensor& x) {
+      std::vector<Tensor> p = x.split(nh * hs, 2);
+      auto heads = [&](const Tensor& t) { return t.view({B, T, nh, hs}).transpose(1, 2); };
+      return scaled_dot_product_attention(heads(p[0]), heads(p[1]), heads(p[2]), true);
+    };
+    auto f = compile(attn);
+    f(qkv);
+    const double eager = time_ms([&] { attn(qkv); }, opt.repeat);
+    const double compiled = time_ms([&] { f(qkv); }, opt.repeat);
+    Row r{"compiler/causal_attention_384", eager};
+    r.compiled_ms = compiled;
+    // Multiply-adds of the unmasked half: scores and probs @ v.
+    const double flops = 2.0 * 2.0 * double(B * nh) * double(T) * double(T + 1) / 2 * hs;
+    r.extra = {{"compiled_gflops", flops / (compiled * 1e-3) / 1e9}};
+    r.note = opt.quick ? "quick: B 2, T 64" : "B 8, 6 heads of 64, T 256, causal; float32";
+    rows.push_back(r);
+  }
   return rows;
 }
 

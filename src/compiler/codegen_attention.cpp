@@ -31,7 +31,10 @@ std::string batch_offset(const graph::Value& v) {
   return expr.empty() ? "0" : expr;  // the storage offset is in the data pointer
 }
 
-constexpr int64_t kQB = 4;  // query rows per register tile
+// Register tiles: kQB query rows by kKV vectors (of keys for the scores, of output columns for
+// softmax @ v): 16 accumulators, each loaded vector feeding kQB FMAs.
+constexpr int64_t kQB = 4;
+constexpr int64_t kKV = 4;
 
 // "base + a * stride" with the trivial cases folded.
 std::string at(const std::string& a, int64_t stride) {
@@ -96,17 +99,23 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
   // output columns (softmax @ v), so each loaded vector of k or v feeds kQB FMAs. GCC's vector
   // extensions map the tiles onto whatever vector width -march gives.
   const int64_t W = 64 / int64_t(dtype_size(out.meta.dtype));
-  const int64_t SP = (S + W - 1) / W * W;  // score rows padded to whole vectors
-  const bool vec_pv = D % W == 0 && vs_d == 1;
+  // Score rows padded to whole tiles of kKV vectors (the padding's scores are computed against
+  // zero keys and never read).
+  const int64_t SP = (S + kKV * W - 1) / (kKV * W) * (kKV * W);
+  // softmax @ v keeps a whole output row tile in registers when D is at most kKV vectors.
+  const int64_t DV = D / W;
+  const bool vec_pv = D % W == 0 && vs_d == 1 && DV <= kKV;
   os << "    typedef " << T << " vec __attribute__((vector_size(64)));\n"
      << "    typedef " << T << " uvec __attribute__((vector_size(64), aligned("
      << dtype_size(out.meta.dtype) << ")));\n"
-     << "    constexpr int64_t W = " << W << ", SP = " << SP << ", QB = " << kQB << ";\n";
+     << "    constexpr int64_t W = " << W << ", SP = " << SP << ", QB = " << kQB
+     << ", KV = " << kKV << ";\n";
   // k as [E, SP] with unit stride along keys and zeros past S, so score tiles are whole vectors.
   os << "    vec* ktv = static_cast<vec*>(__builtin_assume_aligned(::operator new[](sizeof("
      << T << ") * E * SP, std::align_val_t(64)), 64));\n"
      << "    " << T << "* __restrict kt = reinterpret_cast<" << T << "*>(ktv);\n"
      << "    for (int64_t e = 0; e < E; ++e) {\n"
+     << "#pragma omp simd\n"
      << "      for (int64_t j = 0; j < S; ++j) kt[e * SP + j] = kb[" << at("e", ks_e) << " + "
      << at("j", ks_j) << "];\n"
      << "      for (int64_t j = S; j < SP; ++j) kt[e * SP + j] = " << T << "(0);\n"
@@ -141,13 +150,22 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
   // Scores of the tile's rows (rows past nq repeat the last one; their results are unused).
   os << "      const " << T << "* qr[QB];\n"
      << "      for (int64_t t = 0; t < QB; ++t) qr[t] = qb + " << at("(q0 + (t < nq ? t : nq - 1))", qs_l) << ";\n"
-     << "      for (int64_t jb = 0; jb * W < jmax; ++jb) {\n"
-     << "        vec acc[QB] = {};\n"
+     << "      for (int64_t jb = 0; jb * W < jmax; jb += KV) {\n"
+     << "        vec acc[QB][KV] = {};\n"
      << "        for (int64_t e = 0; e < E; ++e) {\n"
-     << "          const vec kv = ktv[(e * SP) / W + jb];\n";
-  os << "          for (int64_t t = 0; t < QB; ++t) acc[t] += qr[t][" << at("e", qs_e) << "] * kv;\n"
+     << "          vec kv[KV];\n"
+     << "#pragma GCC unroll 8\n"
+     << "          for (int64_t u = 0; u < KV; ++u) kv[u] = ktv[(e * SP) / W + jb + u];\n"
+     << "#pragma GCC unroll 8\n"
+     << "          for (int64_t t = 0; t < QB; ++t) {\n"
+     << "            const " << T << " a = qr[t][" << at("e", qs_e) << "];\n"
+     << "#pragma GCC unroll 8\n"
+     << "            for (int64_t u = 0; u < KV; ++u) acc[t][u] += a * kv[u];\n"
+     << "          }\n"
      << "        }\n"
-     << "        for (int64_t t = 0; t < QB; ++t) *reinterpret_cast<vec*>(s + t * SP + jb * W) = acc[t];\n"
+     << "        for (int64_t t = 0; t < QB; ++t)\n"
+     << "          for (int64_t u = 0; u < KV; ++u)\n"
+     << "            *reinterpret_cast<vec*>(s + t * SP + (jb + u) * W) = acc[t][u];\n"
      << "      }\n";
   // Per row: the fused producers, the max, the exponentials and their sum; zeros past jn so the
   // tile's softmax @ v can run every row to jmax.
@@ -162,26 +180,21 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
   const std::string ninf = "-std::numeric_limits<" + std::string(T) + ">::infinity()";
   os << "        const int64_t nv = (n + W - 1) / W * W;\n"
      << "        " << T << " mx = " << ninf << ";\n"
-     << "        for (int64_t j0 = 0; j0 < nv; j0 += W) {\n"
      << "#pragma omp simd reduction(max : mx)\n"
-     << "          for (int64_t l = 0; l < W; ++l) {\n"
-     << "            const int64_t jj = j0 + l;\n"
-     << "            const int64_t j = jj < n ? jj : 0;\n"
-     << "            const " << T << " " << sv << " = st[j];\n";
-  emit_elementwise(os, grp, pre, idx, T, "            ");
-  os << "            const " << T << " xv = jj < n ? " << x << " : " << ninf << ";\n"
-     << "            st[jj] = xv;\n"
-     << "            mx = mx < xv ? xv : mx;\n"
-     << "          }\n"
+     << "        for (int64_t jj = 0; jj < nv; ++jj) {\n"
+     << "          const int64_t j = jj < n ? jj : 0;\n"
+     << "          const " << T << " " << sv << " = st[j];\n";
+  emit_elementwise(os, grp, pre, idx, T, "          ");
+  os << "          const " << T << " xv = jj < n ? " << x << " : " << ninf << ";\n"
+     << "          st[jj] = xv;\n"
+     << "          mx = mx < xv ? xv : mx;\n"
      << "        }\n"
      << "        " << T << " sum = " << T << "(0);\n"
-     << "        for (int64_t j0 = 0; j0 < nv; j0 += W) {\n"
      << "#pragma omp simd reduction(+ : sum)\n"
-     << "          for (int64_t l = 0; l < W; ++l) {\n"
-     << "            const " << T << " p = ember::fn::Exp{}(st[j0 + l] - mx);\n"
-     << "            st[j0 + l] = p;\n"
-     << "            sum += p;\n"
-     << "          }\n"
+     << "        for (int64_t j = 0; j < nv; ++j) {\n"
+     << "          const " << T << " p = ember::fn::Exp{}(st[j] - mx);\n"
+     << "          st[j] = p;\n"
+     << "          sum += p;\n"
      << "        }\n"
      << "        for (int64_t j = nv; j < jmax; ++j) st[j] = " << T << "(0);\n"
      << "        inv[t] = " << T << "(1) / sum;\n"
@@ -189,14 +202,23 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
      << "      for (int64_t t = nq; t < QB; ++t)\n"
      << "        for (int64_t j = 0; j < jmax; ++j) s[t * SP + j] = " << T << "(0);\n";
   if (vec_pv) {
-    os << "      for (int64_t d0 = 0; d0 < D; d0 += W) {\n"
-       << "        vec acc[QB] = {};\n"
+    os << "      {\n"
+       << "        constexpr int64_t DV = " << DV << ";\n"
+       << "        vec acc[QB][DV] = {};\n"
        << "        for (int64_t j = 0; j < jmax; ++j) {\n"
-       << "          const vec vv = vpv[(j * D + d0) / W];\n"
-       << "          for (int64_t t = 0; t < QB; ++t) acc[t] += s[t * SP + j] * vv;\n"
+       << "          vec vv[DV];\n"
+       << "#pragma GCC unroll 8\n"
+       << "          for (int64_t u = 0; u < DV; ++u) vv[u] = vpv[(j * D) / W + u];\n"
+       << "#pragma GCC unroll 8\n"
+       << "          for (int64_t t = 0; t < QB; ++t) {\n"
+       << "            const " << T << " p = s[t * SP + j];\n"
+       << "#pragma GCC unroll 8\n"
+       << "            for (int64_t u = 0; u < DV; ++u) acc[t][u] += p * vv[u];\n"
+       << "          }\n"
        << "        }\n"
        << "        for (int64_t t = 0; t < nq; ++t)\n"
-       << "          *reinterpret_cast<uvec*>(out + ((b * L + q0 + t) * D + d0)) = acc[t] * inv[t];\n"
+       << "          for (int64_t u = 0; u < DV; ++u)\n"
+       << "            *reinterpret_cast<uvec*>(out + ((b * L + q0 + t) * D + u * W)) = acc[t][u] * inv[t];\n"
        << "      }\n";
   } else {
     os << "      for (int64_t t = 0; t < nq; ++t) {\n"
