@@ -218,7 +218,15 @@ class CompilerBackend : public capture::Backend {
       });
       return capture::backend("eager").compile(std::move(g));
     }
-    return std::make_shared<CompiledGraph>(std::move(g));
+    try {
+      return std::make_shared<CompiledGraph>(g);
+    } catch (const Error& e) {
+      // A failed build or load (full disk, unwritable cache directory, a compiler bug) must
+      // not take the program down: this graph runs as under the eager backend.
+      capture::warn(std::string("backend \"compiler\": ") + e.what() +
+                    "\nthis graph runs through eager interpretation instead");
+      return capture::backend("eager").compile(std::move(g));
+    }
   }
 };
 

@@ -133,6 +133,23 @@ TEST_F(CompilerTest, RequiresGradRunsEagerlyAndRecordsHistory) {
   EXPECT_TRUE(test::bits_equal(x.grad(), want));
 }
 
+TEST(CompilerCache, UnusableCacheDirectoryFallsBackToEagerWithAWarning) {
+  ASSERT_TRUE(compiler::compiler_available());
+  CacheDir guard("/dev/null/ember");  // cannot be created
+  compiler::clear_memory_cache();
+  reset_compile_caches();
+  NoGradGuard no_grad;
+  auto fn = [](const Tensor& x) { return (x.exp() * 3.0).tanh(); };
+  auto f = compile(fn, compiler_opts());
+  Tensor x = randn({16, 4});
+  ::testing::internal::CaptureStderr();
+  Tensor y = f(x);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(test::bits_equal(y, fn(x)));  // interpreted: eager's kernels, bit for bit
+  EXPECT_NE(err.find("cannot create the cache directory"), std::string::npos) << err;
+  EXPECT_NE(err.find("runs through eager interpretation"), std::string::npos) << err;
+}
+
 TEST(CompilerCache, DiskHitCorruptRebuildAndDirMode) {
   ASSERT_TRUE(compiler::compiler_available());
   const std::string root = fresh_dir("cache");
