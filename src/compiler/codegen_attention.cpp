@@ -13,22 +13,37 @@ namespace ember::compiler {
 
 namespace {
 
-// The element offset of batch matrix `b` of v (batch dims: all but v's last two).
-std::string batch_offset(const graph::Value& v) {
-  const Shape& s = v.meta.sizes;
+// The element offset of batch matrix `b` of a tensor of sizes s and strides st (batch dims:
+// all but the last two).
+std::string batch_offset(const Shape& s, const std::vector<int64_t>& st) {
   const size_t nb = s.size() - 2;
   std::string expr;
   int64_t inner = 1;
   for (size_t d = nb; d-- > 0;) {
-    if (s[d] > 1 && v.meta.strides[d] != 0) {
+    if (s[d] > 1 && st[d] != 0) {
       std::string coord = inner == 1 ? "b" : "(b / " + std::to_string(inner) + ")";
       if (d > 0) coord = "(" + coord + " % " + std::to_string(s[d]) + ")";
-      const std::string term = coord + " * " + std::to_string(v.meta.strides[d]);
+      const std::string term = coord + " * " + std::to_string(st[d]);
       expr = expr.empty() ? term : term + " + " + expr;
     }
     inner *= s[d];
   }
   return expr.empty() ? "0" : expr;  // the storage offset is in the data pointer
+}
+std::string batch_offset(const graph::Value& v) {
+  return batch_offset(v.meta.sizes, v.meta.strides);
+}
+
+// Where the kernel writes element [batch..., l, d] of softmax @ v: its own contiguous layout,
+// or, with the heads merged back (FusionGroup::out_copy), the copy's.
+std::vector<int64_t> output_strides(const FusionGroup& grp) {
+  const Shape& ys = grp.attn_pv->outputs[0]->meta.sizes;
+  if (!grp.out_copy) return contiguous_strides(ys);
+  const std::vector<int64_t> cs = contiguous_strides(grp.out_copy->outputs[0]->meta.sizes);
+  std::vector<int64_t> st(ys.size(), 0);
+  const std::vector<int64_t>& perm = grp.out_permute->attrs.dims;
+  for (size_t k = 0; k < perm.size(); ++k) st[size_t(perm[k])] = cs[k];
+  return st;
 }
 
 // Register tiles: kQB query rows by kKV vectors (of keys for the scores, of output columns for
@@ -66,6 +81,9 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
   os << "//   " << node_str(qk) << "\n";
   for (const graph::Node* n : grp.nodes) os << "//   " << node_str(*n) << "\n";
   os << "//   " << node_str(pv) << "\n";
+  if (grp.out_copy)
+    os << "//   " << node_str(*grp.out_permute) << "\n//   " << node_str(*grp.out_copy)
+       << "  (written in place)\n";
   os << "extern \"C\" void " << name << "(void* const* args) {\n";
   for (size_t j = 0; j < grp.inputs.size(); ++j)
     os << "  const " << T << "* __restrict in" << j << " = static_cast<const " << T
@@ -88,6 +106,10 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
   const int64_t work = nb * L * S * (E + D);
   if (nb > 1 && work >= cpu::kParallelGrain) os << "#pragma omp parallel for schedule(static)\n";
   os << "  for (int64_t b = 0; b < nb; ++b) {\n";
+  const std::vector<int64_t> ost = output_strides(grp);
+  const int64_t os_l = ost[nd - 2];
+  os << "    " << T << "* __restrict ob = out + "
+     << batch_offset(grp.attn_pv->outputs[0]->meta.sizes, ost) << ";  // this matrix's output\n";
   os << "    const " << T << "* __restrict qb = qm + " << batch_offset(q) << ";\n"
      << "    const " << T << "* __restrict kb = km + " << batch_offset(k) << ";\n"
      << "    const " << T << "* __restrict vb = vm + " << batch_offset(v) << ";\n";
@@ -218,7 +240,8 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
        << "        }\n"
        << "        for (int64_t t = 0; t < nq; ++t)\n"
        << "          for (int64_t u = 0; u < DV; ++u)\n"
-       << "            *reinterpret_cast<uvec*>(out + ((b * L + q0 + t) * D + u * W)) = acc[t][u] * inv[t];\n"
+       << "            *reinterpret_cast<uvec*>(ob + " << at("(q0 + t)", os_l)
+       << " + u * W) = acc[t][u] * inv[t];\n"
        << "      }\n";
   } else {
     os << "      for (int64_t t = 0; t < nq; ++t) {\n"
@@ -229,7 +252,7 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
        << "#pragma omp simd\n"
        << "          for (int64_t d = 0; d < D; ++d) y[d] += p * vr[" << at("d", vs_d) << "];\n"
        << "        }\n"
-       << "        " << T << "* __restrict o = out + (b * L + q0 + t) * D;\n"
+       << "        " << T << "* __restrict o = ob + " << at("(q0 + t)", os_l) << ";\n"
        << "#pragma omp simd\n"
        << "        for (int64_t d = 0; d < D; ++d) o[d] = y[d] * inv[t];\n"
        << "      }\n";

@@ -117,6 +117,10 @@ void CompiledGraph::run_group_eagerly(const FusionGroup& grp, std::vector<Tensor
   if (grp.attn_qk) {
     nodes.insert(nodes.begin(), grp.attn_qk);
     nodes.push_back(grp.attn_pv);
+    if (grp.out_copy) {
+      nodes.push_back(grp.out_permute);
+      nodes.push_back(grp.out_copy);
+    }
   }
   for (const graph::Node* n : nodes) {
     std::vector<Tensor> ins;

@@ -130,6 +130,24 @@ void try_attention(FusionGroup& grp, const std::vector<int>& uses,
   grp.attn_pv = pv;
   grp.output = pv->outputs[0];
   grp.inputs.erase(std::find(grp.inputs.begin(), grp.inputs.end(), qk->outputs[0]));
+  // The result permuted and copied contiguous, with the last dim staying last: written in place.
+  const graph::Value* y = pv->outputs[0];
+  if (uses[size_t(y->id)] == 1 && readers[size_t(y->id)].size() == 1) {
+    const graph::Node* perm = readers[size_t(y->id)][0];
+    const graph::Value* yp = perm->outputs[0];
+    const size_t nd = y->meta.sizes.size();
+    if (perm->op == OpId::permute && perm->attrs.dims.size() == nd &&
+        perm->attrs.dims.back() == int64_t(nd) - 1 && uses[size_t(yp->id)] == 1 &&
+        readers[size_t(yp->id)].size() == 1) {
+      const graph::Node* copy = readers[size_t(yp->id)][0];
+      if (copy->op == OpId::clone && contiguous(*copy->outputs[0]) &&
+          copy->outputs[0]->meta.dtype == y->meta.dtype) {
+        grp.out_permute = perm;
+        grp.out_copy = copy;
+        grp.output = copy->outputs[0];
+      }
+    }
+  }
   // A causal mask: the row input is add(x, triu(full(-inf), diag)) with the mask [.., L, S].
   const graph::Node* add = row.inputs[0]->producer;
   if (!add || add->op != OpId::add) return;
@@ -270,8 +288,8 @@ FusionPlan plan_fusion(const graph::Graph& g) {
     if (!grp.row) continue;
     try_attention(grp, uses, readers);
     if (!grp.attn_qk) continue;
-    for (const graph::Node* mm : {grp.attn_qk, grp.attn_pv})
-      plan.group_of_node[size_t(index_of[size_t(mm->outputs[0]->id)])] = int(k);
+    for (const graph::Node* mm : {grp.attn_qk, grp.attn_pv, grp.out_permute, grp.out_copy})
+      if (mm) plan.group_of_node[size_t(index_of[size_t(mm->outputs[0]->id)])] = int(k);
   }
   return plan;
 }

@@ -45,6 +45,11 @@ struct FusionGroup {
   const graph::Node* attn_pv = nullptr;
   bool causal = false;
   int64_t causal_diag = 0;
+  // When attn_pv's result is only permuted and copied contiguous (the heads merged back,
+  // `y.transpose(1, 2).contiguous()`), the kernel writes straight into that copy: these are
+  // the permute and the copy, and `output` is the copy's value.
+  const graph::Node* out_permute = nullptr;
+  const graph::Node* out_copy = nullptr;
 };
 
 // Whether n is a row op the compiler generates: softmax or layer_norm over the last dim of a

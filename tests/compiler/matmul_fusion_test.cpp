@@ -12,6 +12,7 @@
 #include "compiler/toolchain.h"
 #include "ember/autograd.h"
 #include "ember/ember.h"
+#include "ember/nn.h"
 
 namespace ember {
 namespace {
@@ -139,6 +140,18 @@ TEST_F(MatmulFusionTest, CausalAttentionMatchesEager) {
       EXPECT_TRUE(has(SpyBackend::last_source(), ", causal"));
     }
   }
+  // The heads merged back as the GPT does: the kernel writes the merged layout itself.
+  auto merged = [](const Tensor& q, const Tensor& k, const Tensor& v) {
+    const int64_t B = q.size(0), nh = q.size(1), T = q.size(2), hs = q.size(3);
+    return scaled_dot_product_attention(q, k, v, true).transpose(1, 2).contiguous().view(
+        {B, T, nh * hs});
+  };
+  for (int64_t hs : {16, 7}) {
+    Heads h = gpt_heads(2, 19, 3, hs, DType::Float32);
+    EXPECT_TRUE(allclose(compile(merged, spy_opts())(h.q, h.k, h.v), merged(h.q, h.k, h.v)))
+        << "hs " << hs;
+    EXPECT_TRUE(has(SpyBackend::last_source(), "(written in place)"));
+  }
   // Contiguous inputs, more queries than keys (top-left aligned mask).
   Tensor q = randn({2, 9, 8}), k = randn({2, 5, 8}), v = randn({2, 5, 32});
   EXPECT_TRUE(allclose(f(q, k, v), attn(q, k, v)));
@@ -173,6 +186,25 @@ TEST_F(MatmulFusionTest, MaskDiagonalsIncludingFullyMaskedRows) {
     Tensor q = randn({3, 6, 16}), k = randn({3, 6, 16}), v = randn({3, 6, 16});
     EXPECT_TRUE(allclose(compile(fn, compiler_opts())(q, k, v), fn(q, k, v))) << "diag " << d;
   }
+}
+
+TEST_F(MatmulFusionTest, GptForwardMatchesEager) {
+  nn::GPTConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 32;
+  c.block_size = 16;
+  c.vocab_size = 11;
+  c.dropout = 0;
+  manual_seed(3);
+  auto model = std::make_shared<nn::GPT>(c);
+  model->eval();
+  auto cm = compile(model, spy_opts());
+  Tensor idx = randint(0, 11, {3, 16});
+  EXPECT_TRUE(allclose(cm(idx), model->forward(idx)));
+  const std::string& src = SpyBackend::last_source();
+  EXPECT_EQ(count(src, "(written in place)"), 2);  // one attention kernel per layer
+  EXPECT_EQ(count(src, "then a gemm adds"), 8);      // c_attn, attn c_proj, c_fc, mlp c_proj
 }
 
 }  // namespace
