@@ -4,6 +4,7 @@
 // task per row, its passes sweeping the row while it sits in cache.
 #include "compiler/codegen_cpp.h"
 #include "compiler/codegen_util.h"
+#include "compiler/decompositions.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -166,6 +167,13 @@ void emit_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   os << "  }\n}\n\n";
 }
 
+// `text` with every `from` replaced by `to`.
+std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  return text;
+}
+
 // `text` with `extra` put before each line.
 std::string indent(const std::string& text, const std::string& extra) {
   std::string r;
@@ -228,7 +236,6 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   const char* T = c_type(out.meta.dtype);
   const Shape& shape = row.outputs[0]->meta.sizes;
   const int64_t n = shape.back(), rows = shape_numel(shape) / n;
-  const bool softmax = row.op == OpId::softmax;
   // Producers: the nodes the row op depends on; consumers: the rest, after it.
   std::vector<const graph::Node*> pre, post;
   std::vector<const graph::Value*> needed = {row.inputs[0]};
@@ -255,14 +262,9 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   size_t arg = grp.inputs.size();
   os << "  " << T << "* __restrict out = static_cast<" << T << "*>(args[" << arg++
      << "]);  // " << var(&out) << "\n";
-  const char* mean_out = nullptr;
-  const char* rstd_out = nullptr;
-  for (const graph::Value* e : grp.extra_outputs) {
-    const bool is_mean = e == row.outputs[1];
-    (is_mean ? mean_out : rstd_out) = is_mean ? "mean_out" : "rstd_out";
-    os << "  " << T << "* __restrict " << (is_mean ? "mean_out" : "rstd_out") << " = static_cast<"
-       << T << "*>(args[" << arg++ << "]);  // " << var(e) << "\n";
-  }
+  for (size_t e = 0; e < grp.extra_outputs.size(); ++e)
+    os << "  " << T << "* __restrict stat" << e << " = static_cast<" << T << "*>(args[" << arg++
+       << "]);  // " << var(grp.extra_outputs[e]) << "\n";
   for (size_t j = 0; j < grp.inputs.size(); ++j)
     if (shape_numel(grp.inputs[j]->meta.sizes) == 1)
       os << "  const " << T << " " << var(grp.inputs[j]) << " = in" << j << "[0];\n";
@@ -275,7 +277,7 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   const std::string x = var(row.inputs[0]);
   // Where later passes read the row op's input: straight from a unit-stride group input when
   // nothing is computed before the row op (as the eager kernels do), else from the row, which
-  // pass 1 fills.
+  // the first pass fills.
   std::string src = "row";
   if (pre.empty()) {
     const size_t k = size_t(std::find(grp.inputs.begin(), grp.inputs.end(), row.inputs[0]) -
@@ -286,44 +288,50 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
       os << "    const " << T << "* __restrict src = in" << k << " + " << ri.row << ";\n";
     }
   }
-  // Pass 1: the row op's input (kept in the row when computed here), and its max or sum.
-  {
+  // The decomposition's steps: reductions over the row (the first also computes the fused
+  // producers), row scalars between them, then the elementwise output.
+  const std::optional<RowDecomposition> dec = row_decomposition(row);
+  EMBER_CHECK(dec.has_value(), "compiler: no row decomposition for ", op_name(row.op));
+  bool kept = false, first = true;
+  auto expand = [&](std::string e) {
+    e = replace_all(e, "$x", src + "[j]");
+    e = replace_all(e, "$kept", "row[j]");
+    e = replace_all(e, "$T", T);
+    e = replace_all(e, "$n", std::to_string(n));
+    for (const auto& [name, input] : dec->row_vectors) {
+      const size_t k = size_t(std::find(grp.inputs.begin(), grp.inputs.end(),
+                                        row.inputs[input]) - grp.inputs.begin());
+      e = replace_all(e, name, "in" + std::to_string(k) + "[j]");
+    }
+    return e;
+  };
+  for (const RowStep& step : dec->steps) {
+    if (step.kind == RowStep::Let) {
+      os << "    const " << T << " " << step.name << " = " << expand(step.expr) << ";\n";
+      continue;
+    }
+    EMBER_CHECK(!kept || step.expr.find("$x") == std::string::npos,
+                "compiler: a row step reads the input after the row was overwritten");
     std::ostringstream body;
-    if (src == "row") {
+    std::string value = expand(step.expr);
+    if (first && src == "row") {  // the row op's input computed here, kept in the row
       emit_elementwise(body, grp, pre, idx, T, "      ", row.inputs[0]);
       body << "      row[j] = " << x << ";\n";
-    } else {
-      body << "      const " << T << " " << x << " = src[j];\n";
+      value = replace_all(value, "row[j]", x);
     }
-    emit_reduce(os, T, n, "acc", softmax, body.str(), x);
-  }
-  std::string value;  // the row op's output at column j, in the last pass
-  if (softmax) {
-    // Pass 2: exponentials of the max-subtracted row, and their sum.
-    emit_reduce(os, T, n, "sum", false,
-                "      const " + std::string(T) + " e = ember::fn::Exp{}(" + src + "[j] - acc);\n" +
-                    "      row[j] = e;\n",
-                "e");
-    os << "    const " << T << " inv = " << T << "(1) / sum;\n";
-    value = "row[j] * inv";
-  } else {
-    // Pass 2: the variance around the mean (two passes: no cancellation).
-    char eps[40];
-    std::snprintf(eps, sizeof eps, "%.17g", row.attrs.value);
-    os << "    const " << T << " mu = acc / " << T << "(n);\n";
-    emit_reduce(os, T, n, "sq", false,
-                "      const " + std::string(T) + " d = " + src + "[j] - mu;\n", "d * d");
-    os << "    const " << T << " rs = " << T << "(1) / ember::fn::Sqrt{}(sq / " << T << "(n) + "
-       << T << "(" << eps << "));\n";
-    if (mean_out) os << "    mean_out[r] = mu;\n";
-    if (rstd_out) os << "    rstd_out[r] = rs;\n";
-    value = "(" + src + "[j] - mu) * rs";
-    for (size_t p = 1; p < row.inputs.size(); ++p) {
-      const size_t j = size_t(std::find(grp.inputs.begin(), grp.inputs.end(), row.inputs[p]) -
-                              grp.inputs.begin());
-      value += (p == 1 ? " * in" : " + in") + std::to_string(j) + "[j]";
+    if (step.keep) {
+      body << "      const " << T << " kept = " << value << ";\n      row[j] = kept;\n";
+      value = "kept";
+      kept = true;
     }
+    emit_reduce(os, T, n, step.name, step.kind == RowStep::Max, body.str(), value);
+    first = false;
   }
+  for (const auto& [index, name] : dec->stat_outputs)
+    for (size_t e = 0; e < grp.extra_outputs.size(); ++e)
+      if (grp.extra_outputs[e] == row.outputs[index])
+        os << "    stat" << e << "[r] = " << name << ";\n";
+  const std::string value = expand(dec->out);  // the row op's output at column j
   // Last pass: the row op's result, the fused consumers, the store.
   os << "#pragma omp simd\n"
      << "    for (int64_t j = 0; j < n; ++j) {\n"

@@ -170,7 +170,8 @@ void try_attention(FusionGroup& grp, const std::vector<int>& uses,
 }  // namespace
 
 bool can_fuse_row(const graph::Node& n) {
-  if (n.op != OpId::softmax && n.op != OpId::layer_norm) return false;
+  if (n.op != OpId::softmax && n.op != OpId::log_softmax && n.op != OpId::layer_norm)
+    return false;
   const graph::Value& x = *n.inputs[0];
   const graph::Value& out = *n.outputs[0];
   const DType t = out.meta.dtype;
@@ -179,7 +180,7 @@ bool can_fuse_row(const graph::Node& n) {
   const Shape& s = x.meta.sizes;
   // x itself may be strided: generated code reads it through index arithmetic.
   if (s.empty() || shape_numel(s) == 0 || !contiguous(out)) return false;
-  if (n.op == OpId::softmax) return n.attrs.dim == int64_t(s.size()) - 1;
+  if (n.op != OpId::layer_norm) return n.attrs.dim == int64_t(s.size()) - 1;
   if (n.attrs.shape.size() != 1 || n.attrs.shape[0] != s.back()) return false;
   for (size_t k = 1; k < n.inputs.size(); ++k) {
     const graph::Value& p = *n.inputs[k];

@@ -52,8 +52,9 @@ struct FusionGroup {
   const graph::Node* out_copy = nullptr;
 };
 
-// Whether n is a row op the compiler generates: softmax or layer_norm over the last dim of a
-// float32/float64 CPU tensor (layer_norm's weight and bias contiguous, of x's dtype).
+// Whether n is a row op the compiler generates: softmax, log_softmax or layer_norm over the
+// last dim of a float32/float64 CPU tensor (layer_norm's weight and bias contiguous, of x's
+// dtype); decompositions.h says how each decomposes.
 bool can_fuse_row(const graph::Node& n);
 
 struct FusionPlan {

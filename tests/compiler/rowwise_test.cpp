@@ -70,6 +70,19 @@ TEST_F(RowwiseTest, SoftmaxMatchesEager) {
   EXPECT_TRUE(allclose(f64(x), fn(x)));
 }
 
+TEST_F(RowwiseTest, LogSoftmaxMatchesEager) {
+  // Alone, and with a producer and a consumer fused (x / 2 -> log_softmax -> * -1).
+  auto alone = [](const Tensor& x) { return x.log_softmax(-1); };
+  auto fused = [](const Tensor& x) { return (x * 0.5).log_softmax(-1) * -1.0; };
+  for (const Shape& s : kShapes) {
+    Tensor x = randn(s) * 5.0;
+    EXPECT_TRUE(allclose(compile(alone, compiler_opts())(x), alone(x))) << shape_str(s);
+    EXPECT_TRUE(allclose(compile(fused, compiler_opts())(x), fused(x))) << shape_str(s);
+  }
+  Tensor x = randn({5, 7}, TensorOptions(DType::Float64)) * 30.0;  // large spread: no underflow
+  EXPECT_TRUE(allclose(compile(alone, compiler_opts())(x), alone(x)));
+}
+
 TEST_F(RowwiseTest, LayerNormWithAndWithoutAffineMatchesEager) {
   for (const Shape& s : kShapes) {
     const int64_t n = s.back();
