@@ -234,7 +234,9 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   const graph::Node& row = *grp.row;
   const graph::Value& out = *grp.output;
   const char* T = c_type(out.meta.dtype);
-  const Shape& shape = row.outputs[0]->meta.sizes;
+  const Shape& shape = row.inputs[0]->meta.sizes;  // whole rows
+  // A row reduction with no consumers writes one value per row, not a row.
+  const bool row_output = out.meta.sizes == shape;
   const int64_t n = shape.back(), rows = shape_numel(shape) / n;
   // Producers: the nodes the row op depends on; consumers: the rest, after it.
   std::vector<const graph::Node*> pre, post;
@@ -272,7 +274,8 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   if (rows > 1 && rows * n >= cpu::kParallelGrain)
     os << "#pragma omp parallel for schedule(static)\n";
   os << "  for (int64_t r = 0; r < rows; ++r) {\n";
-  os << "    " << T << "* __restrict row = out + r * n;  // built in place, in cache\n";
+  if (row_output)
+    os << "    " << T << "* __restrict row = out + r * n;  // built in place, in cache\n";
   const std::vector<std::string> idx = emit_row_bases(os, grp, shape, "    ");
   const std::string x = var(row.inputs[0]);
   // Where later passes read the row op's input: straight from a unit-stride group input when
@@ -292,6 +295,12 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   // producers), row scalars between them, then the elementwise output.
   const std::optional<RowDecomposition> dec = row_decomposition(row);
   EMBER_CHECK(dec.has_value(), "compiler: no row decomposition for ", op_name(row.op));
+  // Whether a step after the first, or the output, reads the input again (then the first pass
+  // keeps a computed input in the row).
+  bool reread = dec->out.find("$x") != std::string::npos;
+  for (size_t i = 1; i < dec->steps.size(); ++i)
+    reread |= dec->steps[i].expr.find("$x") != std::string::npos;
+  EMBER_CHECK(row_output || !reread, "compiler: a row reduction cannot keep its input");
   bool kept = false, first = true;
   auto expand = [&](std::string e) {
     e = replace_all(e, "$x", src + "[j]");
@@ -314,9 +323,9 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
                 "compiler: a row step reads the input after the row was overwritten");
     std::ostringstream body;
     std::string value = expand(step.expr);
-    if (first && src == "row") {  // the row op's input computed here, kept in the row
+    if (first && src == "row") {  // the row op's input computed here (kept when reread)
       emit_elementwise(body, grp, pre, idx, T, "      ", row.inputs[0]);
-      body << "      row[j] = " << x << ";\n";
+      if (reread) body << "      row[j] = " << x << ";\n";
       value = replace_all(value, "row[j]", x);
     }
     if (step.keep) {
@@ -332,6 +341,10 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
       if (grp.extra_outputs[e] == row.outputs[index])
         os << "    stat" << e << "[r] = " << name << ";\n";
   const std::string value = expand(dec->out);  // the row op's output at column j
+  if (!row_output) {
+    os << "    out[r] = " << value << ";\n  }\n}\n\n";
+    return;
+  }
   // Last pass: the row op's result, the fused consumers, the store.
   os << "#pragma omp simd\n"
      << "    for (int64_t j = 0; j < n; ++j) {\n"

@@ -44,6 +44,14 @@ std::optional<RowDecomposition> row_decomposition(const graph::Node& n) {
       d.stat_outputs = {{1, "mu"}, {2, "rs"}};
       return d;
     }
+    case OpId::sum:  // over the last dim (can_fuse_row checks): one value per row
+      d.steps = {{K::Sum, "s", "$x"}};
+      d.out = "s";
+      return d;
+    case OpId::mean:
+      d.steps = {{K::Sum, "s", "$x"}, {K::Let, "m", "s / $T($n)"}};
+      d.out = "m";
+      return d;
     default:
       return std::nullopt;
   }

@@ -28,7 +28,7 @@ struct RowStep {
 
 struct RowDecomposition {
   std::vector<RowStep> steps;
-  std::string out;  // the op's first output at column j
+  std::string out;  // the op's first output at column j (a row scalar for reductions)
   // Further outputs of the op that are per-row statistics: output index -> step name.
   std::vector<std::pair<size_t, std::string>> stat_outputs;
   // Group-input placeholders the expressions read at column j: name -> node input index
@@ -36,8 +36,8 @@ struct RowDecomposition {
   std::vector<std::pair<std::string, size_t>> row_vectors;
 };
 
-// The decomposition of a row op node (softmax, log_softmax, layer_norm over the last dim), or
-// nothing for other nodes. Shapes and dtypes are checked by can_fuse_row (pointwise_fusion.h).
+// The decomposition of a row op node (softmax, log_softmax, layer_norm, and sum or mean over
+// the last dim), or nothing for other nodes. Shapes and dtypes are checked by can_fuse_row (pointwise_fusion.h).
 std::optional<RowDecomposition> row_decomposition(const graph::Node& n);
 
 }  // namespace ember::compiler

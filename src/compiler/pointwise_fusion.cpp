@@ -170,11 +170,19 @@ void try_attention(FusionGroup& grp, const std::vector<int>& uses,
 }  // namespace
 
 bool can_fuse_row(const graph::Node& n) {
-  if (n.op != OpId::softmax && n.op != OpId::log_softmax && n.op != OpId::layer_norm)
+  if (n.op != OpId::sum && n.op != OpId::mean && n.op != OpId::softmax &&
+      n.op != OpId::log_softmax && n.op != OpId::layer_norm)
     return false;
   const graph::Value& x = *n.inputs[0];
   const graph::Value& out = *n.outputs[0];
   const DType t = out.meta.dtype;
+  if (n.op == OpId::sum || n.op == OpId::mean) {
+    // A reduction over the last dim only: one value per row.
+    const Shape& s = x.meta.sizes;
+    if ((t != DType::Float32 && t != DType::Float64) || x.meta.dtype != t) return false;
+    if (x.device != kCPU || out.device != kCPU || s.empty() || shape_numel(s) == 0) return false;
+    return n.attrs.dims == std::vector<int64_t>{int64_t(s.size()) - 1} && contiguous(out);
+  }
   if ((t != DType::Float32 && t != DType::Float64) || x.meta.dtype != t) return false;
   if (x.device != kCPU || out.device != kCPU || x.meta.sizes != out.meta.sizes) return false;
   const Shape& s = x.meta.sizes;
@@ -228,7 +236,9 @@ FusionPlan plan_fusion(const graph::Graph& g) {
     const size_t absorbable = row ? 1 : n.inputs.size();
     for (size_t a = 0; a < absorbable; ++a) {
       const graph::Value* v = n.inputs[a];
-      const bool same_shape = v->meta.sizes == n.outputs[0]->meta.sizes;
+      // A row op absorbs producers of its input's shape (a reduction's output is smaller).
+      const Shape& full = row ? n.inputs[0]->meta.sizes : n.outputs[0]->meta.sizes;
+      const bool same_shape = v->meta.sizes == full;
       // A matmul product added here: the group becomes a gemm group around it.
       if (!row && !group.gemm && v->producer && same_shape && uses[size_t(v->id)] == 1 &&
           adds_operand(n, a) && can_accumulate_gemm(*v->producer)) {
@@ -236,7 +246,13 @@ FusionPlan plan_fusion(const graph::Graph& g) {
         continue;
       }
       const int src = group_of_value[size_t(v->id)];
-      if (src >= 0 && uses[size_t(v->id)] == 1 && same_shape) {
+      // A row group is absorbed by consumers over whole rows: its row op's input shape (a row
+      // reduction's one value per row is broadcast back along the row).
+      const bool row_consumer =
+          src >= 0 && plan.groups[size_t(src)].row &&
+          n.outputs[0]->meta.sizes == plan.groups[size_t(src)].row->inputs[0]->meta.sizes;
+      if (src >= 0 && uses[size_t(v->id)] == 1 &&
+          (plan.groups[size_t(src)].row ? row_consumer : same_shape)) {
         FusionGroup& other = plan.groups[size_t(src)];
         if (other.row && (group.row || !other.extra_outputs.empty())) continue;
         // A gemm group's sum stays "product + rest" only through further adds.

@@ -19,6 +19,9 @@ namespace {
 
 using test::CacheDir;
 using test::compiler_opts;
+using test::count;
+using test::has;
+using test::spy_opts;
 
 // The fused kernels sum in another order than OpenBLAS and the eager softmax: float32 results
 // agree to rtol 1e-4 (atol 1e-5 near zero), float64 to rtol 1e-11. NaN must match NaN.
@@ -35,43 +38,6 @@ using test::compiler_opts;
       return ::testing::AssertionFailure() << "element " << i << ": " << x[i] << " vs " << y[i];
   }
   return ::testing::AssertionSuccess();
-}
-
-// The "compiler" backend, keeping the source it generated last (so tests can check which
-// fusion a graph got, from the kernel comments).
-class SpyBackend : public capture::Backend {
- public:
-  static std::string& last_source() {
-    static std::string s;
-    return s;
-  }
-  std::string name() const override { return "compiler-spy"; }
-  std::shared_ptr<const capture::Runnable> compile(std::shared_ptr<const graph::Graph> g) override {
-    auto r = capture::backend("compiler").compile(std::move(g));
-    if (auto cg = std::dynamic_pointer_cast<const compiler::CompiledGraph>(r))
-      last_source() = cg->source();
-    return r;
-  }
-};
-
-CompileOptions spy_opts() {
-  static const bool registered = [] {
-    capture::register_backend(std::make_unique<SpyBackend>());
-    return true;
-  }();
-  (void)registered;
-  CompileOptions o;
-  o.backend = "compiler-spy";
-  return o;
-}
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-int count(const std::string& text, const std::string& part) {
-  int n = 0;
-  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
-  return n;
 }
 
 class MatmulFusionTest : public ::testing::Test {
@@ -92,7 +58,7 @@ TEST_F(MatmulFusionTest, LinearBiasActivationAndResidualMatchEager) {
            w2 = randn({8, 12}, o), b2 = randn({8}, o);
     EXPECT_TRUE(allclose(f(x, w1, b1, w2, b2), mlp(x, w1, b1, w2, b2))) << dtype_name(t);
     // Both products accumulate onto their bias (the second also onto the residual x).
-    const std::string& src = SpyBackend::last_source();
+    const std::string& src = test::last_source();
     EXPECT_EQ(count(src, "then a gemm adds"), 2) << src;
   }
 }
@@ -136,8 +102,8 @@ TEST_F(MatmulFusionTest, CausalAttentionMatchesEager) {
       Heads h = gpt_heads(2, 19, 3, hs, t);
       EXPECT_TRUE(allclose(f(h.q, h.k, h.v), attn(h.q, h.k, h.v)))
           << "hs " << hs << " " << dtype_name(t);
-      EXPECT_TRUE(has(SpyBackend::last_source(), "attention over 6 batch matrices"));
-      EXPECT_TRUE(has(SpyBackend::last_source(), ", causal"));
+      EXPECT_TRUE(has(test::last_source(), "attention over 6 batch matrices"));
+      EXPECT_TRUE(has(test::last_source(), ", causal"));
     }
   }
   // The heads merged back as the GPT does: the kernel writes the merged layout itself.
@@ -150,7 +116,7 @@ TEST_F(MatmulFusionTest, CausalAttentionMatchesEager) {
     Heads h = gpt_heads(2, 19, 3, hs, DType::Float32);
     EXPECT_TRUE(allclose(compile(merged, spy_opts())(h.q, h.k, h.v), merged(h.q, h.k, h.v)))
         << "hs " << hs;
-    EXPECT_TRUE(has(SpyBackend::last_source(), "(written in place)"));
+    EXPECT_TRUE(has(test::last_source(), "(written in place)"));
   }
   // Contiguous inputs, more queries than keys (top-left aligned mask).
   Tensor q = randn({2, 9, 8}), k = randn({2, 5, 8}), v = randn({2, 5, 32});
@@ -166,12 +132,12 @@ TEST_F(MatmulFusionTest, UnmaskedAndUserMaskedAttentionMatchEager) {
   };
   Heads h = gpt_heads(2, 21, 2, 16, DType::Float32);
   EXPECT_TRUE(allclose(compile(plain, spy_opts())(h.q, h.k, h.v), plain(h.q, h.k, h.v)));
-  EXPECT_TRUE(has(SpyBackend::last_source(), "attention over"));
-  EXPECT_FALSE(has(SpyBackend::last_source(), ", causal"));
+  EXPECT_TRUE(has(test::last_source(), "attention over"));
+  EXPECT_FALSE(has(test::last_source(), ", causal"));
   Tensor m = randn({21, 21});
   EXPECT_TRUE(allclose(compile(masked, spy_opts())(h.q, h.k, h.v, m), masked(h.q, h.k, h.v, m)));
-  EXPECT_TRUE(has(SpyBackend::last_source(), "attention over"));
-  EXPECT_FALSE(has(SpyBackend::last_source(), ", causal"));
+  EXPECT_TRUE(has(test::last_source(), "attention over"));
+  EXPECT_FALSE(has(test::last_source(), ", causal"));
 }
 
 TEST_F(MatmulFusionTest, MaskDiagonalsIncludingFullyMaskedRows) {
@@ -202,7 +168,7 @@ TEST_F(MatmulFusionTest, GptForwardMatchesEager) {
   auto cm = compile(model, spy_opts());
   Tensor idx = randint(0, 11, {3, 16});
   EXPECT_TRUE(allclose(cm(idx), model->forward(idx)));
-  const std::string& src = SpyBackend::last_source();
+  const std::string& src = test::last_source();
   EXPECT_EQ(count(src, "(written in place)"), 2);  // one attention kernel per layer
   EXPECT_EQ(count(src, "then a gemm adds"), 8);      // c_attn, attn c_proj, c_fc, mlp c_proj
 }

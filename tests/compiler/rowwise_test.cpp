@@ -18,6 +18,9 @@ namespace {
 
 using test::CacheDir;
 using test::compiler_opts;
+using test::count;
+using test::last_source;
+using test::spy_opts;
 
 using graph::Graph;
 using graph::InputKind;
@@ -81,6 +84,32 @@ TEST_F(RowwiseTest, LogSoftmaxMatchesEager) {
   }
   Tensor x = randn({5, 7}, TensorOptions(DType::Float64)) * 30.0;  // large spread: no underflow
   EXPECT_TRUE(allclose(compile(alone, compiler_opts())(x), alone(x)));
+}
+
+TEST_F(RowwiseTest, RowReductionsFuseProducersAndBroadcastConsumers) {
+  // A sum over the last dim with its producer, keepdim or not: one value per row.
+  auto sum_keep = [](const Tensor& x) { return (x * 2.0).exp().sum({-1}, true); };
+  auto sum_drop = [](const Tensor& x) { return (x - 1.0).sum({-1}, false); };
+  // Centering with the row mean broadcast back, and softmax's backward formula: one kernel each.
+  auto center = [](const Tensor& x) { return (x - x.mean({-1}, true)) * 3.0; };
+  auto softmax_grad = [](const Tensor& y, const Tensor& g) {
+    return y * (g - (g * y).sum({-1}, true));
+  };
+  for (const Shape& s : kShapes) {
+    Tensor x = randn(s), g = randn(s);
+    EXPECT_TRUE(allclose(compile(sum_keep, spy_opts())(x), sum_keep(x))) << shape_str(s);
+    EXPECT_TRUE(allclose(compile(sum_drop, spy_opts())(x), sum_drop(x))) << shape_str(s);
+    EXPECT_TRUE(allclose(compile(center, spy_opts())(x), center(x))) << shape_str(s);
+    EXPECT_EQ(count(last_source(), "extern \"C\""), 1) << last_source();
+    Tensor y = x.softmax(-1);
+    EXPECT_TRUE(allclose(compile(softmax_grad, spy_opts())(y, g), softmax_grad(y, g)))
+        << shape_str(s);
+    EXPECT_EQ(count(last_source(), "extern \"C\""), 1) << last_source();
+  }
+  // Over another dim: eager's reduction, still correct.
+  auto cols = [](const Tensor& x) { return (x * 2.0).sum({0}, true) + 1.0; };
+  Tensor x = randn({5, 7});
+  EXPECT_TRUE(allclose(compile(cols, compiler_opts())(x), cols(x)));
 }
 
 TEST_F(RowwiseTest, LayerNormWithAndWithoutAffineMatchesEager) {
