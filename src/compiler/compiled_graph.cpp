@@ -40,7 +40,6 @@ void log(bool on, const char* tag, const std::string& text) {
 }
 
 std::string static_reason(const graph::Graph& g) {
-  if (!g.mutations().empty()) return "the graph writes into its inputs (mutations)";
   for (const auto& n : g.nodes())
     if (graph::is_random(n->op) || n->skipped_draws) return "the graph draws random numbers";
   return "";
@@ -94,6 +93,8 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
   for (size_t s = 0; s < steps_.size(); ++s)
     for (const graph::Value* v : io[s].reads) last[size_t(v->id)] = int(s);
   for (const graph::Value* v : g_->outputs()) last[size_t(v->id)] = INT_MAX;
+  for (const graph::Mutation& m : g_->mutations()) last[size_t(m.value->id)] = INT_MAX;
+  plan_in_place_writes(io);
   release_after_.resize(steps_.size());
   for (size_t id = 0; id < last.size(); ++id)
     if (last[id] >= 0 && last[id] != INT_MAX) release_after_[size_t(last[id])].push_back(int(id));
@@ -183,7 +184,12 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs) const 
       if (!layout_ok) {
         run_group_eagerly(grp, env);
       } else {
-        Tensor out = empty(grp.output->meta.sizes, TensorOptions(grp.output->meta.dtype));
+        // A pointwise kernel whose result is written back into an input whose old contents
+        // nothing reads afterwards writes straight into that input.
+        const int target = in_place_[size_t(st.kernel)];
+        const bool direct = target >= 0 && inputs[size_t(target)].is_contiguous();
+        Tensor out = direct ? inputs[size_t(target)]
+                            : empty(grp.output->meta.sizes, TensorOptions(grp.output->meta.dtype));
         args.push_back(out.impl()->data());
         std::vector<Tensor> extras;
         for (const graph::Value* e : grp.extra_outputs) {
@@ -204,7 +210,53 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs) const 
   std::vector<Tensor> results;
   for (const graph::Value* v : g_->outputs())
     results.push_back(v->producer ? env[size_t(v->id)] : inputs[size_t(v->input_index)]);
+  // Write-backs into the inputs, after everything has read them (those written in place are
+  // already there).
+  for (const graph::Mutation& m : g_->mutations()) {
+    if (m.value == m.target) continue;
+    const Tensor& target = inputs[size_t(m.target->input_index)];
+    const Tensor& value = env[size_t(m.value->id)];
+    if (value.impl() != target.impl()) Tensor(target).copy_(value);
+  }
   return results;
+}
+
+void CompiledGraph::plan_in_place_writes(const std::vector<StepIO>& io) {
+  in_place_.assign(plan_.groups.size(), -1);
+  // Whether v is `target` or a view of it (shares its buffer).
+  auto aliases = [](const graph::Value* v, const graph::Value* target) {
+    while (v != target && v->producer && op_info(v->producer->op).kind == OpKind::View)
+      v = v->producer->inputs[0];
+    return v == target;
+  };
+  const auto& outs = g_->outputs();
+  for (const graph::Mutation& m : g_->mutations()) {
+    if (m.value == m.target || !m.value->producer) continue;
+    if (std::find(outs.begin(), outs.end(), m.value) != outs.end()) continue;
+    const graph::Value& t = *m.target;
+    if (t.meta.sizes != m.value->meta.sizes || t.meta.dtype != m.value->meta.dtype ||
+        t.meta.strides != contiguous_strides(t.meta.sizes))
+      continue;
+    // The step producing the value: a plain pointwise kernel (its reads of the target are at
+    // the element it writes), after which no step reads the target's old contents.
+    size_t at = io.size();
+    for (size_t s = 0; s < io.size(); ++s)
+      if (std::find(io[s].produces.begin(), io[s].produces.end(), m.value) != io[s].produces.end())
+        at = s;
+    if (at == io.size() || steps_[at].kernel < 0) continue;
+    const FusionGroup& grp = plan_.groups[size_t(steps_[at].kernel)];
+    if (grp.row || grp.gemm || grp.attn_qk || grp.output != m.value) continue;
+    // Nothing reads the old contents afterwards, and the kernel reads the target only
+    // directly (a view of it would be read at other elements than the one written).
+    bool conflict = false;
+    for (size_t s = at + 1; s < io.size(); ++s)
+      for (const graph::Value* v : io[s].reads) conflict |= aliases(v, m.target);
+    for (const graph::Value* v : io[at].reads) conflict |= v != m.target && aliases(v, m.target);
+    if (conflict) continue;
+    int writers = 0;  // one write-back per target
+    for (const graph::Mutation& o : g_->mutations()) writers += o.target == m.target;
+    if (writers == 1) in_place_[size_t(steps_[at].kernel)] = t.input_index;
+  }
 }
 
 namespace {

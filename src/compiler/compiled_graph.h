@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "capture/capture.h"
+#include "compiler/memory_plan.h"
 #include "compiler/pointwise_fusion.h"
 #include "compiler/toolchain.h"
 
@@ -33,6 +34,8 @@ class CompiledGraph : public capture::Runnable {
     const graph::Node* node = nullptr;
   };
   void run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const;
+  // Which kernels write their result straight into a graph input that the graph mutates.
+  void plan_in_place_writes(const std::vector<StepIO>& io);
 
   std::shared_ptr<const graph::Graph> g_;
   FusionPlan plan_;
@@ -42,7 +45,8 @@ class CompiledGraph : public capture::Runnable {
   std::vector<KernelFn> kernels_;
   std::vector<Step> steps_;
   std::vector<std::vector<int>> release_after_;
-  int64_t peak_bytes_ = 0, eager_peak_bytes_ = 0;  // per step: value ids read for the last time
+  int64_t peak_bytes_ = 0, eager_peak_bytes_ = 0;
+  std::vector<int> in_place_;  // per kernel: the graph input it writes in place, or -1  // per step: value ids read for the last time
 };
 
 std::unique_ptr<capture::Backend> make_compiler_backend();
