@@ -122,49 +122,66 @@ std::vector<std::string> emit_row_bases(std::ostringstream& os, const FusionGrou
 
 namespace {
 
-void emit_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
+// The body of a pointwise kernel, its arguments read from args[base ...]: pointers, one-element
+// inputs loaded once, the loop. Inside a batch's parallel region (in_region) the loop is a
+// worksharing loop without a barrier at its end.
+void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t base,
+                         bool in_region, const char* ind) {
   const graph::Value& out = *grp.output;
   const char* T = c_type(out.meta.dtype);
   const int64_t n = shape_numel(out.meta.sizes);
+  for (size_t j = 0; j < grp.inputs.size(); ++j)
+    os << ind << "const " << T << "* __restrict in" << j << " = static_cast<const " << T
+       << "*>(args[" << base + j << "]);  // " << var(grp.inputs[j]) << " "
+       << value_type_str(*grp.inputs[j]) << "\n";
+  os << ind << T << "* __restrict out = static_cast<" << T << "*>(args["
+     << base + grp.inputs.size() << "]);  // " << var(&out) << "\n";
+  // The output only ever adds the product, so the kernel sums the other terms (the product
+  // taken as zero) and the gemm accumulates the product onto them.
+  if (grp.gemm)
+    os << ind << "const " << T << " " << var(grp.gemm->outputs[0]) << " = " << T << "(0);\n";
+  std::vector<std::string> idx(grp.inputs.size());
+  for (size_t j = 0; j < grp.inputs.size(); ++j) {
+    idx[j] = index_expr(*grp.inputs[j], out.meta.sizes);
+    if (idx[j].empty())
+      os << ind << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "[0];\n";
+  }
+  os << ind << "constexpr int64_t n = " << n << ";\n";
+  if (in_region)
+    os << "#pragma omp for simd schedule(static) nowait\n";
+  else
+    os << (n >= cpu::kParallelGrain ? "#pragma omp parallel for simd\n" : "#pragma omp simd\n");
+  os << ind << "for (int64_t i = 0; i < n; ++i) {\n";
+  const std::string inner = std::string(ind) + "  ";
+  for (size_t j = 0; j < grp.inputs.size(); ++j)
+    if (!idx[j].empty())
+      os << inner << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "["
+         << idx[j] << "];\n";
+  for (const graph::Node* node : grp.nodes) {
+    const FusedOpInfo* f = fused_op_info(*node);
+    os << inner << "const " << T << " " << var(node->outputs[0]) << " = ember::fn::"
+       << f->functor << "{}(";
+    for (size_t a = 0; a < node->inputs.size(); ++a)
+      os << (a ? ", " : "") << var(node->inputs[a]);
+    os << ");\n";
+  }
+  os << inner << "out[i] = " << var(&out) << ";\n" << ind << "}\n";
+}
+
+void emit_kernel_comment(std::ostringstream& os, size_t k, const FusionGroup& grp) {
+  const graph::Value& out = *grp.output;
   os << "// " << kernel_name(k) << ": " << grp.nodes.size() << " node"
      << (grp.nodes.size() == 1 ? "" : "s") << " fused, output " << value_type_str(out) << "\n";
   if (grp.gemm)
     os << "// then a gemm adds " << node_str(*grp.gemm) << " onto the output\n";
   for (const graph::Node* node : grp.nodes) os << "//   " << node_str(*node) << "\n";
+}
+
+void emit_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
+  emit_kernel_comment(os, k, grp);
   os << "extern \"C\" void " << kernel_name(k) << "(void* const* args) {\n";
-  for (size_t j = 0; j < grp.inputs.size(); ++j)
-    os << "  const " << T << "* __restrict in" << j << " = static_cast<const " << T
-       << "*>(args[" << j << "]);  // " << var(grp.inputs[j]) << " "
-       << value_type_str(*grp.inputs[j]) << "\n";
-  os << "  " << T << "* __restrict out = static_cast<" << T << "*>(args[" << grp.inputs.size()
-     << "]);  // " << var(&out) << "\n";
-  // The output only ever adds the product, so the kernel sums the other terms (the product
-  // taken as zero) and the gemm accumulates the product onto them.
-  if (grp.gemm) os << "  const " << T << " " << var(grp.gemm->outputs[0]) << " = " << T << "(0);\n";
-  // One-element inputs are loaded once, outside the loop.
-  std::vector<std::string> idx(grp.inputs.size());
-  for (size_t j = 0; j < grp.inputs.size(); ++j) {
-    idx[j] = index_expr(*grp.inputs[j], out.meta.sizes);
-    if (idx[j].empty())
-      os << "  const " << T << " " << var(grp.inputs[j]) << " = in" << j << "[0];\n";
-  }
-  os << "  constexpr int64_t n = " << n << ";\n";
-  os << (n >= cpu::kParallelGrain ? "#pragma omp parallel for simd\n" : "#pragma omp simd\n");
-  os << "  for (int64_t i = 0; i < n; ++i) {\n";
-  for (size_t j = 0; j < grp.inputs.size(); ++j)
-    if (!idx[j].empty())
-      os << "    const " << T << " " << var(grp.inputs[j]) << " = in" << j << "[" << idx[j]
-         << "];\n";
-  for (const graph::Node* node : grp.nodes) {
-    const FusedOpInfo* f = fused_op_info(*node);
-    os << "    const " << T << " " << var(node->outputs[0]) << " = ember::fn::" << f->functor
-       << "{}(";
-    for (size_t a = 0; a < node->inputs.size(); ++a)
-      os << (a ? ", " : "") << var(node->inputs[a]);
-    os << ");\n";
-  }
-  os << "    out[i] = " << var(&out) << ";\n";
-  os << "  }\n}\n\n";
+  emit_pointwise_body(os, grp, 0, false, "  ");
+  os << "}\n\n";
 }
 
 // `text` with every `from` replaced by `to`.
@@ -358,8 +375,15 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
 }  // namespace
 
 std::string kernel_name(size_t k) { return "kernel_" + std::to_string(k); }
+std::string batch_name(size_t b) { return "batch_" + std::to_string(b); }
 
-std::string generate_cpp(const FusionPlan& plan) {
+size_t kernel_arg_count(const FusionGroup& grp) {
+  size_t n = grp.inputs.size() + 1 + grp.extra_outputs.size();
+  if (grp.attn_qk) n += 3;
+  return n;
+}
+
+std::string generate_cpp(const FusionPlan& plan, const std::vector<KernelBatch>& batches) {
   std::ostringstream os;
   os << "// Generated by ember's compiler: fused pointwise and row-wise kernels of one graph.\n"
      << "#include <cstdint>\n#include <limits>\n#include <new>\n"
@@ -371,6 +395,23 @@ std::string generate_cpp(const FusionPlan& plan) {
       emit_row_kernel(os, k, plan.groups[k]);
     else
       emit_kernel(os, k, plan.groups[k]);
+  }
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const KernelBatch& batch = batches[b];
+    os << "// " << batch_name(b) << ": kernels " << batch.kernels.front() << " to "
+       << batch.kernels.back() << " in one parallel region (horizontal fusion)\n"
+       << "extern \"C\" void " << batch_name(b) << "(void* const* args) {\n"
+       << "#pragma omp parallel\n  {\n";
+    size_t base = 0;
+    for (size_t i = 0; i < batch.kernels.size(); ++i) {
+      const size_t k = size_t(batch.kernels[i]);
+      if (batch.barrier_before[i]) os << "#pragma omp barrier\n";
+      os << "    {  // " << kernel_name(k) << "\n";
+      emit_pointwise_body(os, plan.groups[k], base, true, "      ");
+      os << "    }\n";
+      base += kernel_arg_count(plan.groups[k]);
+    }
+    os << "  }\n}\n\n";
   }
   return os.str();
 }

@@ -2,17 +2,31 @@
 // graph's kernels in one translation unit.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "compiler/pointwise_fusion.h"
 
 namespace ember::compiler {
 
 // The entry point of group k: void kernel_k(void* const* args), args = the group's inputs
-// in FusionGroup::inputs order, then its output, then its extra_outputs.
+// in FusionGroup::inputs order, (an attention group's q, k, v,) its output, then its
+// extra_outputs.
 std::string kernel_name(size_t k);
+size_t kernel_arg_count(const FusionGroup& grp);
 
-// The whole source for a graph's fusion plan. Strides and sizes are constants: the graph is
-// specialized to its input metadata, and the runtime checks the buffers against it.
-std::string generate_cpp(const FusionPlan& plan);
+// Horizontal fusion: consecutive pointwise kernels run in one parallel region (one fork and
+// join instead of one per kernel). A kernel that reads a result of an earlier kernel of the
+// batch other than element for element at the same size waits at a barrier first.
+struct KernelBatch {
+  std::vector<int> kernels;         // group indices, in run order
+  std::vector<bool> barrier_before;  // per kernel
+};
+// void batch_b(void* const* args): the batch's kernels' arguments one after the other.
+std::string batch_name(size_t b);
+
+// The whole source for a graph's fusion plan and batches. Strides and sizes are constants:
+// the graph is specialized to its input metadata, and the runtime checks the buffers against
+// it.
+std::string generate_cpp(const FusionPlan& plan, const std::vector<KernelBatch>& batches = {});
 
 }  // namespace ember::compiler

@@ -105,11 +105,14 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
           std::to_string(peak_bytes_) + " bytes of intermediates (eager: " +
           std::to_string(eager_peak_bytes_) + ")");
   if (plan_.groups.empty()) return;
-  source_ = generate_cpp(plan_);
+  plan_batches(io);
+  source_ = generate_cpp(plan_, batch_plans_);
   log(logs().output_code, "output_code", "\n" + source_);
   lib_ = load_source(source_, kernel_name(0));
   for (size_t k = 0; k < plan_.groups.size(); ++k)
     kernels_.push_back(reinterpret_cast<KernelFn>(lib_->symbol(kernel_name(k))));
+  for (size_t b = 0; b < batches_.size(); ++b)
+    batches_[b].fn = reinterpret_cast<KernelFn>(lib_->symbol(batch_name(b)));
 }
 
 void CompiledGraph::run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const {
@@ -155,7 +158,6 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs) const 
                 "; capture again for these inputs");
     env[size_t(v.id)] = inputs[i];
   }
-  std::vector<void*> args;
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& st = steps_[s];
     if (st.kernel < 0) {
@@ -164,46 +166,13 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs) const 
       std::vector<Tensor> outs = dispatch(st.node->op, std::move(ins), st.node->attrs);
       for (size_t j = 0; j < outs.size(); ++j)
         env[size_t(st.node->outputs[j]->id)] = std::move(outs[j]);
+    } else if (batch_at_[s] >= 0 && run_batch(size_t(batch_at_[s]), inputs, env)) {
+      const Batch& b = batches_[size_t(batch_at_[s])];
+      for (size_t t = s; t < b.last; ++t)
+        for (int id : release_after_[t]) env[size_t(id)] = Tensor();
+      s = b.last;
     } else {
-      const FusionGroup& grp = plan_.groups[size_t(st.kernel)];
-      // Strides are constants in the kernel: a buffer laid out otherwise runs eagerly.
-      bool layout_ok = true;
-      args.clear();
-      std::vector<const graph::Value*> reads = grp.inputs;
-      if (grp.attn_qk) {
-        reads.push_back(grp.attn_qk->inputs[0]);
-        reads.push_back(grp.attn_qk->inputs[1]);
-        reads.push_back(grp.attn_pv->inputs[1]);
-      }
-      for (const graph::Value* v : reads) {
-        const Tensor& t = env[size_t(v->id)];
-        layout_ok &= t.sizes() == v->meta.sizes && t.dtype() == v->meta.dtype &&
-                     (shape_numel(v->meta.sizes) <= 1 || t.strides() == v->meta.strides);
-        args.push_back(t.impl()->data());
-      }
-      if (!layout_ok) {
-        run_group_eagerly(grp, env);
-      } else {
-        // A pointwise kernel whose result is written back into an input whose old contents
-        // nothing reads afterwards writes straight into that input.
-        const int target = in_place_[size_t(st.kernel)];
-        const bool direct = target >= 0 && inputs[size_t(target)].is_contiguous();
-        Tensor out = direct ? inputs[size_t(target)]
-                            : empty(grp.output->meta.sizes, TensorOptions(grp.output->meta.dtype));
-        args.push_back(out.impl()->data());
-        std::vector<Tensor> extras;
-        for (const graph::Value* e : grp.extra_outputs) {
-          extras.push_back(empty(e->meta.sizes, TensorOptions(e->meta.dtype)));
-          args.push_back(extras.back().impl()->data());
-        }
-        kernels_[size_t(st.kernel)](args.data());
-        if (grp.gemm)
-          cpu::matmul_accumulate(env[size_t(grp.gemm->inputs[0]->id)],
-                                 env[size_t(grp.gemm->inputs[1]->id)], out);
-        env[size_t(grp.output->id)] = std::move(out);
-        for (size_t j = 0; j < extras.size(); ++j)
-          env[size_t(grp.extra_outputs[j]->id)] = std::move(extras[j]);
-      }
+      run_kernel(st, inputs, env);
     }
     for (int id : release_after_[s]) env[size_t(id)] = Tensor();
   }
@@ -257,6 +226,131 @@ void CompiledGraph::plan_in_place_writes(const std::vector<StepIO>& io) {
     for (const graph::Mutation& o : g_->mutations()) writers += o.target == m.target;
     if (writers == 1) in_place_[size_t(steps_[at].kernel)] = t.input_index;
   }
+}
+
+bool CompiledGraph::prepare_kernel(const Step& st, const std::vector<Tensor>& inputs,
+                                   std::vector<Tensor>& env, std::vector<void*>& args,
+                                   std::vector<Tensor>& outs) const {
+  const FusionGroup& grp = plan_.groups[size_t(st.kernel)];
+  // Strides are constants in the kernel: a buffer laid out otherwise runs eagerly.
+  std::vector<const graph::Value*> reads = grp.inputs;
+  if (grp.attn_qk) {
+    reads.push_back(grp.attn_qk->inputs[0]);
+    reads.push_back(grp.attn_qk->inputs[1]);
+    reads.push_back(grp.attn_pv->inputs[1]);
+  }
+  for (const graph::Value* v : reads) {
+    const Tensor& t = env[size_t(v->id)];
+    if (t.sizes() != v->meta.sizes || t.dtype() != v->meta.dtype ||
+        (shape_numel(v->meta.sizes) > 1 && t.strides() != v->meta.strides))
+      return false;
+    args.push_back(t.impl()->data());
+  }
+  // A pointwise kernel whose result is written back into an input whose old contents nothing
+  // reads afterwards writes straight into that input.
+  const int target = in_place_[size_t(st.kernel)];
+  const bool direct = target >= 0 && inputs[size_t(target)].is_contiguous();
+  outs.push_back(direct ? inputs[size_t(target)]
+                        : empty(grp.output->meta.sizes, TensorOptions(grp.output->meta.dtype)));
+  args.push_back(outs.back().impl()->data());
+  for (const graph::Value* e : grp.extra_outputs) {
+    outs.push_back(empty(e->meta.sizes, TensorOptions(e->meta.dtype)));
+    args.push_back(outs.back().impl()->data());
+  }
+  return true;
+}
+
+void CompiledGraph::finish_kernel(const Step& st, std::vector<Tensor>& env,
+                                  std::vector<Tensor>& outs) const {
+  const FusionGroup& grp = plan_.groups[size_t(st.kernel)];
+  if (grp.gemm)
+    cpu::matmul_accumulate(env[size_t(grp.gemm->inputs[0]->id)],
+                           env[size_t(grp.gemm->inputs[1]->id)], outs[0]);
+  env[size_t(grp.output->id)] = std::move(outs[0]);
+  for (size_t j = 0; j < grp.extra_outputs.size(); ++j)
+    env[size_t(grp.extra_outputs[j]->id)] = std::move(outs[j + 1]);
+}
+
+void CompiledGraph::run_kernel(const Step& st, const std::vector<Tensor>& inputs,
+                               std::vector<Tensor>& env) const {
+  std::vector<void*> args;
+  std::vector<Tensor> outs;
+  if (!prepare_kernel(st, inputs, env, args, outs)) {
+    run_group_eagerly(plan_.groups[size_t(st.kernel)], env);
+    return;
+  }
+  kernels_[size_t(st.kernel)](args.data());
+  finish_kernel(st, env, outs);
+}
+
+bool CompiledGraph::run_batch(size_t b, const std::vector<Tensor>& inputs,
+                              std::vector<Tensor>& env) const {
+  const Batch& batch = batches_[b];
+  std::vector<void*> args;
+  std::vector<std::vector<Tensor>> outs(batch.last - batch.first + 1);
+  // Each result's buffer goes into env as soon as it exists: later kernels of the batch read
+  // it (they run after its writer, at the barriers the batch plan put in). If a layout check
+  // fails halfway, the caller reruns the steps one by one, replacing these buffers.
+  for (size_t s = batch.first; s <= batch.last; ++s) {
+    std::vector<Tensor>& o = outs[s - batch.first];
+    if (!prepare_kernel(steps_[s], inputs, env, args, o)) return false;
+    const FusionGroup& grp = plan_.groups[size_t(steps_[s].kernel)];
+    env[size_t(grp.output->id)] = o[0];
+  }
+  batch.fn(args.data());
+  return true;
+}
+
+void CompiledGraph::plan_batches(const std::vector<StepIO>& io) {
+  batch_at_.assign(steps_.size(), -1);
+  auto plain = [&](size_t s) {
+    if (steps_[s].kernel < 0) return false;
+    const FusionGroup& grp = plan_.groups[size_t(steps_[s].kernel)];
+    return !grp.row && !grp.gemm && !grp.attn_qk && grp.extra_outputs.empty();
+  };
+  // Whether v is read element for element by a kernel over n elements.
+  auto identity = [](const graph::Value* v, const FusionGroup& reader) {
+    return v->meta.sizes == reader.output->meta.sizes &&
+           v->meta.strides == contiguous_strides(v->meta.sizes);
+  };
+  auto aliases = [](const graph::Value* v, const graph::Value* target) {
+    while (v != target && v->producer && op_info(v->producer->op).kind == OpKind::View)
+      v = v->producer->inputs[0];
+    return v == target;
+  };
+  for (size_t s = 0; s < steps_.size();) {
+    size_t e = s;
+    while (e < steps_.size() && plain(e)) ++e;
+    if (e - s >= 2) {
+      KernelBatch kb;
+      for (size_t t = s; t < e; ++t) {
+        const FusionGroup& gi = plan_.groups[size_t(steps_[t].kernel)];
+        bool barrier = false;
+        for (size_t u = s; u < t; ++u) {
+          const FusionGroup& gj = plan_.groups[size_t(steps_[u].kernel)];
+          const bool same_n = shape_numel(gi.output->meta.sizes) ==
+                              shape_numel(gj.output->meta.sizes);
+          // Reads of an earlier kernel's result: safe without a barrier only element for
+          // element over the same range (a static schedule gives each thread the same slice).
+          for (const graph::Value* v : gi.inputs)
+            if (v == gj.output) barrier |= !(same_n && identity(v, gi));
+          // Writing in place into an input an earlier kernel reads: likewise.
+          const int target = in_place_[size_t(steps_[t].kernel)];
+          if (target >= 0)
+            for (const graph::Value* v : gj.inputs)
+              if (aliases(v, g_->inputs()[size_t(target)]))
+                barrier |= !(v == g_->inputs()[size_t(target)] && same_n && identity(v, gj));
+        }
+        kb.kernels.push_back(steps_[t].kernel);
+        kb.barrier_before.push_back(barrier && t > s);
+      }
+      batch_at_[s] = int(batches_.size());
+      batches_.push_back({s, e - 1, nullptr});
+      batch_plans_.push_back(std::move(kb));
+    }
+    s = e == s ? s + 1 : e;
+  }
+  (void)io;
 }
 
 namespace {

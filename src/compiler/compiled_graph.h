@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "capture/capture.h"
+#include "compiler/codegen_cpp.h"
 #include "compiler/memory_plan.h"
 #include "compiler/pointwise_fusion.h"
 #include "compiler/toolchain.h"
@@ -36,6 +37,17 @@ class CompiledGraph : public capture::Runnable {
   void run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const;
   // Which kernels write their result straight into a graph input that the graph mutates.
   void plan_in_place_writes(const std::vector<StepIO>& io);
+  // Runs of consecutive pointwise kernels that run as one batch (codegen_cpp.h, KernelBatch).
+  void plan_batches(const std::vector<StepIO>& io);
+  // A kernel step's arguments and freshly made outputs; false when a buffer's layout differs
+  // from the captured one (the group then runs eagerly).
+  bool prepare_kernel(const Step& st, const std::vector<Tensor>& inputs,
+                      std::vector<Tensor>& env, std::vector<void*>& args,
+                      std::vector<Tensor>& outs) const;
+  void finish_kernel(const Step& st, std::vector<Tensor>& env, std::vector<Tensor>& outs) const;
+  void run_kernel(const Step& st, const std::vector<Tensor>& inputs,
+                  std::vector<Tensor>& env) const;
+  bool run_batch(size_t b, const std::vector<Tensor>& inputs, std::vector<Tensor>& env) const;
 
   std::shared_ptr<const graph::Graph> g_;
   FusionPlan plan_;
@@ -46,7 +58,14 @@ class CompiledGraph : public capture::Runnable {
   std::vector<Step> steps_;
   std::vector<std::vector<int>> release_after_;
   int64_t peak_bytes_ = 0, eager_peak_bytes_ = 0;
-  std::vector<int> in_place_;  // per kernel: the graph input it writes in place, or -1  // per step: value ids read for the last time
+  std::vector<int> in_place_;  // per kernel: the graph input it writes in place, or -1
+  struct Batch {
+    size_t first, last;  // steps
+    KernelFn fn;
+  };
+  std::vector<Batch> batches_;
+  std::vector<KernelBatch> batch_plans_;
+  std::vector<int> batch_at_;  // per step: the batch starting there, or -1  // per step: value ids read for the last time
 };
 
 std::unique_ptr<capture::Backend> make_compiler_backend();

@@ -92,6 +92,10 @@ void AdamW::step() {
   ++step_;
   const double bc1 = 1 - std::pow(beta1, double(step_));
   const double bc2 = 1 - std::pow(beta2, double(step_));
+  if (compiled_) {
+    step_compiled(bc1, bc2);
+    return;
+  }
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     ParamGroup& g = groups_[gi];
     for (size_t i = 0; i < g.params.size(); ++i) {

@@ -159,6 +159,38 @@ TEST_F(CompilerTest, WriteBacksIntoInputsMatchEager) {
   EXPECT_TRUE(allclose(q, want, 1e-6, 1e-7));
 }
 
+TEST_F(CompilerTest, ConsecutiveKernelsRunAsOneBatch) {
+  // Two write-backs with tensor scalars (no eager node between the kernels): one batch, and
+  // p's kernel reads m's new values element for element, so no barrier is needed.
+  auto step = [](Tensor p, Tensor m, const Tensor& g, const Tensor& s) {
+    m.mul_(s).add_(g);
+    p.sub_(m * s);
+    return std::vector<Tensor>{};
+  };
+  auto f = compile(step, test::spy_opts());
+  Tensor pe = randn({300}), me = randn({300}), g = randn({300}), s = scalar_tensor(0.5, DType::Float32);
+  Tensor pc = pe.clone(), mc = me.clone();
+  for (int i = 0; i < 2; ++i) {
+    step(pe, me, g, s);
+    f(pc, mc, g, s);
+    EXPECT_TRUE(allclose(pc, pe, 1e-5, 1e-6));
+    EXPECT_TRUE(allclose(mc, me, 1e-5, 1e-6));
+  }
+  EXPECT_TRUE(test::has(test::last_source(), "batch_0"));
+  EXPECT_FALSE(test::has(test::last_source(), "#pragma omp barrier"));
+  // A kernel reading an earlier result broadcast (other elements than its own) waits.
+  auto bcast = [](const Tensor& x, const Tensor& z) {
+    Tensor c = x.exp();
+    return std::vector<Tensor>{(z + c).relu(), c * 2.0};
+  };
+  auto fb = compile(bcast, test::spy_opts());
+  Tensor x = randn({8, 1}), z = randn({8, 16});
+  std::vector<Tensor> got = fb(x, z), want = bcast(x, z);
+  EXPECT_TRUE(allclose(got[0], want[0], 1e-6, 1e-7));
+  EXPECT_TRUE(allclose(got[1], want[1], 1e-6, 1e-7));
+  EXPECT_TRUE(test::has(test::last_source(), "#pragma omp barrier"));
+}
+
 TEST(CompilerCache, UnusableCacheDirectoryFallsBackToEagerWithAWarning) {
   ASSERT_TRUE(compiler::compiler_available());
   CacheDir guard("/dev/null/ember");  // cannot be created
