@@ -470,9 +470,10 @@ class Tracer : public CaptureHook {
         out_.plan = std::move(plan);
       }
     } else if (results && !out_.broke && cfg_.want_plan) {
-      // Nothing captured and nothing returned: a replay returns nothing.
+      // Nothing captured: a replay returns the arguments the function returned (if any).
       auto plan = std::make_unique<ReplayPlan>();
       plan->arg_inputs = arg_inputs_;
+      plan->outputs = result_index;
       plan->out_lengths = frame_.out_lengths;
       out_.plan = std::move(plan);
     }
