@@ -15,6 +15,7 @@
 // anyway; views and scalar constants are always recomputed; softmax, layer_norm and matmul
 // outputs are saved.
 #include <algorithm>
+#include <functional>
 #include <unordered_map>
 
 #include "capture/joint.h"
@@ -162,12 +163,23 @@ Partition partition_joint(const JointGraph& j) {
   for (size_t i = j.num_primals; i < J.inputs().size(); ++i)
     bmap[size_t(J.inputs()[i]->id)] =
         add_input_like(*bwd, J.inputs()[i], graph::InputKind::Argument, J.input_names()[i]);
-  for (size_t k = 0; k < nf; ++k)
-    if (recompute_node[k]) {
-      copy_node(*bwd, *nodes[k], bmap);
-      ++p.recomputed;
-    }
-  for (size_t k = nf; k < nodes.size(); ++k) copy_node(*bwd, *nodes[k], bmap);
+  // A recomputed node goes just before its first reader, so recomputed values live only while
+  // they are needed (recomputing them all up front would hold every one through the backward).
+  std::function<void(const graph::Value*)> materialize = [&](const graph::Value* v) {
+    if (bmap[size_t(v->id)] || !v->producer) return;
+    const graph::Node& n = *v->producer;
+    EMBER_CHECK(recompute_node[size_t(n.id)], "internal: the backward reads %", v->id,
+                ", which is neither saved nor recomputed");
+    for (const graph::Value* in : n.inputs) materialize(in);
+    copy_node(*bwd, n, bmap);
+    ++p.recomputed;
+  };
+  for (size_t k = nf; k < nodes.size(); ++k) {
+    for (const graph::Value* in : nodes[k]->inputs) materialize(in);
+    copy_node(*bwd, *nodes[k], bmap);
+  }
+  for (size_t k = j.num_forward_outputs; k < J.outputs().size(); ++k)
+    materialize(J.outputs()[k]);
   std::vector<graph::Value*> bouts;
   for (size_t k = j.num_forward_outputs; k < J.outputs().size(); ++k)
     bouts.push_back(bmap[size_t(J.outputs()[k]->id)]);
