@@ -142,10 +142,17 @@ std::shared_ptr<const Runnable> compile_training(Backend& be, std::shared_ptr<co
                                                  const std::vector<bool>& input_rg,
                                                  std::string* why) {
   JointGraph j;
-  if (!build_joint(*g, input_rg, &j, why)) return nullptr;
-  if (j.diff_outputs.empty()) return std::make_shared<NoHistoryRunnable>(be.compile(g));
   auto plan = std::make_shared<TrainingPlan>();
-  plan->part = partition_joint(j);
+  try {
+    if (!build_joint(*g, input_rg, &j, why)) return nullptr;
+    if (j.diff_outputs.empty()) return std::make_shared<NoHistoryRunnable>(be.compile(g));
+    plan->part = partition_joint(j);
+  } catch (const std::exception& e) {
+    // A grad formula that fails on these shapes fails the same way under per-op autograd, at
+    // backward time, as it would in eager mode.
+    *why = std::string("tracing the backward failed: ") + e.what();
+    return nullptr;
+  }
   Partition& p = plan->part;
   for (const graph::Mutation& m : g->mutations())
     for (int i : p.saved_primals)
