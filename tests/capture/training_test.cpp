@@ -77,6 +77,26 @@ TEST_F(Training, CompilerBackendGradsMatchEager) {
   EXPECT_TRUE(close(cw, gw, 1e-5, 1e-6));
 }
 
+// The grads reaching the compiled backward are whatever the eager ops after it made: here a
+// stride-0 expand (from sum) and a transposed tensor (from t()).
+TEST_F(Training, OutputGradsWithAnyLayout) {
+  CacheDir dir(kSharedCompilerCache);
+  auto fn = [](const Tensor& x, const Tensor& w) {
+    Tensor h = x.matmul(w);
+    return std::vector<Tensor>{(h * 2.0).tanh(), h.gelu() + 1.0};
+  };
+  auto f = compile(fn, compiler_opts());
+  auto loss = [](const std::vector<Tensor>& o) {
+    return o[0].sum() + (o[1].t().contiguous() * 3.0).sum();
+  };
+  auto [gx, gw] = grads_of([&](const Tensor& x, const Tensor& w) { return loss(fn(x, w)); });
+  for (int call = 0; call < 2; ++call) {
+    auto [cx, cw] = grads_of([&](const Tensor& x, const Tensor& w) { return loss(f(x, w)); });
+    EXPECT_TRUE(close(cx, gx, 1e-5, 1e-6));
+    EXPECT_TRUE(close(cw, gw, 1e-5, 1e-6));
+  }
+}
+
 TEST_F(Training, GradsOnlyForInputsThatRequireThem) {
   auto f = compile(mlp);
   Tensor x = leaf({4, 8}, 1);
