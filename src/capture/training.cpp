@@ -1,14 +1,10 @@
 // Running a partitioned training graph: the forward graph runs with grad mode off, and one
 // autograd node on the eager tape holds the saved tensors and runs the compiled backward graph
 // when the engine reaches it.
-#include <atomic>
-
 #include "autograd/node.h"
 #include "capture/joint.h"
 #include "core/generator.h"
-#include "core/shape.h"
 #include "ember/autograd.h"
-#include "graph/graph_util.h"
 
 namespace ember::capture {
 
@@ -18,7 +14,7 @@ namespace {
 struct TrainingPlan {
   Partition part;
   std::shared_ptr<const Runnable> forward, backward;
-  std::string name;  // for errors: "compiled graph (12 forward ops)"
+  std::string name;  // for errors: "a compiled graph (12 forward ops)"
 };
 
 // An alias of t's data without autograd history: saved outputs would otherwise hold their own

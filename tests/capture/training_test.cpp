@@ -271,6 +271,24 @@ TEST_F(Training, BufferUpdatesWithoutHistoryKeepTheCompiledBackward) {
   EXPECT_TRUE(bits_equal(w.grad(), ew.grad()));
 }
 
+TEST_F(Training, NoGradientFlowsThroughDetach) {
+  auto fn = [](const Tensor& x, const Tensor& w) {
+    Tensor h = x.matmul(w);
+    return std::vector<Tensor>{(h.detach() * x + h).sum(), h.detach()};
+  };
+  auto f = compile(fn);
+  auto [gx, gw] = grads_of([&](const Tensor& x, const Tensor& w) { return fn(x, w)[0]; });
+  for (int call = 0; call < 2; ++call) {
+    auto [cx, cw] = grads_of([&](const Tensor& x, const Tensor& w) {
+      std::vector<Tensor> out = f(x, w);
+      EXPECT_FALSE(out[1].requires_grad());
+      return out[0];
+    });
+    EXPECT_TRUE(bits_equal(cx, gx));
+    EXPECT_TRUE(bits_equal(cw, gw));
+  }
+}
+
 TEST_F(Training, AFunctionReturningItsArgumentReplays) {
   auto f = compile([](const Tensor& x) { return x.reshape({-1}); });
   Tensor x = leaf({6}, 1);
