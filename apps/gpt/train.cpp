@@ -195,8 +195,10 @@ int run_train(const TrainOptions& opts) {
       // The first step traces, builds the joint graph and compiles both halves (or finds them
       // in the disk cache): reported once and kept out of the ms/iter figures.
       compile_reported = true;
-      std::printf("compiled the training step (forward + backward) in %.2f s\n", ms / 1000.0);
-      std::fflush(stdout);
+      if (!o.quiet) {
+        std::printf("compiled the training step (forward + backward) in %.2f s\n", ms / 1000.0);
+        std::fflush(stdout);
+      }
       continue;
     }
     interval_ms += ms;
