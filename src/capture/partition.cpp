@@ -6,17 +6,16 @@
 // instead of saved when
 //   - its node is cheap: a view, or a fusable pointwise or factory op that draws no random
 //     numbers (recomputing it is a few flops per element, fused with its consumers), and
-//   - recomputing does not keep more memory: the bytes of its inputs that would be saved only
-//     for this (inputs already saved, already recomputed, or forward inputs count nothing) are
-//     at most its own bytes.
+//   - recomputing keeps less memory alive: the bytes of its inputs that would be saved only for
+//     this (inputs already saved, already recomputed, or forward inputs count nothing) are fewer
+//     than its own bytes, or none. On a tie the value stays saved: recomputing would cost a pass
+//     over memory and save nothing.
 // Sizes count the memory a value keeps alive: a view counts the tensor it views. Forward inputs
 // count nothing: the caller holds them anyway. Whatever the backward then reads of the forward
 // is saved. So `gelu(h)` read by a matmul's grad is recomputed from `h`, which gelu's grad saves
 // anyway; views and scalar constants are always recomputed; softmax, layer_norm and matmul
 // outputs are saved.
-#include <algorithm>
 #include <functional>
-#include <unordered_map>
 
 #include "capture/joint.h"
 #include "core/shape.h"
@@ -86,7 +85,9 @@ Partition partition_joint(const JointGraph& j) {
     for (const graph::Value* in : n.inputs)
       if (!is_primal(in) && !saved[size_t(in->id)] && !recomputed_val[size_t(in->id)])
         extra += kept_bytes(in);
-    if (extra > kept_bytes(n.outputs[0])) continue;
+    // A tie keeps the value saved: recomputing it would cost a pass over memory for nothing
+    // (a bias add recomputed from the matmul output it was made from, say).
+    if (extra > 0 && extra >= kept_bytes(n.outputs[0])) continue;
     recompute_node[k] = 1;
     saved[size_t(n.outputs[0]->id)] = 0;
     recomputed_val[size_t(n.outputs[0]->id)] = 1;
