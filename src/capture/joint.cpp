@@ -93,6 +93,17 @@ class GradTracer : public CaptureHook {
   void on_inplace(OpId op, std::span<const Tensor>, const Tensor&, const Attrs&) override {
     throw Untraceable{"a grad formula writes in place (" + std::string(op_name(op)) + "_)"};
   }
+  // detach() in a formula: the same value (the backward records no history anyway).
+  void on_alias(const Tensor& alias) override {
+    auto it = values_.find(alias.impl());
+    if (it != values_.end()) return;
+    for (const auto& [v, h] : handles_)
+      if (h.impl()->symbolic == alias.impl()->symbolic) {
+        values_[alias.impl()] = v;
+        aliases_.push_back(alias);
+        return;
+      }
+  }
   void on_sync(const Tensor&, const char* why, ember::SourceLocation) override {
     throw Untraceable{std::string("a grad formula reads tensor values (") + why + ")"};
   }
@@ -108,7 +119,8 @@ class GradTracer : public CaptureHook {
 
   graph::Graph& g_;
   std::unordered_map<const TensorImpl*, graph::Value*> values_;
-  std::unordered_map<const graph::Value*, Tensor> handles_;
+  std::unordered_map<graph::Value*, Tensor> handles_;
+  std::vector<Tensor> aliases_;  // keeps detached handles (and so their addresses) alive
 };
 
 std::string input_desc(const graph::Graph& g, size_t i) {
