@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 
 #include "autograd/node.h"
@@ -24,6 +25,14 @@ constexpr uint64_t kEagerPrograms = 300;
 constexpr uint64_t kCompilerPrograms = 40;
 constexpr size_t kProgramsPerGraph = 20;
 constexpr size_t kEagerProgramsPerGraph = 10;
+
+// EMBER_TRAINING_PROGRAMS=N runs N programs against "eager" and N / 7.5 against "compiler",
+// for longer hunts outside CI (3000 / 400 pass).
+uint64_t program_count(uint64_t ci_default) {
+  const char* n = std::getenv("EMBER_TRAINING_PROGRAMS");
+  if (!n || std::atoll(n) <= 0) return ci_default;
+  return ci_default == kEagerPrograms ? uint64_t(std::atoll(n)) : uint64_t(std::atoll(n)) * 2 / 15;
+}
 
 int64_t grads_checked = 0;  // leaves that got a gradient in the eager runs
 
@@ -171,8 +180,14 @@ std::string check(const std::vector<Program>& ps, const std::string& backend) {
                                 when + "output " + std::to_string(i));
         if (!d.empty()) return d;
       }
+      // An input returned as it is gets grads both from inside the graph (summed there, by the
+      // compiled backward) and from outside it; eager sums all of them in one order, so the
+      // total can differ in the last bit. Otherwise backend eager is exact.
+      bool exact = backend == "eager";
+      for (size_t i = 0; i < got.outs.size(); ++i)
+        exact &= !(passthrough[i] && got.outs[i].requires_grad());
       for (size_t i = 0; i < got.grads.size(); ++i) {
-        std::string d = compare(got.grads[i], want.grads[i], backend == "eager",
+        std::string d = compare(got.grads[i], want.grads[i], exact,
                                 when + "grad of input " + std::to_string(i));
         if (!d.empty()) return d;
       }
@@ -212,14 +227,15 @@ void check_programs(const std::string& backend, uint64_t count, size_t per_graph
 TEST(TrainingPrograms, EagerBackendGradsEqualEagerBitForBit) {
   reset_compile_caches();
   grads_checked = 0;
-  check_programs("eager", kEagerPrograms, kEagerProgramsPerGraph);
-  EXPECT_GT(grads_checked, int64_t(kEagerPrograms));  // most programs have a differentiable path
+  const uint64_t n = program_count(kEagerPrograms);
+  check_programs("eager", n, kEagerProgramsPerGraph);
+  EXPECT_GT(grads_checked, int64_t(n));  // most programs have a differentiable path
 }
 
 TEST(TrainingPrograms, CompilerBackendGradsMatchEager) {
   CacheDir dir(kSharedCompilerCache);
   reset_compile_caches();
-  check_programs("compiler", kCompilerPrograms, kProgramsPerGraph);
+  check_programs("compiler", program_count(kCompilerPrograms), kProgramsPerGraph);
 }
 
 }  // namespace
