@@ -2,6 +2,7 @@
 // eager semantics it keeps (retain_graph, in-place checks on saved tensors, dropout masks,
 // graph breaks, write-backs that need per-op autograd).
 #include <cmath>
+#include <thread>
 
 #include "autograd/node.h"
 #include "capture/capture_test_util.h"
@@ -287,6 +288,30 @@ TEST_F(Training, NoGradientFlowsThroughDetach) {
     EXPECT_TRUE(bits_equal(cx, gx));
     EXPECT_TRUE(bits_equal(cw, gw));
   }
+}
+
+TEST_F(Training, ThreadsTrainThroughOneCompiledFunction) {
+  auto f = compile(mlp);
+  constexpr int kThreads = 4, kCalls = 10;
+  auto [gx, gw] = grads_of(mlp);
+  std::vector<int> ok(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int c = 0; c < kCalls; ++c) {
+        Tensor x = gx.detach() * 0.0 + 1.0, w = gw.detach() * 0.0 + 0.5;  // fresh leaves
+        x.requires_grad_(true);
+        w.requires_grad_(true);
+        f(x, w).backward();
+        Tensor ex = x.detach().requires_grad_(true), ew = w.detach().requires_grad_(true);
+        mlp(ex, ew).backward();
+        ok[size_t(t)] += bits_equal(x.grad(), ex.grad()) && bits_equal(w.grad(), ew.grad());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(ok[size_t(t)], kCalls) << "thread " << t;
+  EXPECT_EQ(f.stats().traces, 1);
 }
 
 TEST_F(Training, AFunctionReturningItsArgumentReplays) {
