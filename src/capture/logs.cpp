@@ -22,15 +22,17 @@ const char* tag(Log what) {
       return "guards";
     case Log::Graph:
       return "graph";
+    case Log::Training:
+      return "training";
   }
   return "?";
 }
 }  // namespace
 
 bool log_enabled(Log what) {
-  static const bool on[4] = {log_category_enabled("graph_breaks"),
+  static const bool on[5] = {log_category_enabled("graph_breaks"),
                              log_category_enabled("recompiles"), log_category_enabled("guards"),
-                             log_category_enabled("graph")};
+                             log_category_enabled("graph"), log_category_enabled("training")};
   return on[int(what)];
 }
 

@@ -198,8 +198,24 @@ class Tracer : public CaptureHook {
     out_.guards.add_module(static_cast<const nn::Module*>(module), training);
   }
 
+  // detach() of a symbolic tensor: the handle gets a value of its own, an alias made by a node
+  // that records no history, so gradients do not flow through it (sharing the original's value
+  // would let the replayed graph differentiate through the detach).
   void on_alias(const Tensor& alias) override {
-    if (ours(alias)) seg_->handed_out.push_back({alias.impl_ptr(), true});
+    if (!ours(alias)) return;
+    const SymInfo* s = sym_of(alias.impl());
+    Attrs a;
+    a.shape = alias.sizes();
+    a.strides = alias.strides();
+    a.start = alias.storage_offset();
+    const Tensor in[1] = {alias};
+    MetaList metas = op_impl(OpId::as_strided).infer(std::span<const Tensor>(in, 1), a);
+    graph::Node* n = add_node(OpId::as_strided, {s->value}, a, metas);
+    n->no_grad = true;
+    auto fresh = std::make_shared<SymInfo>(*s);
+    fresh->value = n->outputs[0];
+    alias.impl()->symbolic = std::move(fresh);
+    seg_->handed_out.push_back({alias.impl_ptr(), true});
   }
 
  private:
@@ -470,9 +486,10 @@ class Tracer : public CaptureHook {
         out_.plan = std::move(plan);
       }
     } else if (results && !out_.broke && cfg_.want_plan) {
-      // Nothing captured and nothing returned: a replay returns nothing.
+      // Nothing captured: a replay returns the arguments the function returned (if any).
       auto plan = std::make_unique<ReplayPlan>();
       plan->arg_inputs = arg_inputs_;
+      plan->outputs = result_index;
       plan->out_lengths = frame_.out_lengths;
       out_.plan = std::move(plan);
     }

@@ -87,6 +87,8 @@ class Graph {
   // Every value, indexed by id.
   const std::vector<std::unique_ptr<Value>>& values() const { return values_; }
   size_t num_ops() const { return nodes_.size(); }
+  // Draws of random nodes removed after the last kept one (reserved at the end of each run).
+  uint64_t trailing_skipped_draws() const { return trailing_skipped_draws_; }
 
   // One line per node, like an FX graph:
   //   %3 = add(%1, %2)  # f32[4, 8]

@@ -132,7 +132,7 @@ TEST_F(Breaks, BrokenFunctionsKeepAutogradThroughSegments) {
     double scale = h.sum().item() > 0 ? 2.0 : 3.0;
     return (h * scale).sum();
   };
-  auto f = compile(fn);
+  auto f = compile(fn, eager_backend());
   Tensor x = randn({5});
   Tensor w1 = randn({5}), w2 = w1.clone();
   w1.requires_grad_(true);
@@ -190,7 +190,7 @@ TEST(BreaksOnRealTensors, BackwardInsideACompiledFunctionBreaksAndMatchesEager) 
     loss.backward();
     return loss.detach() * 2.0;
   };
-  auto f = compile(fn);
+  auto f = compile(fn, eager_backend());
   Tensor x = randn({3, 4});
   Tensor w1 = randn({4, 2}), w2 = w1.clone();
   w1.requires_grad_(true);

@@ -1,0 +1,94 @@
+// Training compile rows: one GPT training step (loss, backward, grad clipping, AdamW) eager
+// against the same step with model.loss compiled by backend "compiler" (one forward and one
+// backward graph of generated code; the optimizer stays eager), in one process from the same
+// weights. Extra fields: compile_s (the first compiled call: trace, joint graph, partition, both
+// graphs built by the C++ compiler or found in its disk cache), and the allocator's peak bytes
+// during one step of each.
+#include "bench.h"
+#include "core/allocator.h"
+#include "ember/compile.h"
+#include "ember/ember.h"
+#include "ember/nn.h"
+#include "ember/optim.h"
+
+namespace ember::bench {
+
+namespace {
+
+struct Config {
+  const char* name;
+  int64_t n_layer, n_head, n_embd, block, batch;
+  double dropout;
+};
+// nanoGPT's CPU recipe ("baby") and a larger one, as the gpt rows; dropout 0 there, and the
+// baby recipe's dropout 0.2 here too, since the compiled step then hoists the masks.
+const Config kConfigs[] = {{"baby", 4, 4, 128, 64, 12, 0.0},
+                           {"baby_dropout", 4, 4, 128, 64, 12, 0.2},
+                           {"384", 6, 6, 384, 256, 8, 0.0}};
+
+nn::GPTConfig gpt_config(const Config& c) {
+  nn::GPTConfig g;
+  g.n_layer = c.n_layer;
+  g.n_head = c.n_head;
+  g.n_embd = c.n_embd;
+  g.block_size = c.block;
+  g.vocab_size = 65;
+  g.dropout = c.dropout;
+  return g;
+}
+
+// Peak allocated bytes over one call of fn, above what was allocated before it.
+double peak_bytes(const std::function<void()>& fn) {
+  cpu_reset_peak();
+  const size_t before = cpu_allocator_stats().allocated_bytes;
+  fn();
+  return double(cpu_allocator_stats().peak_allocated_bytes - before);
+}
+
+}  // namespace
+
+EMBER_BENCH(training) {
+  std::vector<Row> rows;
+  for (const Config& c : kConfigs) {
+    const std::string name = std::string("compiler/gpt_train_step_") + c.name;
+    if (!opt.wants(name)) continue;
+    manual_seed(1);
+    auto model = std::make_shared<nn::GPT>(gpt_config(c));
+    Tensor x = randint(0, 65, {c.batch, c.block}), y = randint(0, 65, {c.batch, c.block});
+    optim::AdamW adam(optim::decay_groups(*model, 0.1), 1e-3, 0.9, 0.99);
+    const std::vector<Tensor> params = model->parameters();
+    CompileOptions o;
+    o.backend = "compiler";
+    auto loss_fn = compile([m = model](const Tensor& a, const Tensor& b) { return m->loss(a, b); }, o);
+    auto step = [&](bool compiled) {
+      Tensor loss = compiled ? loss_fn(x, y) : model->loss(x, y);
+      adam.zero_grad();
+      loss.backward();
+      optim::clip_grad_norm_(params, 1.0);
+      adam.step();
+    };
+    auto t0 = std::chrono::steady_clock::now();
+    step(true);
+    const double compile_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const int repeat = opt.quick ? 2 : (c.n_embd > 200 ? 5 : 20);
+    // Interleaved, so both see the same machine load.
+    double eager_ms = 0, compiled_ms = 0;
+    for (int round = 0; round < 2; ++round) {
+      eager_ms = time_ms([&] { step(false); }, repeat, 2);
+      compiled_ms = time_ms([&] { step(true); }, repeat, 2);
+    }
+    const double eager_peak = peak_bytes([&] { step(false); });
+    const double compiled_peak = peak_bytes([&] { step(true); });
+    Row r(name, eager_ms);
+    r.compiled_ms = compiled_ms;
+    r.extra.push_back({"compile_s", compile_s});
+    r.extra.push_back({"eager_peak_mb", eager_peak / 1e6});
+    r.extra.push_back({"compiled_peak_mb", compiled_peak / 1e6});
+    r.extra.push_back({"tokens_per_s", double(c.batch * c.block) / (compiled_ms / 1000)});
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+}  // namespace ember::bench

@@ -1,0 +1,177 @@
+// Running a partitioned training graph: the forward graph runs with grad mode off, and one
+// autograd node on the eager tape holds the saved tensors and runs the compiled backward graph
+// when the engine reaches it.
+#include "autograd/node.h"
+#include "capture/joint.h"
+#include "core/generator.h"
+#include "ember/autograd.h"
+
+namespace ember::capture {
+
+namespace {
+
+// What one compiled graph needs at run time, shared by its calls and their backward nodes.
+struct TrainingPlan {
+  Partition part;
+  std::shared_ptr<const Runnable> forward, backward;
+  std::string name;  // for errors: "a compiled graph (12 forward ops)"
+};
+
+// An alias of t's data without autograd history: saved outputs would otherwise hold their own
+// node (output -> node -> saved output). Shares the storage, so version checks still apply.
+Tensor alias_without_history(const Tensor& t) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.impl()->storage;
+  impl->sizes = t.sizes();
+  impl->strides = t.strides();
+  impl->offset = t.storage_offset();
+  impl->dtype = t.dtype();
+  impl->device = t.device();
+  impl->is_view = t.impl()->is_view;
+  return Tensor(std::move(impl));
+}
+
+struct CompiledBackward : autograd::Node {
+  std::shared_ptr<const TrainingPlan> plan;
+  std::vector<autograd::SavedTensor> saved;  // saved values, then saved primals
+  bool released = false;
+
+  std::string name() const override { return "CompiledGraphBackward"; }
+  void release() override {
+    saved.clear();
+    released = true;
+  }
+
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    const char* what = plan->name.c_str();
+    EMBER_CHECK(!released, "backward of ", what,
+                ": trying to backward through the graph a second time, but its saved tensors "
+                "were freed by the first backward; pass retain_graph=true to the first one");
+    bool any = false;
+    for (const Tensor& g : grads) any |= g.defined();
+    if (!any) return std::vector<Tensor>(next_edges.size());
+    std::vector<Tensor> in;
+    in.reserve(saved.size() + grads.size());
+    for (size_t i = 0; i < saved.size(); ++i)
+      in.push_back(saved[i].unpack(
+          what, i, i < plan->part.num_saved_values ? "saved value" : "saved input"));
+    for (size_t k = 0; k < grads.size(); ++k) {
+      const TensorMeta& m = output_meta[k];
+      Tensor g = grads[k];
+      // An output nobody differentiated: a zero grad (the graph takes every output's grad).
+      if (!g.defined()) g = zeros(m.sizes, TensorOptions(m.dtype));
+      if (g.dtype() != m.dtype) g = g.to(m.dtype);
+      in.push_back(std::move(g));
+    }
+    NoGradGuard no_grad;
+    return plan->backward->run(in);
+  }
+};
+
+class TrainingRunnable : public Runnable {
+ public:
+  explicit TrainingRunnable(std::shared_ptr<const TrainingPlan> plan) : plan_(std::move(plan)) {}
+
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
+    const Partition& p = plan_->part;
+    const bool record = is_grad_enabled();
+    std::vector<Tensor> outs;
+    {
+      NoGradGuard no_grad;
+      std::vector<Tensor> in = inputs;
+      if (p.rng) {
+        std::vector<Tensor> r = p.rng->interpret({});
+        in.insert(in.end(), r.begin(), r.end());
+      }
+      outs = plan_->forward->run(in);
+      if (p.trailing_draws) reserve_random(p.trailing_draws, "graph replay");
+    }
+    outs.resize(p.num_outputs + p.num_saved_values);
+    if (!record) {
+      outs.resize(p.num_outputs);
+      return outs;
+    }
+    auto node = std::make_shared<CompiledBackward>();
+    node->plan = plan_;
+    node->sequence_nr = autograd::next_sequence_nr();
+    for (int i : p.grad_inputs)
+      node->next_edges.push_back(autograd::gradient_edge(inputs[size_t(i)]));
+    node->saved.resize(p.num_saved_values + p.saved_primals.size());
+    for (size_t s = 0; s < p.num_saved_values; ++s)
+      node->saved[s].save(alias_without_history(outs[p.num_outputs + s]));
+    for (size_t s = 0; s < p.saved_primals.size(); ++s)
+      node->saved[p.num_saved_values + s].save(
+          alias_without_history(inputs[size_t(p.saved_primals[s])]));
+    outs.resize(p.num_outputs);
+    for (size_t k = 0; k < p.diff_outputs.size(); ++k) {
+      Tensor& t = outs[size_t(p.diff_outputs[k])];
+      node->output_meta.push_back(TensorMeta{t.sizes(), {}, 0, t.dtype()});
+      AutogradMeta& m = t.impl()->autograd_meta();
+      m.requires_grad = true;
+      m.grad_fn = node;
+      m.output_nr = uint32_t(k);
+    }
+    return outs;
+  }
+
+ private:
+  std::shared_ptr<const TrainingPlan> plan_;
+};
+
+// A graph none of whose outputs needs grad: the forward alone, with grad mode off (so the
+// compiler runs it) after the draws it would make.
+class NoHistoryRunnable : public Runnable {
+ public:
+  explicit NoHistoryRunnable(std::shared_ptr<const Runnable> r) : r_(std::move(r)) {}
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
+    NoGradGuard no_grad;
+    return r_->run(inputs);
+  }
+
+ private:
+  std::shared_ptr<const Runnable> r_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Runnable> compile_training(Backend& be, std::shared_ptr<const graph::Graph> g,
+                                                 const std::vector<bool>& input_rg,
+                                                 std::string* why) {
+  JointGraph j;
+  auto plan = std::make_shared<TrainingPlan>();
+  try {
+    if (!build_joint(*g, input_rg, &j, why)) return nullptr;
+    if (j.diff_outputs.empty()) return std::make_shared<NoHistoryRunnable>(be.compile(g));
+    plan->part = partition_joint(j);
+  } catch (const std::exception& e) {
+    // A grad formula that fails on these shapes fails the same way under per-op autograd, at
+    // backward time, as it would in eager mode.
+    *why = std::string("tracing the backward failed: ") + e.what();
+    return nullptr;
+  }
+  Partition& p = plan->part;
+  for (const graph::Mutation& m : g->mutations())
+    for (int i : p.saved_primals)
+      if (m.target->input_index == i) {
+        *why = "the backward reads input " + std::to_string(i) + " (\"" +
+               g->input_names()[size_t(i)] + "\"), which the graph writes in place";
+        return nullptr;
+      }
+  plan->name = "a compiled graph (" + std::to_string(g->num_ops()) + " forward ops)";
+  if (log_enabled(Log::Training))
+    log_line(Log::Training,
+             "joint graph: " + std::to_string(j.num_forward_nodes) + " forward ops, " +
+                 std::to_string(j.g->num_ops() - j.num_forward_nodes) +
+                 " backward ops traced; partition: " + std::to_string(p.num_saved_values) +
+                 " saved values (" + std::to_string(p.saved_bytes) + " bytes) + " +
+                 std::to_string(p.saved_primals.size()) + " saved inputs, " +
+                 std::to_string(p.recomputed) + " ops recomputed, backward graph " +
+                 std::to_string(p.backward->num_ops()) + " ops" +
+                 (p.rng ? ", " + std::to_string(p.rng->num_ops()) + " random ops hoisted" : "") +
+                 "\nforward graph:\n" + p.forward->str() + "backward graph:\n" + p.backward->str());
+  plan->forward = be.compile(p.forward);
+  plan->backward = be.compile(p.backward);
+  return std::make_shared<TrainingRunnable>(std::move(plan));
+}
+
+}  // namespace ember::capture
