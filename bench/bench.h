@@ -40,6 +40,11 @@ std::vector<std::pair<std::string, BenchFn>>& registry();
 // (config "baby" or "384") in this process; the gpt rows run it to time a warm start.
 int gpt_first_call_main(const std::string& config);
 
+// memcpy split across the OpenMP threads, as the kernels are.
+void parallel_memcpy(char* dst, const char* src, size_t n);
+// GB/s of copying `bytes` (read + written), the better of a threaded and a plain memcpy.
+double memcpy_gbps(size_t bytes, int repeat);
+
 // Median wall time of fn() in milliseconds over `repeat` runs after `warmup` runs.
 double time_ms(const std::function<void()>& fn, int repeat, int warmup = 2);
 

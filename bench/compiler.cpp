@@ -27,7 +27,9 @@ EMBER_BENCH(compiler) {
     r.compiled_ms = compiled;
     // One read of x and one write of the result: the traffic a fused loop needs.
     const double bytes = 2.0 * double(n) * sizeof(float);
-    r.extra = {{"gbps", bytes / (compiled * 1e-3) / 1e9}};
+    const double gbps = bytes / (compiled * 1e-3) / 1e9;
+    const double copy = memcpy_gbps(size_t(n) * sizeof(float), opt.repeat);
+    r.extra = {{"gbps", gbps}, {"memcpy_gbps", copy}, {"fraction_of_memcpy", gbps / copy}};
     r.note = opt.quick ? "quick: 1M elements" : "float32, 64M elements; gbps of the compiled run";
     rows.push_back(r);
   }

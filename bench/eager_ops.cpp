@@ -10,18 +10,6 @@
 
 namespace ember::bench {
 
-namespace {
-// memcpy split across the OpenMP threads, as the kernels are.
-void parallel_memcpy(char* dst, const char* src, size_t n) {
-#pragma omp parallel
-  {
-    int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    size_t chunk = (n + size_t(nt) - 1) / size_t(nt);
-    size_t b = std::min(n, size_t(t) * chunk), e = std::min(n, b + chunk);
-    if (e > b) std::memcpy(dst + b, src + b, e - b);
-  }
-}
-}  // namespace
 
 EMBER_BENCH(eager) {
   std::vector<Row> rows;

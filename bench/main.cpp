@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <omp.h>
 #include <iostream>
 #include <regex>
 #include <string>
@@ -27,6 +28,23 @@ double time_ms(const std::function<void()>& fn, int repeat, int warmup) {
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+void parallel_memcpy(char* dst, const char* src, size_t n) {
+#pragma omp parallel
+  {
+    int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    size_t chunk = (n + size_t(nt) - 1) / size_t(nt);
+    size_t b = std::min(n, size_t(t) * chunk), e = std::min(n, b + chunk);
+    if (e > b) std::memcpy(dst + b, src + b, e - b);
+  }
+}
+
+double memcpy_gbps(size_t bytes, int repeat) {
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  double ms = time_ms([&] { parallel_memcpy(dst.data(), src.data(), bytes); }, repeat);
+  ms = std::min(ms, time_ms([&] { std::memcpy(dst.data(), src.data(), bytes); }, repeat));
+  return 2.0 * double(bytes) / (ms * 1e6);
 }
 
 bool Options::wants(const std::string& row_name) const {

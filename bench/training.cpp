@@ -1,7 +1,7 @@
 // Training compile rows: one GPT training step (loss, backward, grad clipping, AdamW) eager
 // against the same step with model.loss compiled by backend "compiler" (one forward and one
-// backward graph of generated code; the optimizer stays eager), in one process from the same
-// weights. Extra fields: compile_s (the first compiled call: trace, joint graph, partition, both
+// backward graph of generated code) and AdamW's step compiled (AdamW::set_compiled), in one
+// process from the same weights. Extra fields: compile_s (the first compiled call: trace, joint graph, partition, both
 // graphs built by the C++ compiler or found in its disk cache), and the allocator's peak bytes
 // during one step of each.
 #include "bench.h"
@@ -56,16 +56,19 @@ EMBER_BENCH(training) {
     auto model = std::make_shared<nn::GPT>(gpt_config(c));
     Tensor x = randint(0, 65, {c.batch, c.block}), y = randint(0, 65, {c.batch, c.block});
     optim::AdamW adam(optim::decay_groups(*model, 0.1), 1e-3, 0.9, 0.99);
+    optim::AdamW adam_compiled(optim::decay_groups(*model, 0.1), 1e-3, 0.9, 0.99);
+    adam_compiled.set_compiled(true);
     const std::vector<Tensor> params = model->parameters();
     CompileOptions o;
     o.backend = "compiler";
     auto loss_fn = compile([m = model](const Tensor& a, const Tensor& b) { return m->loss(a, b); }, o);
     auto step = [&](bool compiled) {
       Tensor loss = compiled ? loss_fn(x, y) : model->loss(x, y);
-      adam.zero_grad();
+      optim::AdamW& opt_ = compiled ? adam_compiled : adam;
+      opt_.zero_grad();
       loss.backward();
       optim::clip_grad_norm_(params, 1.0);
-      adam.step();
+      opt_.step();
     };
     auto t0 = std::chrono::steady_clock::now();
     step(true);

@@ -140,13 +140,80 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
   // taken as zero) and the gemm accumulates the product onto them.
   if (grp.gemm)
     os << ind << "const " << T << " " << var(grp.gemm->outputs[0]) << " = " << T << "(0);\n";
-  std::vector<std::string> idx(grp.inputs.size());
-  for (size_t j = 0; j < grp.inputs.size(); ++j) {
-    idx[j] = index_expr(*grp.inputs[j], out.meta.sizes);
-    if (idx[j].empty())
+  for (size_t j = 0; j < grp.inputs.size(); ++j)
+    if (shape_numel(grp.inputs[j]->meta.sizes) == 1)
       os << ind << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "[0];\n";
+  auto emit_nodes = [&](const std::string& in) {
+    for (const graph::Node* node : grp.nodes) {
+      const FusedOpInfo* f = fused_op_info(*node);
+      os << in << "const " << T << " " << var(node->outputs[0]) << " = ember::fn::"
+         << f->functor << "{}(";
+      for (size_t a = 0; a < node->inputs.size(); ++a)
+        os << (a ? ", " : "") << var(node->inputs[a]);
+      os << ");\n";
+    }
+  };
+  if (uses_row_loop(grp)) {
+    // Rows of the last dim: each input's offset splits into a per-row base and a column term,
+    // so broadcast inputs cost no division per element.
+    const int64_t cols = out.meta.sizes.back(), rows = n / cols;
+    os << ind << "constexpr int64_t rows = " << rows << ", cols = " << cols << ";\n";
+    if (in_region)
+      os << "#pragma omp for schedule(static) nowait\n";
+    else if (n >= cpu::kParallelGrain && rows > 1)
+      os << "#pragma omp parallel for schedule(static)\n";
+    os << ind << "for (int64_t r = 0; r < rows; ++r) {\n";
+    const std::string in1 = std::string(ind) + "  ", in2 = in1 + "  ";
+    std::vector<std::string> bases(grp.inputs.size());
+    for (size_t j = 0; j < grp.inputs.size(); ++j) {
+      if (shape_numel(grp.inputs[j]->meta.sizes) == 1) continue;
+      const RowIndex ri = row_index(*grp.inputs[j], out.meta.sizes);
+      std::string base;
+      if (ri.row != "0") {
+        base = std::string("b").append(std::to_string(j));
+        os << in1 << "const int64_t " << base << " = " << ri.row << ";\n";
+      }
+      bases[j] = base.empty() ? (ri.col.empty() ? "0" : ri.col)
+                              : (ri.col.empty() ? base : base + " + " + ri.col);
+    }
+    os << in1 << T << "* __restrict orow = out + r * cols;\n"
+       << "#pragma omp simd\n"
+       << in1 << "for (int64_t j = 0; j < cols; ++j) {\n";
+    for (size_t j = 0; j < grp.inputs.size(); ++j)
+      if (!bases[j].empty())
+        os << in2 << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "["
+           << bases[j] << "];\n";
+    emit_nodes(in2);
+    os << in2 << "orow[j] = " << var(&out) << ";\n" << in1 << "}\n" << ind << "}\n";
+    return;
   }
   os << ind << "constexpr int64_t n = " << n << ";\n";
+  const int64_t esize = int64_t(dtype_size(out.meta.dtype));
+  if (!in_region && n * esize >= cpu::kStreamBytes) {
+    // A large output: chunks of 256 bytes computed in registers, then streamed out past the
+    // cache, so the output's lines are not read from memory before being overwritten. One
+    // fence per thread orders the streaming stores before the region's closing barrier.
+    const int64_t chunk = 256 / esize;
+    const std::string in1 = std::string(ind) + "  ", in2 = in1 + "  ", in3 = in2 + "  ";
+    os << ind << "constexpr int64_t chunk = " << chunk << ";\n"
+       << "#pragma omp parallel\n" << ind << "{\n"
+       << "#pragma omp for schedule(static)\n"
+       << in1 << "for (int64_t i0 = 0; i0 < n; i0 += chunk) {\n"
+       << in2 << "alignas(64) " << T << " buf[chunk];\n"
+       << in2 << "const int64_t cn = n - i0 < chunk ? n - i0 : chunk;\n"
+       << "#pragma omp simd\n"
+       << in2 << "for (int64_t l = 0; l < cn; ++l) {\n"
+       << in3 << "const int64_t i = i0 + l;\n";
+    for (size_t j = 0; j < grp.inputs.size(); ++j)
+      if (shape_numel(grp.inputs[j]->meta.sizes) != 1)
+        os << in3 << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "["
+           << index_expr(*grp.inputs[j], out.meta.sizes) << "];\n";
+    emit_nodes(in3);
+    os << in3 << "buf[l] = " << var(&out) << ";\n" << in2 << "}\n"
+       << in2 << "ember_stream(out + i0, buf, sizeof(" << T << ") * cn);\n" << in1 << "}\n"
+       << in1 << "ember_fence();\n" << ind << "}\n";
+    return;
+  }
   if (in_region)
     os << "#pragma omp for simd schedule(static) nowait\n";
   else
@@ -154,17 +221,10 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
   os << ind << "for (int64_t i = 0; i < n; ++i) {\n";
   const std::string inner = std::string(ind) + "  ";
   for (size_t j = 0; j < grp.inputs.size(); ++j)
-    if (!idx[j].empty())
+    if (shape_numel(grp.inputs[j]->meta.sizes) != 1)
       os << inner << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "["
-         << idx[j] << "];\n";
-  for (const graph::Node* node : grp.nodes) {
-    const FusedOpInfo* f = fused_op_info(*node);
-    os << inner << "const " << T << " " << var(node->outputs[0]) << " = ember::fn::"
-       << f->functor << "{}(";
-    for (size_t a = 0; a < node->inputs.size(); ++a)
-      os << (a ? ", " : "") << var(node->inputs[a]);
-    os << ");\n";
-  }
+         << index_expr(*grp.inputs[j], out.meta.sizes) << "];\n";
+  emit_nodes(inner);
   os << inner << "out[i] = " << var(&out) << ";\n" << ind << "}\n";
 }
 
@@ -377,6 +437,16 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
 std::string kernel_name(size_t k) { return "kernel_" + std::to_string(k); }
 std::string batch_name(size_t b) { return "batch_" + std::to_string(b); }
 
+bool uses_row_loop(const FusionGroup& grp) {
+  const Shape& out = grp.output->meta.sizes;
+  if (grp.row || grp.attn_qk || out.size() < 2 || out.back() < 16) return false;
+  for (const graph::Value* v : grp.inputs) {
+    const std::string e = index_expr(*v, out);
+    if (!e.empty() && e != "i") return true;  // an index needing division
+  }
+  return false;
+}
+
 size_t kernel_arg_count(const FusionGroup& grp) {
   size_t n = grp.inputs.size() + 1 + grp.extra_outputs.size();
   if (grp.attn_qk) n += 3;
@@ -386,8 +456,30 @@ size_t kernel_arg_count(const FusionGroup& grp) {
 std::string generate_cpp(const FusionPlan& plan, const std::vector<KernelBatch>& batches) {
   std::ostringstream os;
   os << "// Generated by ember's compiler: fused pointwise and row-wise kernels of one graph.\n"
-     << "#include <cstdint>\n#include <limits>\n#include <new>\n"
-     << "\n#include \"kernels/functors.h\"\n\n";
+     << "#include <cstdint>\n#include <cstring>\n#include <limits>\n#include <new>\n"
+     << "#if defined(__AVX__)\n#include <immintrin.h>\n#endif\n"
+     << "\n#include \"kernels/functors.h\"\n\n"
+     << "// Copies bytes to dst past the cache (streaming stores) when dst is 32-byte aligned and\n"
+     << "// the size whole 32-byte vectors; otherwise an ordinary copy. ember_fence orders the\n"
+     << "// streaming stores before later stores.\n"
+     << "[[maybe_unused]] static inline void ember_stream(void* dst, const void* src,\n"
+     << "                                                std::size_t bytes) {\n"
+     << "#if defined(__AVX__)\n"
+     << "  if (reinterpret_cast<std::uintptr_t>(dst) % 32 == 0 && bytes % 32 == 0) {\n"
+     << "    for (std::size_t i = 0; i < bytes; i += 32)\n"
+     << "      _mm256_stream_si256(reinterpret_cast<__m256i*>(static_cast<char*>(dst) + i),\n"
+     << "                          _mm256_load_si256(reinterpret_cast<const __m256i*>(\n"
+     << "                              static_cast<const char*>(src) + i)));\n"
+     << "    return;\n"
+     << "  }\n"
+     << "#endif\n"
+     << "  std::memcpy(dst, src, bytes);\n"
+     << "}\n"
+     << "[[maybe_unused]] static inline void ember_fence() {\n"
+     << "#if defined(__AVX__)\n"
+     << "  _mm_sfence();\n"
+     << "#endif\n"
+     << "}\n\n";
   for (size_t k = 0; k < plan.groups.size(); ++k) {
     if (plan.groups[k].attn_qk)
       emit_attention_kernel(os, kernel_name(k), plan.groups[k]);

@@ -328,8 +328,12 @@ void CompiledGraph::plan_batches(const std::vector<StepIO>& io) {
         bool barrier = false;
         for (size_t u = s; u < t; ++u) {
           const FusionGroup& gj = plan_.groups[size_t(steps_[u].kernel)];
+          // Same range and same loop shape: each thread gets the same elements in both.
           const bool same_n = shape_numel(gi.output->meta.sizes) ==
-                              shape_numel(gj.output->meta.sizes);
+                                  shape_numel(gj.output->meta.sizes) &&
+                              uses_row_loop(gi) == uses_row_loop(gj) &&
+                              (!uses_row_loop(gi) ||
+                               gi.output->meta.sizes.back() == gj.output->meta.sizes.back());
           // Reads of an earlier kernel's result: safe without a barrier only element for
           // element over the same range (a static schedule gives each thread the same slice).
           for (const graph::Value* v : gi.inputs)
