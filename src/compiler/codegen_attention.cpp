@@ -172,7 +172,9 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
   // Scores of the tile's rows (rows past nq repeat the last one; their results are unused).
   os << "      const " << T << "* qr[QB];\n"
      << "      for (int64_t t = 0; t < QB; ++t) qr[t] = qb + " << at("(q0 + (t < nq ? t : nq - 1))", qs_l) << ";\n"
-     << "      for (int64_t jb = 0; jb * W < jmax; jb += KV) {\n"
+     << "      const int64_t nvec = (jmax + W - 1) / W;  // vectors of keys the tile reads\n"
+     << "      int64_t jb = 0;\n"
+     << "      for (; jb + KV <= nvec; jb += KV) {\n"
      << "        vec acc[QB][KV] = {};\n"
      << "        for (int64_t e = 0; e < E; ++e) {\n"
      << "          vec kv[KV];\n"
@@ -188,6 +190,16 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
      << "        for (int64_t t = 0; t < QB; ++t)\n"
      << "          for (int64_t u = 0; u < KV; ++u)\n"
      << "            *reinterpret_cast<vec*>(s + t * SP + (jb + u) * W) = acc[t][u];\n"
+     << "      }\n"
+     << "      for (; jb < nvec; ++jb) {  // the last vectors one at a time (causal tiles end early)\n"
+     << "        vec acc[QB] = {};\n"
+     << "        for (int64_t e = 0; e < E; ++e) {\n"
+     << "          const vec kv = ktv[(e * SP) / W + jb];\n"
+     << "#pragma GCC unroll 8\n"
+     << "          for (int64_t t = 0; t < QB; ++t) acc[t] += qr[t][" << at("e", qs_e) << "] * kv;\n"
+     << "        }\n"
+     << "        for (int64_t t = 0; t < QB; ++t)\n"
+     << "          *reinterpret_cast<vec*>(s + t * SP + jb * W) = acc[t];\n"
      << "      }\n";
   // Per row: the fused producers, the max, the exponentials and their sum; zeros past jn so the
   // tile's softmax @ v can run every row to jmax.
