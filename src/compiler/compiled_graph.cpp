@@ -3,7 +3,9 @@
 // ops, mutations) are interpreted as the eager backend would.
 #include "compiler/compiled_graph.h"
 
+#include <algorithm>
 #include <climits>
+#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -99,6 +101,17 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
   for (size_t id = 0; id < last.size(); ++id)
     if (last[id] >= 0 && last[id] != INT_MAX) release_after_[size_t(last[id])].push_back(int(id));
 
+  if (logs().decisions) {  // which ops stay eager, most frequent first
+    std::map<std::string, int> eager_ops;
+    for (const Step& st : steps_)
+      if (st.kernel < 0) ++eager_ops[std::string(op_name(st.node->op))];
+    std::vector<std::pair<int, std::string>> by_count;
+    for (const auto& [op, c] : eager_ops) by_count.push_back({-c, op});
+    std::sort(by_count.begin(), by_count.end());
+    std::string list;
+    for (const auto& [c, op] : by_count) list += (list.empty() ? "" : ", ") + op + " x" + std::to_string(-c);
+    if (!list.empty()) log(true, "compiler", "eager nodes: " + list);
+  }
   log(logs().decisions, "compiler",
       std::to_string(plan_.groups.size()) + " fused kernel(s), " +
           std::to_string(steps_.size() - plan_.groups.size()) + " eager node(s); peak " +

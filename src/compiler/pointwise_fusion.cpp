@@ -205,6 +205,10 @@ const FusedOpInfo* fused_op_info(const graph::Node& n) {
     static const FusedOpInfo exact{"Gelu", 1}, approx{"GeluTanh", 1};
     return n.attrs.flag ? &approx : &exact;
   }
+  if (n.op == OpId::gelu_backward) {  // (grad, x)
+    static const FusedOpInfo exact{"GeluBackward", 2}, approx{"GeluTanhBackward", 2};
+    return n.attrs.flag ? &approx : &exact;
+  }
   return table_entry(n.op);
 }
 
