@@ -39,8 +39,8 @@ int main(int argc, char** argv) {
   train->add_flag("--always_save_checkpoint", t.always_save_checkpoint,
                   "write best.safetensors at every eval, not only when val loss improves");
   train->add_option("--compile", t.compile,
-                    "compile the training step (model.loss and its backward) into generated "
-                    "code; evaluation and the optimizer run eager")->capture_default_str();
+                    "compile the training step (model.loss, its backward and the AdamW step) "
+                    "into generated code; evaluation runs eager")->capture_default_str();
   train->add_option("--device", t.device, "cpu (CUDA is not built yet)")->capture_default_str();
   train->add_flag("--quiet", t.quiet, "only the final summary");
 
