@@ -2,10 +2,11 @@
 // compile(): backend "eager" must match bit for bit, backend "compiler" within tolerance. A
 // mismatch is shrunk and the smallest failing program is printed with its seed.
 //
-// Split: all kPrograms programs run against backend "eager"; every kCompilerStride-th one also
-// runs against backend "compiler" (each new fused kernel costs a run of the system C++
-// compiler, ~0.25 s, so that subset is kept at about 40 programs; kernels are cached on disk in
-// EMBER_CACHE_DIR, /tmp/ember-test-cache unless set, so reruns are faster).
+// All kPrograms programs run against backend "eager" one by one, and the first
+// kCompilerPrograms against backend "compiler" in batches of kBatch programs per compiled
+// function (one C++ translation unit per batch keeps the suite's compile time bounded); a
+// failing batch is checked program by program to find and shrink the culprit. Kernels are
+// cached on disk in EMBER_CACHE_DIR, /tmp/ember-test-cache unless set, so reruns are faster.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,10 +23,11 @@ namespace {
 using testgen::Program;
 
 constexpr uint64_t kPrograms = 600;
-constexpr uint64_t kCompilerStride = 15;  // 40 programs against "compiler"
+constexpr uint64_t kCompilerPrograms = 500;
+constexpr uint64_t kBatch = 25;
 
-// EMBER_RANDOM_PROGRAMS=N runs N programs instead (and N / kCompilerStride against
-// "compiler"), for longer hunts outside CI.
+// EMBER_RANDOM_PROGRAMS=N runs N programs instead against both backends, for longer hunts
+// outside CI.
 uint64_t program_count() {
   const char* n = std::getenv("EMBER_RANDOM_PROGRAMS");
   return n && std::atoll(n) > 0 ? uint64_t(std::atoll(n)) : kPrograms;
@@ -52,20 +54,36 @@ std::string compare(const Tensor& got, const Tensor& want, bool exact, double rt
   return {};
 }
 
+// Which values of p carry float32 rounding: float32 themselves, or computed from one (a
+// float64 result of float32 work is only as precise as float32).
+std::vector<bool> float32_values(const Program& p, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> all = testgen::run_all(p, inputs);
+  std::vector<bool> f32(all.size());
+  for (size_t v = 0; v < all.size(); ++v) {
+    f32[v] = all[v].dtype() == DType::Float32;
+    if (v >= p.inputs.size())
+      for (int a : p.steps[v - p.inputs.size()].args) f32[v] = f32[v] || f32[size_t(a)];
+  }
+  return f32;
+}
+
+// Compares output i of p; exact for the eager backend and for non-float outputs.
+std::string compare_output(const Program& p, size_t i, const std::vector<bool>& f32,
+                           const Tensor& got, const Tensor& want, bool eager_backend) {
+  bool exact = eager_backend || !is_floating(want.dtype());
+  // Rounding differences scale with the magnitude of the values involved.
+  bool single = f32[size_t(p.outputs[i])];
+  double scale = std::max(1.0, testgen::value_bound(p, p.outputs[i]));
+  double rtol = single ? 1e-5 : 1e-12, atol = (single ? 1e-6 : 1e-12) * scale;
+  return compare(got, want, exact, rtol, atol);
+}
+
 // Runs `p` eagerly and compiled with `backend`; empty when they agree, else the difference.
 std::string check(const Program& p, const std::string& backend) {
   try {
     std::vector<Tensor> inputs = testgen::make_inputs(p, p.seed);
     std::vector<Tensor> want = testgen::run_program(p, inputs);
-    // Which values carry float32 rounding: float32 themselves, or computed from one (a float64
-    // result of float32 work is only as precise as float32).
-    std::vector<Tensor> all = testgen::run_all(p, inputs);
-    std::vector<bool> f32(all.size());
-    for (size_t v = 0; v < all.size(); ++v) {
-      f32[v] = all[v].dtype() == DType::Float32;
-      if (v >= p.inputs.size())
-        for (int a : p.steps[v - p.inputs.size()].args) f32[v] = f32[v] || f32[size_t(a)];
-    }
+    std::vector<bool> f32 = float32_values(p, inputs);
     CompileOptions opts;
     opts.backend = backend;
     opts.fullgraph = true;
@@ -76,12 +94,7 @@ std::string check(const Program& p, const std::string& backend) {
       std::vector<Tensor> got = f(inputs);
       if (got.size() != want.size()) return "output count differs";
       for (size_t i = 0; i < got.size(); ++i) {
-        bool exact = backend == "eager" || !is_floating(want[i].dtype());
-        // Rounding differences scale with the magnitude of the values involved.
-        bool single = f32[size_t(p.outputs[i])];
-        double scale = std::max(1.0, testgen::value_bound(p, p.outputs[i]));
-        double rtol = single ? 1e-5 : 1e-12, atol = (single ? 1e-6 : 1e-12) * scale;
-        std::string d = compare(got[i], want[i], exact, rtol, atol);
+        std::string d = compare_output(p, i, f32, got[i], want[i], backend == "eager");
         if (!d.empty())
           return (call ? "replay" : "first call") + std::string(", output ") + std::to_string(i) +
                  ": " + d;
@@ -110,6 +123,62 @@ struct CacheDirEnv {
   bool set = false;
 };
 
+// Runs the programs of seeds [first, first + n) in one compiled function with `backend`;
+// empty when every output agrees with eager, else the first difference.
+std::string check_batch(uint64_t first, uint64_t n, const std::string& backend) {
+  try {
+    std::vector<Program> ps;
+    std::vector<std::vector<Tensor>> ins, wants;
+    std::vector<std::vector<bool>> f32s;
+    std::vector<Tensor> flat;
+    for (uint64_t seed = first; seed < first + n; ++seed) {
+      ps.push_back(testgen::generate_program(seed));
+      ins.push_back(testgen::make_inputs(ps.back(), seed));
+      wants.push_back(testgen::run_program(ps.back(), ins.back()));
+      f32s.push_back(float32_values(ps.back(), ins.back()));
+      flat.insert(flat.end(), ins.back().begin(), ins.back().end());
+    }
+    CompileOptions opts;
+    opts.backend = backend;
+    opts.fullgraph = true;
+    auto f = compile([&ps](const std::vector<Tensor>& xs) {
+      std::vector<Tensor> outs;
+      size_t at = 0;
+      for (const Program& p : ps) {
+        std::vector<Tensor> in(xs.begin() + long(at), xs.begin() + long(at + p.inputs.size()));
+        at += p.inputs.size();
+        std::vector<Tensor> o = testgen::run_program(p, in);
+        outs.insert(outs.end(), o.begin(), o.end());
+      }
+      return outs;
+    }, opts);
+    for (int call = 0; call < 2; ++call) {  // trace, then replay
+      std::vector<Tensor> got = f(flat);
+      size_t k = 0;
+      for (size_t j = 0; j < ps.size(); ++j)
+        for (size_t i = 0; i < wants[j].size(); ++i, ++k) {
+          if (k >= got.size()) return "output count differs";
+          std::string d = compare_output(ps[j], i, f32s[j], got[k], wants[j][i],
+                                         backend == "eager");
+          if (!d.empty())
+            return "seed " + std::to_string(ps[j].seed) + ", output " + std::to_string(i) +
+                   ": " + d;
+        }
+    }
+  } catch (const std::exception& e) {
+    return std::string("threw: ") + e.what();
+  }
+  return {};
+}
+
+void report_failure(const Program& p, const std::string& backend, const std::string& diff) {
+  Program small = testgen::shrink(p, [&](const Program& q) { return !check(q, backend).empty(); });
+  ADD_FAILURE() << "backend \"" << backend << "\" differs from eager (seed " << p.seed
+                << "): " << check(small, backend) << "\nminimal failing program:\n"
+                << testgen::to_string(small) << "original program (" << diff << "):\n"
+                << testgen::to_string(p);
+}
+
 void run_programs(const std::string& backend, uint64_t stride) {
   int64_t ran = 0;
   uint64_t count = program_count();
@@ -117,12 +186,7 @@ void run_programs(const std::string& backend, uint64_t stride) {
     Program p = testgen::generate_program(seed);
     ASSERT_FALSE(p.steps.empty()) << testgen::to_string(p);
     std::string diff = check(p, backend);
-    if (diff.empty()) continue;
-    Program small = testgen::shrink(p, [&](const Program& q) { return !check(q, backend).empty(); });
-    ADD_FAILURE() << "backend \"" << backend << "\" differs from eager (seed " << seed
-                  << "): " << check(small, backend) << "\nminimal failing program:\n"
-                  << testgen::to_string(small) << "original program (" << diff << "):\n"
-                  << testgen::to_string(p);
+    if (!diff.empty()) report_failure(p, backend, diff);
   }
   EXPECT_GE(ran * int64_t(stride), int64_t(count));
 }
@@ -190,9 +254,27 @@ TEST(RandomPrograms, CompilerBackendMatchesEager) {
     return t.compiler_runs + t.disk_hits + t.memory_hits;
   };
   int64_t before = loaded();
-  run_programs("compiler", kCompilerStride);
-  // Most programs hold a fusable pointwise chain: the subset must have exercised real kernels.
-  EXPECT_GE(loaded() - before, 20);
+  const uint64_t count = std::getenv("EMBER_RANDOM_PROGRAMS") ? program_count() : kCompilerPrograms;
+  uint64_t checked = 0;
+  for (uint64_t first = 1; first <= count; first += kBatch) {
+    const uint64_t n = std::min(kBatch, count + 1 - first);
+    checked += n;
+    const std::string batch_diff = check_batch(first, n, "compiler");
+    if (batch_diff.empty()) continue;
+    bool found = false;
+    for (uint64_t seed = first; seed < first + n; ++seed) {  // find the culprit
+      Program p = testgen::generate_program(seed);
+      std::string diff = check(p, "compiler");
+      if (!diff.empty()) report_failure(p, "compiler", diff);
+      found |= !diff.empty();
+    }
+    if (!found)
+      ADD_FAILURE() << "programs " << first << " to " << first + n - 1
+                    << " differ from eager only when compiled together: " << batch_diff;
+  }
+  EXPECT_EQ(checked, count);
+  // Every batch holds fusable pointwise chains: real kernels were built or loaded.
+  EXPECT_GE(loaded() - before, int64_t(count / kBatch));
 }
 
 }  // namespace
