@@ -164,18 +164,7 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
       os << "#pragma omp parallel for schedule(static)\n";
     os << ind << "for (int64_t r = 0; r < rows; ++r) {\n";
     const std::string in1 = std::string(ind) + "  ", in2 = in1 + "  ";
-    std::vector<std::string> bases(grp.inputs.size());
-    for (size_t j = 0; j < grp.inputs.size(); ++j) {
-      if (shape_numel(grp.inputs[j]->meta.sizes) == 1) continue;
-      const RowIndex ri = row_index(*grp.inputs[j], out.meta.sizes);
-      std::string base;
-      if (ri.row != "0") {
-        base = std::string("b").append(std::to_string(j));
-        os << in1 << "const int64_t " << base << " = " << ri.row << ";\n";
-      }
-      bases[j] = base.empty() ? (ri.col.empty() ? "0" : ri.col)
-                              : (ri.col.empty() ? base : base + " + " + ri.col);
-    }
+    const std::vector<std::string> bases = emit_row_bases(os, grp, out.meta.sizes, in1.c_str());
     os << in1 << T << "* __restrict orow = out + r * cols;\n"
        << "#pragma omp simd\n"
        << in1 << "for (int64_t j = 0; j < cols; ++j) {\n";

@@ -41,6 +41,13 @@ void log(bool on, const char* tag, const std::string& text) {
   std::fprintf(stderr, "[ember:%s] %s\n", tag, text.c_str());
 }
 
+// Whether v is `target` or a view of it (shares its buffer).
+bool aliases(const graph::Value* v, const graph::Value* target) {
+  while (v != target && v->producer && op_info(v->producer->op).kind == OpKind::View)
+    v = v->producer->inputs[0];
+  return v == target;
+}
+
 std::string static_reason(const graph::Graph& g) {
   for (const auto& n : g.nodes())
     if (graph::is_random(n->op) || n->skipped_draws) return "the graph draws random numbers";
@@ -205,12 +212,6 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs) const 
 
 void CompiledGraph::plan_in_place_writes(const std::vector<StepIO>& io) {
   in_place_.assign(plan_.groups.size(), -1);
-  // Whether v is `target` or a view of it (shares its buffer).
-  auto aliases = [](const graph::Value* v, const graph::Value* target) {
-    while (v != target && v->producer && op_info(v->producer->op).kind == OpKind::View)
-      v = v->producer->inputs[0];
-    return v == target;
-  };
   const auto& outs = g_->outputs();
   for (const graph::Mutation& m : g_->mutations()) {
     if (m.value == m.target || !m.value->producer) continue;
@@ -325,11 +326,6 @@ void CompiledGraph::plan_batches(const std::vector<StepIO>& io) {
   auto identity = [](const graph::Value* v, const FusionGroup& reader) {
     return v->meta.sizes == reader.output->meta.sizes &&
            v->meta.strides == contiguous_strides(v->meta.sizes);
-  };
-  auto aliases = [](const graph::Value* v, const graph::Value* target) {
-    while (v != target && v->producer && op_info(v->producer->op).kind == OpKind::View)
-      v = v->producer->inputs[0];
-    return v == target;
   };
   for (size_t s = 0; s < steps_.size();) {
     size_t e = s;
