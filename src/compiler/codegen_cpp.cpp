@@ -58,6 +58,11 @@ RowIndex row_index(const graph::Value& v, const Shape& out) {
   RowIndex ri;
   const Shape& vs = v.meta.sizes;
   if (shape_numel(vs) == 1) return ri;
+  if (vs == out && v.meta.strides == contiguous_strides(vs)) {  // the output's own layout
+    ri.row = "r * " + std::to_string(out.back());
+    ri.col = "j";
+    return ri;
+  }
   const size_t nd = out.size(), lead = nd - vs.size();
   auto stride_at = [&](size_t d) -> int64_t {  // 0 where v broadcasts along out's dim d
     if (d < lead || vs[d - lead] == 1) return 0;
