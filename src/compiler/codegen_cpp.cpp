@@ -109,9 +109,11 @@ void emit_elementwise(std::ostringstream& os, const FusionGroup& grp,
 }
 
 std::vector<std::string> emit_row_bases(std::ostringstream& os, const FusionGroup& grp,
-                                        const Shape& out, const char* indent) {
+                                        const Shape& out, const char* indent,
+                                        const std::vector<const graph::Value*>& skip) {
   std::vector<std::string> idx(grp.inputs.size());
   for (size_t k = 0; k < grp.inputs.size(); ++k) {
+    if (std::find(skip.begin(), skip.end(), grp.inputs[k]) != skip.end()) continue;
     const RowIndex ri = row_index(*grp.inputs[k], out);
     if (ri.row.empty()) continue;  // one element: loaded once, outside the rows
     std::string base;
@@ -150,6 +152,29 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
       os << ind << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "[0];\n";
   auto emit_nodes = [&](const std::string& in) {
     for (const graph::Node* node : grp.nodes) {
+      if (node->op == OpId::slice_backward) {
+        // The grad's column for output column j, or zero outside the slice (the load always
+        // reads a valid element; the select discards it).
+        const graph::Value& g = *node->inputs[0];
+        const Attrs& a = node->attrs;
+        const std::string o = var(node->outputs[0]);
+        if (shape_numel(g.meta.sizes) == 0) {
+          os << in << "const " << T << " " << o << " = " << T << "(0);\n";
+          continue;
+        }
+        const size_t k = size_t(std::find(grp.inputs.begin(), grp.inputs.end(), &g) -
+                                grp.inputs.begin());
+        os << in << "const bool " << o << "_in = j >= " << a.start << " && j < " << a.end
+           << (a.step > 1 ? " && (j - " + std::to_string(a.start) + ") % " +
+                                std::to_string(a.step) + " == 0"
+                          : std::string())
+           << ";\n"
+           << in << "const int64_t " << o << "_j = " << o << "_in ? (j - " << a.start << ")"
+           << (a.step > 1 ? " / " + std::to_string(a.step) : std::string()) << " : 0;\n"
+           << in << "const " << T << " " << o << " = " << o << "_in ? in" << k << "[s" << k
+           << " + " << o << "_j * " << g.meta.strides.back() << "] : " << T << "(0);\n";
+        continue;
+      }
       const FusedOpInfo* f = fused_op_info(*node);
       os << in << "const " << T << " " << var(node->outputs[0]) << " = ember::fn::"
          << f->functor << "{}(";
@@ -169,7 +194,18 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
       os << "#pragma omp parallel for schedule(static)\n";
     os << ind << "for (int64_t r = 0; r < rows; ++r) {\n";
     const std::string in1 = std::string(ind) + "  ", in2 = in1 + "  ";
-    const std::vector<std::string> bases = emit_row_bases(os, grp, out.meta.sizes, in1.c_str());
+    std::vector<const graph::Value*> sliced;  // grads read by slice_backward nodes
+    for (const graph::Node* node : grp.nodes)
+      if (node->op == OpId::slice_backward) sliced.push_back(node->inputs[0]);
+    const std::vector<std::string> bases =
+        emit_row_bases(os, grp, out.meta.sizes, in1.c_str(), sliced);
+    for (const graph::Value* g : sliced) {
+      if (shape_numel(g->meta.sizes) == 0) continue;
+      const size_t k = size_t(std::find(grp.inputs.begin(), grp.inputs.end(), g) -
+                              grp.inputs.begin());
+      const RowIndex ri = row_index(*g, g->meta.sizes);  // g's rows are the output's rows
+      os << in1 << "const int64_t s" << k << " = " << (ri.row.empty() ? "0" : ri.row) << ";\n";
+    }
     os << in1 << T << "* __restrict orow = out + r * cols;\n"
        << "#pragma omp simd\n"
        << in1 << "for (int64_t j = 0; j < cols; ++j) {\n";
@@ -433,7 +469,10 @@ std::string batch_name(size_t b) { return "batch_" + std::to_string(b); }
 
 bool uses_row_loop(const FusionGroup& grp) {
   const Shape& out = grp.output->meta.sizes;
-  if (grp.row || grp.attn_qk || out.size() < 2 || out.back() < 16) return false;
+  if (grp.row || grp.attn_qk) return false;
+  for (const graph::Node* n : grp.nodes)
+    if (n->op == OpId::slice_backward) return true;  // its select needs the column
+  if (out.size() < 2 || out.back() < 16) return false;
   for (const graph::Value* v : grp.inputs) {
     const std::string e = index_expr(*v, out);
     if (!e.empty() && e != "i") return true;  // an index needing division

@@ -26,8 +26,10 @@ RowIndex row_index(const graph::Value& v, const Shape& out);
 
 // Emits declarations of row bases (b<k> = row part) for the non-scalar group inputs and returns
 // each input's element offset expression in terms of b<k> and j ("" for one-element inputs).
+// Inputs in `skip` get no offset (the caller reads them its own way).
 std::vector<std::string> emit_row_bases(std::ostringstream& os, const FusionGroup& grp,
-                                        const Shape& out, const char* indent);
+                                        const Shape& out, const char* indent,
+                                        const std::vector<const graph::Value*>& skip = {});
 
 // Emits the loads of the group inputs that `nodes` (or also_read) read, then the nodes, one a
 // line, each as `const T v<id> = ember::fn::<Functor>{}(...)`.

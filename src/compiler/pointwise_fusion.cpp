@@ -47,7 +47,24 @@ bool supported_dtype(DType t) {
 }
 
 // Whether n can be one step of a generated loop over its output's elements.
+// slice_backward along the last dim: zeros but for the incoming grad's columns, which a
+// fused kernel computes per column (a select), so a sum of such grads (the backward of a split)
+// becomes one pass instead of zero-filled buffers, copies and adds.
+bool fusable_slice_backward(const graph::Node& n) {
+  if (n.op != OpId::slice_backward) return false;
+  const graph::Value& g = *n.inputs[0];
+  const graph::Value& out = *n.outputs[0];
+  const Shape& os = out.meta.sizes;
+  if (os.empty() || n.attrs.dim != int64_t(os.size()) - 1 || n.attrs.step < 1) return false;
+  if (!supported_dtype(out.meta.dtype) || out.device != kCPU || g.device != kCPU) return false;
+  if (g.meta.dtype != out.meta.dtype || g.meta.sizes.size() != os.size()) return false;
+  for (size_t d = 0; d + 1 < os.size(); ++d)
+    if (g.meta.sizes[d] != os[d]) return false;
+  return out.meta.offset == 0 && out.meta.strides == contiguous_strides(os);
+}
+
 bool can_fuse(const graph::Node& n) {
+  if (fusable_slice_backward(n)) return true;
   const OpInfo& info = op_info(n.op);
   if (info.kind != OpKind::Pointwise || !info.has(kFusable)) return false;
   if (!fused_op_info(n) || n.outputs.size() != 1) return false;
@@ -63,6 +80,12 @@ bool can_fuse(const graph::Node& n) {
       if (v->meta.sizes[d] != 1 && v->meta.sizes[d] != out.meta.sizes[lead + d]) return false;
   }
   return true;
+}
+
+bool has_slice_backward(const FusionGroup& grp) {
+  for (const graph::Node* n : grp.nodes)
+    if (n->op == OpId::slice_backward) return true;
+  return false;
 }
 
 bool contiguous(const graph::Value& v) {
@@ -205,6 +228,10 @@ const FusedOpInfo* fused_op_info(const graph::Node& n) {
     static const FusedOpInfo exact{"Gelu", 1}, approx{"GeluTanh", 1};
     return n.attrs.flag ? &approx : &exact;
   }
+  if (n.op == OpId::slice_backward) {  // generated as a select, not a functor call
+    static const FusedOpInfo select{"", 1};
+    return &select;
+  }
   if (n.op == OpId::gelu_backward) {  // (grad, x)
     static const FusedOpInfo exact{"GeluBackward", 2}, approx{"GeluTanhBackward", 2};
     return n.attrs.flag ? &approx : &exact;
@@ -259,6 +286,11 @@ FusionPlan plan_fusion(const graph::Graph& g) {
           (plan.groups[size_t(src)].row ? row_consumer : same_shape)) {
         FusionGroup& other = plan.groups[size_t(src)];
         if (other.row && (group.row || !other.extra_outputs.empty())) continue;
+        // Row and attention kernels load inputs element for element: no slice_backward there.
+        const bool rows = row || group.row || other.row;
+        if (rows && (has_slice_backward(other) || has_slice_backward(group) ||
+                     n.op == OpId::slice_backward))
+          continue;
         // A gemm group's sum stays "product + rest" only through further adds.
         if (other.gemm && (row || group.gemm || !adds_operand(n, a))) continue;
         if (other.gemm) group.gemm = other.gemm;

@@ -44,6 +44,11 @@ inline std::string& last_source() {
   static std::string s;
   return s;
 }
+// Every source it generated, one after the other (training compiles two graphs per call).
+inline std::string& all_sources() {
+  static std::string s;
+  return s;
+}
 class SpyBackend : public capture::Backend {
  public:
   std::string name() const override { return "compiler-spy"; }
@@ -51,6 +56,7 @@ class SpyBackend : public capture::Backend {
     auto r = capture::backend("compiler").compile(std::move(g));
     auto cg = std::dynamic_pointer_cast<const compiler::CompiledGraph>(r);
     last_source() = cg ? cg->source() : "";
+    all_sources() += last_source();
     return r;
   }
 };

@@ -154,6 +154,33 @@ TEST_F(MatmulFusionTest, MaskDiagonalsIncludingFullyMaskedRows) {
   }
 }
 
+TEST(SliceBackwardFusion, SplitGradsBecomeOneKernel) {
+  // The backward of a split along the last dim sums one slice_backward per part: fused into
+  // one kernel that selects each column's grad (no zero-filled buffers). Steps of 1 and 2.
+  ASSERT_TRUE(compiler::compiler_available());
+  CacheDir dir{test::kSharedCompilerCache};
+  for (int64_t step : {1, 2}) {
+    auto fn = [step](const Tensor& x) {
+      std::vector<Tensor> p = x.split(4, -1);
+      Tensor odd = x.slice(-1, 1, 12, step);  // a strided slice too
+      return (p[0] * p[1] + p[2].tanh()).sum() + odd.exp().sum();
+    };
+    test::all_sources().clear();
+    auto f = compile(fn, spy_opts());
+    for (int call = 0; call < 2; ++call) {
+      Tensor x = randn({3, 5, 12});
+      Tensor xe = x.detach().clone(), xc = x.detach().clone();
+      xe.requires_grad_(true);
+      xc.requires_grad_(true);
+      fn(xe).backward();
+      f(xc).backward();
+      EXPECT_TRUE(allclose(xc.grad(), xe.grad())) << "step " << step << " call " << call;
+    }
+    EXPECT_TRUE(has(test::all_sources(), "slice_backward(")) << test::all_sources();
+    EXPECT_TRUE(has(test::all_sources(), "_in = j >= ")) << test::all_sources();
+  }
+}
+
 TEST_F(MatmulFusionTest, GptForwardMatchesEager) {
   nn::GPTConfig c;
   c.n_layer = 2;
