@@ -151,7 +151,10 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
        << "#pragma omp simd\n"
        << "      for (int64_t d = 0; d < D; ++d) vp[j * D + d] = vb[" << at("j", vs_j) << " + d];\n";
   }
-  os << "    alignas(64) " << T << " s[QB * SP];  // the scores, then probabilities, of QB rows\n";
+  // The scores, then probabilities, of QB rows: on the heap, as long sequences would not fit
+  // an OpenMP worker's stack.
+  os << "    " << T << "* __restrict s = static_cast<" << T << "*>(__builtin_assume_aligned("
+     << "::operator new[](sizeof(" << T << ") * QB * SP, std::align_val_t(64)), 64));\n";
   os << "    for (int64_t q0 = 0; q0 < L; q0 += QB) {\n"
      << "      const int64_t nq = L - q0 < QB ? L - q0 : QB;\n"
      << "      int64_t jn[QB];  // keys each row reads\n"
@@ -271,6 +274,7 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
   }
   os << "    }\n"
      << "    ::operator delete[](ktv, std::align_val_t(64));\n"
+     << "    ::operator delete[](s, std::align_val_t(64));\n"
      << (vec_pv ? "    ::operator delete[](vpv, std::align_val_t(64));\n" : "")
      << "  }\n}\n\n";
 }
