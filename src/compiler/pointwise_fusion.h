@@ -1,10 +1,11 @@
-// Pointwise and row-wise fusion: which graph nodes the compiler runs as one generated kernel.
+// Fusion planning: which graph nodes the compiler runs as one generated kernel.
 // A group is a tree of fusable pointwise nodes of one output shape and dtype whose
 // intermediates are read only inside the tree; its root's value is the result that leaves the
 // group. A gemm group is a pointwise group that adds a matmul's product to other terms
-// (out = a @ b + rest). A row group also holds one row op (softmax or layer_norm over the last dim of a
-// float tensor): the pointwise nodes feeding its input and those consuming its output run in
-// the same per-row kernel.
+// (out = a @ b + rest). A row group also holds one row op (decompositions.h: softmax,
+// log_softmax, layer_norm, sum or mean over the last dim of a float tensor): the pointwise nodes
+// feeding its input and those consuming its output run in the same per-row kernel. An
+// attention group is a softmax row group with the matmuls around it (see attn_qk).
 #pragma once
 #include <string>
 #include <vector>
