@@ -1,7 +1,8 @@
-// Generating C++ for fusion groups: a flat loop over the output's elements, inputs indexed
-// from the output index with their strides baked in, the math done by the same fn:: functors
-// the eager kernels call (so fused results match eager ones bit for bit). Row groups get one
-// task per row, its passes sweeping the row while it sits in cache.
+// Generating C++ for fusion groups: pointwise kernels (a flat loop over the output, or rows
+// and columns when an input is broadcast; inputs indexed with their strides baked in; large
+// outputs streamed), row kernels (one task per row, the passes of the op's decomposition),
+// horizontal batches, and the shared prelude. The math is done by the fn:: functors the eager
+// kernels call; fused float code may still round differently (FMA contraction, sum order).
 #include "compiler/codegen_cpp.h"
 #include "compiler/codegen_util.h"
 #include "compiler/decompositions.h"
