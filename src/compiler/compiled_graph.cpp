@@ -65,7 +65,6 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
   }
   plan_ = plan_fusion(*g_);
   const auto& nodes = g_->nodes();
-  std::vector<bool> emitted(plan_.groups.size(), false);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const int k = plan_.group_of_node[i];
     if (k < 0) {
@@ -76,19 +75,21 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
   }
   // What each step produces and reads: the memory plan's peak, and last reads, so
   // intermediates are freed as early as eager code would free them.
+  // A kernel's buffer arguments, fixed once here: the run reads them without building lists.
+  for (const FusionGroup& grp : plan_.groups) {
+    std::vector<const graph::Value*> args = grp.inputs;
+    if (grp.attn_qk) args.insert(args.end(), {grp.attn_qk->inputs[0], grp.attn_qk->inputs[1],
+                                              grp.attn_pv->inputs[1]});
+    kernel_args_.push_back(std::move(args));
+  }
   std::vector<StepIO> io(steps_.size());
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& st = steps_[s];
     if (st.kernel >= 0) {
       const FusionGroup& grp = plan_.groups[size_t(st.kernel)];
-      io[s].reads = grp.inputs;
-      if (grp.gemm)
+      io[s].reads = kernel_args_[size_t(st.kernel)];
+      if (grp.gemm)  // the gemm's operands, read after the kernel
         io[s].reads.insert(io[s].reads.end(), grp.gemm->inputs.begin(), grp.gemm->inputs.end());
-      if (grp.attn_qk) {
-        io[s].reads.insert(io[s].reads.end(), grp.attn_qk->inputs.begin(),
-                           grp.attn_qk->inputs.end());
-        io[s].reads.push_back(grp.attn_pv->inputs[1]);
-      }
       io[s].produces = {grp.output};
       io[s].produces.insert(io[s].produces.end(), grp.extra_outputs.begin(),
                             grp.extra_outputs.end());
@@ -126,8 +127,7 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
           std::to_string(peak_bytes_) + " bytes of intermediates (eager: " +
           std::to_string(eager_peak_bytes_) + ")");
   if (plan_.groups.empty()) return;
-  plan_batches(io);
-  source_ = generate_cpp(plan_, batch_plans_);
+  source_ = generate_cpp(plan_, plan_batches());
   log(logs().output_code, "output_code", "\n" + source_);
   lib_ = load_source(source_, kernel_name(0));
   for (size_t k = 0; k < plan_.groups.size(); ++k)
@@ -248,13 +248,7 @@ bool CompiledGraph::prepare_kernel(const Step& st, const std::vector<Tensor>& in
                                    std::vector<Tensor>& outs) const {
   const FusionGroup& grp = plan_.groups[size_t(st.kernel)];
   // Strides are constants in the kernel: a buffer laid out otherwise runs eagerly.
-  std::vector<const graph::Value*> reads = grp.inputs;
-  if (grp.attn_qk) {
-    reads.push_back(grp.attn_qk->inputs[0]);
-    reads.push_back(grp.attn_qk->inputs[1]);
-    reads.push_back(grp.attn_pv->inputs[1]);
-  }
-  for (const graph::Value* v : reads) {
+  for (const graph::Value* v : kernel_args_[size_t(st.kernel)]) {
     const Tensor& t = env[size_t(v->id)];
     if (t.sizes() != v->meta.sizes || t.dtype() != v->meta.dtype ||
         (shape_numel(v->meta.sizes) > 1 && t.strides() != v->meta.strides))
@@ -316,8 +310,11 @@ bool CompiledGraph::run_batch(size_t b, const std::vector<Tensor>& inputs,
   return true;
 }
 
-void CompiledGraph::plan_batches(const std::vector<StepIO>& io) {
+std::vector<KernelBatch> CompiledGraph::plan_batches() {
+  std::vector<KernelBatch> plans;
   batch_at_.assign(steps_.size(), -1);
+  std::vector<bool> row_loop;  // per kernel: codegen's loop shape
+  for (const FusionGroup& grp : plan_.groups) row_loop.push_back(uses_row_loop(grp));
   auto plain = [&](size_t s) {
     if (steps_[s].kernel < 0) return false;
     const FusionGroup& grp = plan_.groups[size_t(steps_[s].kernel)];
@@ -339,10 +336,11 @@ void CompiledGraph::plan_batches(const std::vector<StepIO>& io) {
         for (size_t u = s; u < t; ++u) {
           const FusionGroup& gj = plan_.groups[size_t(steps_[u].kernel)];
           // Same range and same loop shape: each thread gets the same elements in both.
+          const bool rows_i = row_loop[size_t(steps_[t].kernel)];
           const bool same_n = shape_numel(gi.output->meta.sizes) ==
                                   shape_numel(gj.output->meta.sizes) &&
-                              uses_row_loop(gi) == uses_row_loop(gj) &&
-                              (!uses_row_loop(gi) ||
+                              rows_i == row_loop[size_t(steps_[u].kernel)] &&
+                              (!rows_i ||
                                gi.output->meta.sizes.back() == gj.output->meta.sizes.back());
           // Reads of an earlier kernel's result: safe without a barrier only element for
           // element over the same range (a static schedule gives each thread the same slice).
@@ -360,11 +358,11 @@ void CompiledGraph::plan_batches(const std::vector<StepIO>& io) {
       }
       batch_at_[s] = int(batches_.size());
       batches_.push_back({s, e - 1, nullptr});
-      batch_plans_.push_back(std::move(kb));
+      plans.push_back(std::move(kb));
     }
     s = e == s ? s + 1 : e;
   }
-  (void)io;
+  return plans;
 }
 
 namespace {
@@ -387,6 +385,10 @@ class CompilerBackend : public capture::Backend {
     } catch (const Error& e) {
       // A failed build or load (full disk, unwritable cache directory, a compiler bug) must
       // not take the program down: this graph runs as under the eager backend.
+      // EMBER_COMPILER_STRICT=1 raises instead (the test suite sets it, so that a code
+      // generation bug fails its tests rather than passing them eagerly).
+      const char* strict = std::getenv("EMBER_COMPILER_STRICT");
+      if (strict && std::string(strict) != "0") throw;
       capture::warn(std::string("backend \"compiler\": ") + e.what() +
                     "\nthis graph runs through eager interpretation instead");
       return capture::backend("eager").compile(std::move(g));

@@ -37,8 +37,9 @@ class CompiledGraph : public capture::Runnable {
   void run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const;
   // Which kernels write their result straight into a graph input that the graph mutates.
   void plan_in_place_writes(const std::vector<StepIO>& io);
-  // Runs of consecutive pointwise kernels that run as one batch (codegen_cpp.h, KernelBatch).
-  void plan_batches(const std::vector<StepIO>& io);
+  // Runs of consecutive pointwise kernels that run as one batch (codegen_cpp.h, KernelBatch):
+  // fills batches_ and batch_at_, returns what codegen needs.
+  std::vector<KernelBatch> plan_batches();
   // A kernel step's arguments and freshly made outputs; false when a buffer's layout differs
   // from the captured one (the group then runs eagerly).
   bool prepare_kernel(const Step& st, const std::vector<Tensor>& inputs,
@@ -56,7 +57,8 @@ class CompiledGraph : public capture::Runnable {
   std::shared_ptr<const Library> lib_;
   std::vector<KernelFn> kernels_;
   std::vector<Step> steps_;
-  std::vector<std::vector<int>> release_after_;
+  std::vector<std::vector<const graph::Value*>> kernel_args_;  // per kernel: buffer arguments
+  std::vector<std::vector<int>> release_after_;  // per step: value ids read for the last time
   int64_t peak_bytes_ = 0, eager_peak_bytes_ = 0;
   std::vector<int> in_place_;  // per kernel: the graph input it writes in place, or -1
   struct Batch {
@@ -64,8 +66,7 @@ class CompiledGraph : public capture::Runnable {
     KernelFn fn;
   };
   std::vector<Batch> batches_;
-  std::vector<KernelBatch> batch_plans_;
-  std::vector<int> batch_at_;  // per step: the batch starting there, or -1  // per step: value ids read for the last time
+  std::vector<int> batch_at_;  // per step: the batch starting there, or -1
 };
 
 std::unique_ptr<capture::Backend> make_compiler_backend();

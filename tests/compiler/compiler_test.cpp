@@ -20,9 +20,6 @@ namespace {
 using test::CacheDir;
 using test::compiler_opts;
 
-using graph::Graph;
-using graph::InputKind;
-using graph::Value;
 
 std::string fresh_dir(const char* tag) {
   std::string d = std::string("/tmp/ember-compiler-test-") + tag + "-" + std::to_string(::getpid());
@@ -42,31 +39,8 @@ std::string fresh_dir(const char* tag) {
 
 Tensor relu_add_mul(const Tensor& x) { return (x.relu() + 1.0) * 2.0; }
 
-// x.relu().add(1).mul(2) over f32[64, 8], built directly: full() nodes for the constants.
-std::shared_ptr<Graph> relu_add_mul_graph() {
-  auto g = std::make_shared<Graph>();
-  TensorMeta m;
-  m.sizes = {64, 8};
-  Value* x = g->add_input(m, kCPU, InputKind::Argument, "x");
-  Attrs one, two;
-  one.value = 1;
-  two.value = 2;
-  one.dtype = two.dtype = DType::Float32;
-  Value* r = g->add_node(OpId::relu, {x}, {}, {})->outputs[0];
-  Value* c1 = g->add_node(OpId::full, {}, one, {})->outputs[0];
-  Value* a = g->add_node(OpId::add, {r, c1}, {}, {})->outputs[0];
-  Value* c2 = g->add_node(OpId::full, {}, two, {})->outputs[0];
-  Value* y = g->add_node(OpId::mul, {a, c2}, {}, {})->outputs[0];
-  g->set_outputs({y});
-  return g;
-}
-
-std::shared_ptr<const compiler::CompiledGraph> compile_graph(std::shared_ptr<Graph> g) {
-  auto r = capture::backend("compiler").compile(std::move(g));
-  auto cg = std::dynamic_pointer_cast<const compiler::CompiledGraph>(r);
-  EXPECT_TRUE(cg) << "no C++ compiler on this machine?";
-  return cg;
-}
+using test::compile_graph;
+using test::relu_add_mul_graph;
 
 class CompilerTest : public ::testing::Test {
  protected:
@@ -194,6 +168,7 @@ TEST_F(CompilerTest, ConsecutiveKernelsRunAsOneBatch) {
 TEST(CompilerCache, UnusableCacheDirectoryFallsBackToEagerWithAWarning) {
   ASSERT_TRUE(compiler::compiler_available());
   CacheDir guard("/dev/null/ember");  // cannot be created
+  test::ScopedEnv lenient("EMBER_COMPILER_STRICT", "0");  // the fallback under test
   compiler::clear_memory_cache();
   reset_compile_caches();
   NoGradGuard no_grad;

@@ -1,7 +1,10 @@
 // Shared by the compiler tests: the cache directory they compile into, the options that
 // select the generated-code backend, and a backend that keeps the generated source.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "capture/capture.h"
@@ -14,23 +17,58 @@ namespace ember::test {
 // cache) unless it sets a fresh one for itself.
 inline const char* kSharedCompilerCache = "/tmp/ember-compiler-tests";
 
-// Sets EMBER_CACHE_DIR for a scope and restores the previous value.
-struct CacheDir {
-  std::string old;
+// Sets an environment variable for a scope and restores the previous value.
+struct ScopedEnv {
+  std::string name, old;
   bool had = false;
-  explicit CacheDir(const std::string& dir) {
-    const char* o = std::getenv("EMBER_CACHE_DIR");
+  ScopedEnv(std::string n, const std::string& value) : name(std::move(n)) {
+    const char* o = std::getenv(name.c_str());
     had = o != nullptr;
     old = o ? o : "";
-    ::setenv("EMBER_CACHE_DIR", dir.c_str(), 1);
+    ::setenv(name.c_str(), value.c_str(), 1);
   }
-  ~CacheDir() {
+  ~ScopedEnv() {
     if (had)
-      ::setenv("EMBER_CACHE_DIR", old.c_str(), 1);
+      ::setenv(name.c_str(), old.c_str(), 1);
     else
-      ::unsetenv("EMBER_CACHE_DIR");
+      ::unsetenv(name.c_str());
   }
 };
+
+// EMBER_CACHE_DIR for a scope.
+struct CacheDir : ScopedEnv {
+  explicit CacheDir(const std::string& dir) : ScopedEnv("EMBER_CACHE_DIR", dir) {}
+};
+
+// x.relu().add(1).mul(2) over f32 of `sizes`, built directly: full() nodes for the constants.
+inline std::shared_ptr<graph::Graph> relu_add_mul_graph(const Shape& sizes = {64, 8}) {
+  using graph::Value;
+  auto g = std::make_shared<graph::Graph>();
+  TensorMeta m;
+  m.sizes = sizes;
+  Value* x = g->add_input(m, kCPU, graph::InputKind::Argument, "x");
+  Attrs one, two;
+  one.value = 1;
+  two.value = 2;
+  one.dtype = two.dtype = DType::Float32;
+  Value* r = g->add_node(OpId::relu, {x}, {}, {})->outputs[0];
+  Value* c1 = g->add_node(OpId::full, {}, one, {})->outputs[0];
+  Value* a = g->add_node(OpId::add, {r, c1}, {}, {})->outputs[0];
+  Value* c2 = g->add_node(OpId::full, {}, two, {})->outputs[0];
+  Value* y = g->add_node(OpId::mul, {a, c2}, {}, {})->outputs[0];
+  g->set_outputs({y});
+  return g;
+}
+
+// A graph through the "compiler" backend, as its CompiledGraph (null, and a failure, if the
+// backend handed back something else).
+inline std::shared_ptr<const compiler::CompiledGraph> compile_graph(
+    std::shared_ptr<graph::Graph> g) {
+  auto r = capture::backend("compiler").compile(std::move(g));
+  auto cg = std::dynamic_pointer_cast<const compiler::CompiledGraph>(r);
+  EXPECT_TRUE(cg) << "the compiler backend did not compile the graph";
+  return cg;
+}
 
 inline CompileOptions compiler_opts() {
   CompileOptions o;

@@ -18,23 +18,7 @@ using graph::Value;
 
 // relu(x) + 1, then * 2, over f32[1000]: eager holds relu's and add's results at once; the
 // fused plan holds only the output (plus the two one-element constants).
-std::shared_ptr<Graph> chain_graph() {
-  auto g = std::make_shared<Graph>();
-  TensorMeta m;
-  m.sizes = {1000};
-  Value* x = g->add_input(m, kCPU, InputKind::Argument, "x");
-  Attrs one, two;
-  one.value = 1;
-  two.value = 2;
-  one.dtype = two.dtype = DType::Float32;
-  Value* r = g->add_node(OpId::relu, {x}, {}, {})->outputs[0];
-  Value* c1 = g->add_node(OpId::full, {}, one, {})->outputs[0];
-  Value* a = g->add_node(OpId::add, {r, c1}, {}, {})->outputs[0];
-  Value* c2 = g->add_node(OpId::full, {}, two, {})->outputs[0];
-  Value* y = g->add_node(OpId::mul, {a, c2}, {}, {})->outputs[0];
-  g->set_outputs({y});
-  return g;
-}
+std::shared_ptr<Graph> chain_graph() { return test::relu_add_mul_graph({1000}); }
 
 TEST(MemoryPlan, EagerPeakCountsLiveIntermediatesAndViewsAreFree) {
   auto g = chain_graph();
@@ -59,8 +43,7 @@ TEST(MemoryPlan, FusedPlanHoldsOnlyWhatItMaterializes) {
   ASSERT_TRUE(compiler::compiler_available());
   test::CacheDir dir{test::kSharedCompilerCache};
   NoGradGuard no_grad;
-  auto cg = std::dynamic_pointer_cast<const compiler::CompiledGraph>(
-      capture::backend("compiler").compile(chain_graph()));
+  auto cg = test::compile_graph(chain_graph());
   ASSERT_TRUE(cg);
   EXPECT_EQ(cg->kernel_count(), 1u);
   EXPECT_EQ(cg->eager_peak_bytes(), 8004);

@@ -6,13 +6,16 @@
 // kCompilerPrograms against backend "compiler" in batches of kBatch programs per compiled
 // function (one C++ translation unit per batch keeps the suite's compile time bounded); a
 // failing batch is checked program by program to find and shrink the culprit. Kernels are
-// cached on disk in EMBER_CACHE_DIR, /tmp/ember-test-cache unless set, so reruns are faster.
+// cached on disk in EMBER_CACHE_DIR (the suite's shared directory unless set), so reruns are
+// faster.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 
+#include "compiler/compiler_test_util.h"
 #include "compiler/toolchain.h"
 #include "ember/compile.h"
 #include "support/program_gen.h"
@@ -109,19 +112,6 @@ std::string check(const Program& p, const std::string& backend) {
   }
   return {};
 }
-
-struct CacheDirEnv {
-  CacheDirEnv() {
-    if (!std::getenv("EMBER_CACHE_DIR")) {
-      ::setenv("EMBER_CACHE_DIR", "/tmp/ember-test-cache", 1);
-      set = true;
-    }
-  }
-  ~CacheDirEnv() {
-    if (set) ::unsetenv("EMBER_CACHE_DIR");
-  }
-  bool set = false;
-};
 
 // Runs the programs of seeds [first, first + n) in one compiled function with `backend`;
 // empty when every output agrees with eager, else the first difference.
@@ -248,7 +238,8 @@ TEST(RandomPrograms, ShrinkFindsTheFailingStep) {
 TEST(RandomPrograms, EagerBackendIsBitIdentical) { run_programs("eager", 1); }
 
 TEST(RandomPrograms, CompilerBackendMatchesEager) {
-  CacheDirEnv env;
+  std::optional<test::CacheDir> dir;  // the suite's cache unless the caller chose one
+  if (!std::getenv("EMBER_CACHE_DIR")) dir.emplace(test::kSharedCompilerCache);
   auto loaded = [] {
     compiler::ToolchainStats t = compiler::toolchain_stats();
     return t.compiler_runs + t.disk_hits + t.memory_hits;

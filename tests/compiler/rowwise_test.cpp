@@ -44,12 +44,7 @@ constexpr double kRtol32 = 1e-5, kAtol32 = 1e-6, kRtol64 = 1e-12, kAtol64 = 1e-1
   return ::testing::AssertionSuccess();
 }
 
-std::shared_ptr<const compiler::CompiledGraph> compile_graph(std::shared_ptr<Graph> g) {
-  auto cg = std::dynamic_pointer_cast<const compiler::CompiledGraph>(
-      capture::backend("compiler").compile(std::move(g)));
-  EXPECT_TRUE(cg) << "no C++ compiler on this machine?";
-  return cg;
-}
+using test::compile_graph;
 
 class RowwiseTest : public ::testing::Test {
  protected:
