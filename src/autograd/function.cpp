@@ -44,9 +44,6 @@ bool needs_history(OpId op, const std::vector<Tensor>& inputs) {
   return info.has(kDifferentiable);
 }
 
-namespace {
-// A plain alias of t's data, without autograd history: saving an op's own output this way
-// avoids a reference cycle output -> node -> output.
 Tensor alias_without_history(const Tensor& t) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = t.impl()->storage;
@@ -60,6 +57,7 @@ Tensor alias_without_history(const Tensor& t) {
   return Tensor(std::move(impl));
 }
 
+namespace {
 // Rejects a view whose base (or the base's base ...) had its history rewritten by an in-place
 // op after the view was taken: the view's values changed with the base, but its history did
 // not, so gradients through it would be silently wrong.

@@ -11,6 +11,9 @@ namespace ember::autograd {
 bool needs_history(OpId op, const std::vector<Tensor>& inputs);
 // Runs the op below autograd and attaches an OpNode to its floating outputs.
 std::vector<Tensor> record(OpId op, const std::vector<Tensor>& inputs, const Attrs& attrs);
+// A plain alias of t's data (same storage, so version checks still apply) without autograd
+// history: saving a node's own output this way avoids a cycle output -> node -> saved output.
+Tensor alias_without_history(const Tensor& t);
 // In-place form: computes out of place with history, writes into self, moves the history.
 void record_inplace(OpId op, const Tensor& self, const std::vector<Tensor>& inputs,
                     const Attrs& attrs);

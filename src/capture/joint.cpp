@@ -35,17 +35,6 @@ struct Untraceable {
   std::string why;
 };
 
-class HookScope {
- public:
-  explicit HookScope(CaptureHook* h) : prev_(capture_hook()) { set_capture_hook(h); }
-  ~HookScope() { set_capture_hook(prev_); }
-  HookScope(const HookScope&) = delete;
-  HookScope& operator=(const HookScope&) = delete;
-
- private:
-  CaptureHook* prev_;
-};
-
 // Appends the ops grad formulas call to the joint graph, over symbolic tensors standing for its
 // values.
 class GradTracer : public CaptureHook {

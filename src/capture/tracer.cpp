@@ -30,17 +30,6 @@ SymInfo* sym_of(const TensorImpl* t) {
   return t && !t->storage ? static_cast<SymInfo*>(t->symbolic.get()) : nullptr;
 }
 
-// Sets this thread's capture hook for a scope, restoring the previous one.
-class HookScope {
- public:
-  explicit HookScope(CaptureHook* h) : prev_(capture_hook()) { set_capture_hook(h); }
-  ~HookScope() { set_capture_hook(prev_); }
-  HookScope(const HookScope&) = delete;
-  HookScope& operator=(const HookScope&) = delete;
-
- private:
-  CaptureHook* prev_;
-};
 
 const char* hint_for(const std::string& op) {
   if (op == "item" || op == "bool conversion")

@@ -1,6 +1,7 @@
 // Running a partitioned training graph: the forward graph runs with grad mode off, and one
 // autograd node on the eager tape holds the saved tensors and runs the compiled backward graph
 // when the engine reaches it.
+#include "autograd/function.h"
 #include "autograd/node.h"
 #include "capture/joint.h"
 #include "core/generator.h"
@@ -16,20 +17,6 @@ struct TrainingPlan {
   std::shared_ptr<const Runnable> forward, backward;
   std::string name;  // for errors: "a compiled graph (12 forward ops)"
 };
-
-// An alias of t's data without autograd history: saved outputs would otherwise hold their own
-// node (output -> node -> saved output). Shares the storage, so version checks still apply.
-Tensor alias_without_history(const Tensor& t) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = t.impl()->storage;
-  impl->sizes = t.sizes();
-  impl->strides = t.strides();
-  impl->offset = t.storage_offset();
-  impl->dtype = t.dtype();
-  impl->device = t.device();
-  impl->is_view = t.impl()->is_view;
-  return Tensor(std::move(impl));
-}
 
 struct CompiledBackward : autograd::Node {
   std::shared_ptr<const TrainingPlan> plan;
@@ -98,10 +85,10 @@ class TrainingRunnable : public Runnable {
       node->next_edges.push_back(autograd::gradient_edge(inputs[size_t(i)]));
     node->saved.resize(p.num_saved_values + p.saved_primals.size());
     for (size_t s = 0; s < p.num_saved_values; ++s)
-      node->saved[s].save(alias_without_history(outs[p.num_outputs + s]));
+      node->saved[s].save(autograd::alias_without_history(outs[p.num_outputs + s]));
     for (size_t s = 0; s < p.saved_primals.size(); ++s)
       node->saved[p.num_saved_values + s].save(
-          alias_without_history(inputs[size_t(p.saved_primals[s])]));
+          autograd::alias_without_history(inputs[size_t(p.saved_primals[s])]));
     outs.resize(p.num_outputs);
     for (size_t k = 0; k < p.diff_outputs.size(); ++k) {
       Tensor& t = outs[size_t(p.diff_outputs[k])];

@@ -45,6 +45,17 @@ class CaptureHook {
 };
 CaptureHook* capture_hook();
 void set_capture_hook(CaptureHook* hook);
+// Sets this thread's capture hook for a scope, restoring the previous one.
+class HookScope {
+ public:
+  explicit HookScope(CaptureHook* h) : prev_(capture_hook()) { set_capture_hook(h); }
+  ~HookScope() { set_capture_hook(prev_); }
+  HookScope(const HookScope&) = delete;
+  HookScope& operator=(const HookScope&) = delete;
+
+ private:
+  CaptureHook* prev_;
+};
 
 // The user's call site of the op being dispatched on this thread, for the front ends that take
 // a ember::SourceLocation (ops that break capture, such as nonzero); line 0 when unknown.
