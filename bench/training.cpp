@@ -91,6 +91,23 @@ EMBER_BENCH(training) {
     r.extra.push_back({"tokens_per_s", double(c.batch * c.block) / (compiled_ms / 1000)});
     rows.push_back(r);
   }
+
+  // AdamW's step alone over the baby GPT's parameters (random grads): eager against
+  // AdamW::set_compiled, two optimizers over the same parameters.
+  if (opt.wants("compiler/adamw_step_baby")) {
+    manual_seed(1);
+    auto model = std::make_shared<nn::GPT>(gpt_config(kConfigs[0]));
+    for (const Tensor& p : model->parameters()) p.set_grad(randn(p.sizes()) * 1e-2);
+    optim::AdamW eager(optim::decay_groups(*model, 0.1), 1e-3, 0.9, 0.99);
+    optim::AdamW compiled(optim::decay_groups(*model, 0.1), 1e-3, 0.9, 0.99);
+    compiled.set_compiled(true);
+    compiled.step();  // trace and compile
+    const int repeat = opt.quick ? 5 : 200;
+    Row r("compiler/adamw_step_baby", time_ms([&] { eager.step(); }, repeat, 5));
+    r.compiled_ms = time_ms([&] { compiled.step(); }, repeat, 5);
+    r.extra.push_back({"parameters", double(model->parameters().size())});
+    rows.push_back(r);
+  }
   return rows;
 }
 

@@ -54,7 +54,6 @@ class AdamW : public Optimizer {
 
  private:
   struct Compiled;
-  void step_compiled(double bc1, double bc2);
   std::vector<std::vector<Tensor>> exp_avg_, exp_avg_sq_;  // per group, per param
   std::shared_ptr<Compiled> compiled_;
 };

@@ -87,32 +87,6 @@ AdamW::AdamW(std::vector<ParamGroup> groups, double lr, double b1, double b2, do
   }
 }
 
-void AdamW::step() {
-  NoGradGuard no_grad;
-  ++step_;
-  const double bc1 = 1 - std::pow(beta1, double(step_));
-  const double bc2 = 1 - std::pow(beta2, double(step_));
-  if (compiled_) {
-    step_compiled(bc1, bc2);
-    return;
-  }
-  for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    ParamGroup& g = groups_[gi];
-    for (size_t i = 0; i < g.params.size(); ++i) {
-      Tensor& p = g.params[i];
-      Tensor grad = p.grad();
-      if (!grad.defined()) continue;
-      Tensor& m = exp_avg_[gi][i];
-      Tensor& v = exp_avg_sq_[gi][i];
-      if (g.weight_decay != 0) p.mul_(1 - lr_ * g.weight_decay);
-      m.mul_(beta1).add_(grad * (1 - beta1));
-      v.mul_(beta2).add_(grad * grad * (1 - beta2));
-      Tensor denom = (v / bc2).sqrt() + eps;
-      p.sub_(m / denom * (lr_ / bc1));
-    }
-  }
-}
-
 nn::StateDict AdamW::state_dict() const {
   nn::StateDict s;
   s.emplace_back("step", scalar_tensor(double(step_), DType::Int64));

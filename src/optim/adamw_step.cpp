@@ -1,6 +1,8 @@
-// AdamW's step as one compiled function over all parameters (AdamW::set_compiled): the same
-// update as AdamW::step, with the step-dependent scalars passed as 0-dim tensors so the
-// captured graph stays valid from step to step.
+// AdamW's step: one definition of the update, run eagerly or (AdamW::set_compiled) as one
+// compiled function over all parameters. The step-dependent scalars are 0-dim tensors of the
+// parameters' dtype (the values eager's scalar arguments would round to), so a captured graph
+// stays valid from step to step.
+#include <algorithm>
 #include <cmath>
 
 #include "ember/autograd.h"
@@ -55,38 +57,43 @@ void AdamW::set_compiled(bool on) {
   compiled_ = on ? std::make_shared<Compiled>() : nullptr;
 }
 
-void AdamW::step_compiled(double bc1, double bc2) {
-  Tensors ps, gs, ms, vs, decay;
-  DType dtype = DType::Float32;
-  bool mixed = false;
+void AdamW::step() {
+  NoGradGuard no_grad;
+  ++step_;
+  const double bc1 = 1 - std::pow(beta1, double(step_));
+  const double bc2 = 1 - std::pow(beta2, double(step_));
+  // The parameters with grads, by dtype: each dtype's scalars are tensors of that dtype.
+  struct Batch {
+    DType dtype;
+    Tensors ps, gs, ms, vs, decay;
+  };
+  std::vector<Batch> batches;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const ParamGroup& g = groups_[gi];
     for (size_t i = 0; i < g.params.size(); ++i) {
       const Tensor& p = g.params[i];
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
-      if (ps.empty()) dtype = p.dtype();
-      mixed |= p.dtype() != dtype || grad.dtype() != dtype;
-      ps.push_back(p);
-      gs.push_back(grad);
-      ms.push_back(exp_avg_[gi][i]);
-      vs.push_back(exp_avg_sq_[gi][i]);
-      decay.push_back(scalar_tensor(1 - lr_ * g.weight_decay, dtype));
+      auto b = std::find_if(batches.begin(), batches.end(),
+                            [&](const Batch& x) { return x.dtype == p.dtype(); });
+      if (b == batches.end()) b = batches.insert(batches.end(), Batch{p.dtype(), {}, {}, {}, {}, {}});
+      b->ps.push_back(p);
+      b->gs.push_back(grad);
+      b->ms.push_back(exp_avg_[gi][i]);
+      b->vs.push_back(exp_avg_sq_[gi][i]);
+      // 1 without decay: p * 1 is p exactly.
+      b->decay.push_back(scalar_tensor(1 - lr_ * g.weight_decay, p.dtype()));
     }
   }
-  if (ps.empty()) return;
-  auto s = [dtype](double v) { return scalar_tensor(v, dtype); };
-  if (mixed) {  // the scalars are in one dtype: step each parameter eagerly
-    for (size_t i = 0; i < ps.size(); ++i) {
-      auto t = [&](double v) { return scalar_tensor(v, ps[i].dtype()); };
-      adamw_update({ps[i]}, {gs[i]}, {ms[i]}, {vs[i]},
-                   {t(decay[i].item())}, t(beta1), t(1 - beta1), t(beta2), t(1 - beta2), t(bc2),
-                   t(eps), t(lr_ / bc1));
-    }
-    return;
+  for (const Batch& b : batches) {
+    auto s = [&](double v) { return scalar_tensor(v, b.dtype); };
+    if (compiled_ && batches.size() == 1)
+      compiled_->fn(b.ps, b.gs, b.ms, b.vs, b.decay, s(beta1), s(1 - beta1), s(beta2),
+                    s(1 - beta2), s(bc2), s(eps), s(lr_ / bc1));
+    else  // eager, or parameters of several dtypes
+      adamw_update(b.ps, b.gs, b.ms, b.vs, b.decay, s(beta1), s(1 - beta1), s(beta2),
+                   s(1 - beta2), s(bc2), s(eps), s(lr_ / bc1));
   }
-  compiled_->fn(ps, gs, ms, vs, decay, s(beta1), s(1 - beta1), s(beta2), s(1 - beta2), s(bc2),
-                s(eps), s(lr_ / bc1));
 }
 
 }  // namespace ember::optim
