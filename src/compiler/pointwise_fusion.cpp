@@ -1,9 +1,10 @@
-// Grouping fusable pointwise nodes into trees (see pointwise_fusion.h).
+// Fusion planning (see pointwise_fusion.h): pointwise trees, row, gemm and attention groups.
 #include "compiler/pointwise_fusion.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "compiler/decompositions.h"
 #include "core/shape.h"
 
 namespace ember::compiler {
@@ -193,25 +194,20 @@ void try_attention(FusionGroup& grp, const std::vector<int>& uses,
 }  // namespace
 
 bool can_fuse_row(const graph::Node& n) {
-  if (n.op != OpId::sum && n.op != OpId::mean && n.op != OpId::softmax &&
-      n.op != OpId::log_softmax && n.op != OpId::layer_norm)
-    return false;
+  if (!row_decomposition(n)) return false;  // the table says which ops are row ops
   const graph::Value& x = *n.inputs[0];
   const graph::Value& out = *n.outputs[0];
   const DType t = out.meta.dtype;
-  if (n.op == OpId::sum || n.op == OpId::mean) {
-    // A reduction over the last dim only: one value per row.
-    const Shape& s = x.meta.sizes;
-    if ((t != DType::Float32 && t != DType::Float64) || x.meta.dtype != t) return false;
-    if (x.device != kCPU || out.device != kCPU || s.empty() || shape_numel(s) == 0) return false;
-    return n.attrs.dims == std::vector<int64_t>{int64_t(s.size()) - 1} && contiguous(out);
-  }
-  if ((t != DType::Float32 && t != DType::Float64) || x.meta.dtype != t) return false;
-  if (x.device != kCPU || out.device != kCPU || x.meta.sizes != out.meta.sizes) return false;
   const Shape& s = x.meta.sizes;
   // x itself may be strided: generated code reads it through index arithmetic.
-  if (s.empty() || shape_numel(s) == 0 || !contiguous(out)) return false;
-  if (n.op != OpId::layer_norm) return n.attrs.dim == int64_t(s.size()) - 1;
+  if ((t != DType::Float32 && t != DType::Float64) || x.meta.dtype != t) return false;
+  if (x.device != kCPU || out.device != kCPU || s.empty() || shape_numel(s) == 0) return false;
+  if (!contiguous(out)) return false;
+  const int64_t last = int64_t(s.size()) - 1;
+  if (n.op == OpId::sum || n.op == OpId::mean)  // one value per row
+    return n.attrs.dims == std::vector<int64_t>{last};
+  if (out.meta.sizes != s) return false;
+  if (n.op != OpId::layer_norm) return n.attrs.dim == last;  // softmax, log_softmax
   if (n.attrs.shape.size() != 1 || n.attrs.shape[0] != s.back()) return false;
   for (size_t k = 1; k < n.inputs.size(); ++k) {
     const graph::Value& p = *n.inputs[k];

@@ -98,12 +98,17 @@ class SpyBackend : public capture::Backend {
     return r;
   }
 };
+// Also empties the compile caches and the kept sources, so the next compile reaches the spy
+// (a segment cache hit would leave the source of an earlier test to be checked).
 inline CompileOptions spy_opts() {
   static const bool registered = [] {
     capture::register_backend(std::make_unique<SpyBackend>());
     return true;
   }();
   (void)registered;
+  reset_compile_caches();
+  last_source().clear();
+  all_sources().clear();
   CompileOptions o;
   o.backend = "compiler-spy";
   return o;
