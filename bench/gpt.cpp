@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "bench.h"
+#include "gpt_configs.h"
 #include "ember/compile.h"
 #include "ember/ember.h"
 #include "ember/nn.h"
@@ -16,22 +17,9 @@
 namespace ember::bench {
 
 namespace {
-struct Config {
-  const char* name;
-  int64_t n_layer, n_head, n_embd, block, batch;
-};
-const Config kConfigs[] = {{"baby", 4, 4, 128, 64, 12}, {"384", 6, 6, 384, 256, 8}};
+using Config = GptBenchConfig;
+const Config kConfigs[] = {kBabyGpt, kGpt384};
 
-nn::GPTConfig gpt_config(const Config& c) {
-  nn::GPTConfig g;
-  g.n_layer = c.n_layer;
-  g.n_head = c.n_head;
-  g.n_embd = c.n_embd;
-  g.block_size = c.block;
-  g.vocab_size = 65;
-  g.dropout = 0.0;
-  return g;
-}
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -5,6 +5,7 @@
 // graphs built by the C++ compiler or found in its disk cache), and the allocator's peak bytes
 // during one step of each.
 #include "bench.h"
+#include "gpt_configs.h"
 #include "core/allocator.h"
 #include "ember/compile.h"
 #include "ember/ember.h"
@@ -15,27 +16,10 @@ namespace ember::bench {
 
 namespace {
 
-struct Config {
-  const char* name;
-  int64_t n_layer, n_head, n_embd, block, batch;
-  double dropout;
-};
-// nanoGPT's CPU recipe ("baby") and a larger one, as the gpt rows; dropout 0 there, and the
-// baby recipe's dropout 0.2 here too, since the compiled step then hoists the masks.
-const Config kConfigs[] = {{"baby", 4, 4, 128, 64, 12, 0.0},
-                           {"baby_dropout", 4, 4, 128, 64, 12, 0.2},
-                           {"384", 6, 6, 384, 256, 8, 0.0}};
-
-nn::GPTConfig gpt_config(const Config& c) {
-  nn::GPTConfig g;
-  g.n_layer = c.n_layer;
-  g.n_head = c.n_head;
-  g.n_embd = c.n_embd;
-  g.block_size = c.block;
-  g.vocab_size = 65;
-  g.dropout = c.dropout;
-  return g;
-}
+using Config = GptBenchConfig;
+// The gpt rows' shapes with dropout 0, and the baby recipe's dropout 0.2 too, since the
+// compiled step then hoists the masks.
+const Config kConfigs[] = {kBabyGpt, {"baby_dropout", 4, 4, 128, 64, 12, 0.2}, kGpt384};
 
 // Peak allocated bytes over one call of fn, above what was allocated before it.
 double peak_bytes(const std::function<void()>& fn) {
