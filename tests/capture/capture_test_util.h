@@ -1,4 +1,5 @@
-// Helpers shared by the capture tests: bit-exact comparison of tensors, the eager backend.
+// Helpers shared by the capture tests: bit-exact comparison of tensors, the eager backend, a
+// tiny GPT.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -6,8 +7,21 @@
 
 #include "ember/compile.h"
 #include "ember/ember.h"
+#include "ember/nn.h"
 
 namespace ember::test {
+
+// A GPT small enough for tests: 2 layers, 2 heads, 16 embd, block 8, vocab 11.
+inline nn::GPTConfig tiny_gpt(double dropout = 0.0) {
+  nn::GPTConfig c;
+  c.block_size = 8;
+  c.vocab_size = 11;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  c.dropout = dropout;
+  return c;
+}
 
 // The "eager" backend: tests that compare a compiled function with eager code bit for bit use
 // it, since generated kernels may round differently (FMA contraction, summation order).

@@ -7,17 +7,6 @@
 namespace ember::test {
 namespace {
 
-nn::GPTConfig tiny_gpt(double dropout = 0.0) {
-  nn::GPTConfig c;
-  c.block_size = 8;
-  c.vocab_size = 11;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.dropout = dropout;
-  return c;
-}
-
 // Two models with the same weights.
 std::pair<std::shared_ptr<nn::GPT>, std::shared_ptr<nn::GPT>> twin_models(double dropout) {
   manual_seed(3);

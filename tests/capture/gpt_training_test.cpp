@@ -16,17 +16,6 @@
 namespace ember::test {
 namespace {
 
-nn::GPTConfig tiny_gpt(double dropout) {
-  nn::GPTConfig c;
-  c.block_size = 8;
-  c.vocab_size = 11;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.dropout = dropout;
-  return c;
-}
-
 void follow_eager(double dropout) {
   CacheDir dir(kSharedCompilerCache);
   reset_compile_caches();

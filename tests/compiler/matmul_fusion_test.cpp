@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "capture/capture.h"
+#include "capture/capture_test_util.h"
 #include "compiler/compiled_graph.h"
 #include "compiler/compiler_test_util.h"
 #include "compiler/toolchain.h"
@@ -181,18 +182,11 @@ TEST(SliceBackwardFusion, SplitGradsBecomeOneKernel) {
 }
 
 TEST_F(MatmulFusionTest, GptForwardMatchesEager) {
-  nn::GPTConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.block_size = 16;
-  c.vocab_size = 11;
-  c.dropout = 0;
   manual_seed(3);
-  auto model = std::make_shared<nn::GPT>(c);
+  auto model = std::make_shared<nn::GPT>(test::tiny_gpt());
   model->eval();
   auto cm = compile(model, spy_opts());
-  Tensor idx = randint(0, 11, {3, 16});
+  Tensor idx = randint(0, 11, {3, 8});
   EXPECT_TRUE(allclose(cm(idx), model->forward(idx)));
   const std::string& src = test::last_source();
   EXPECT_EQ(count(src, "(written in place)"), 2);  // one attention kernel per layer
