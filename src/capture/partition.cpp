@@ -34,7 +34,7 @@ bool cheap(const graph::Node& n) {
 
 // The bytes a saved value keeps alive: a view keeps the tensor it views.
 int64_t kept_bytes(const graph::Value* v) {
-  while (v->producer && op_info(v->producer->op).kind == OpKind::View) v = v->producer->inputs[0];
+  v = graph::view_root(v);
   return shape_numel(v->meta.sizes) * int64_t(dtype_size(v->meta.dtype));
 }
 

@@ -42,11 +42,9 @@ void log(bool on, const char* tag, const std::string& text) {
   std::fprintf(stderr, "[ember:%s] %s\n", tag, text.c_str());
 }
 
-// Whether v is `target` or a view of it (shares its buffer).
+// Whether v is `target` (a graph input) or a view of it: shares its buffer.
 bool aliases(const graph::Value* v, const graph::Value* target) {
-  while (v != target && v->producer && op_info(v->producer->op).kind == OpKind::View)
-    v = v->producer->inputs[0];
-  return v == target;
+  return graph::view_root(v) == target;
 }
 
 std::string static_reason(const graph::Graph& g) {

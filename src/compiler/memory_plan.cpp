@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/shape.h"
+#include "graph/graph_util.h"
 
 namespace ember::compiler {
 
@@ -14,14 +15,10 @@ int64_t peak_bytes(const graph::Graph& g, const std::vector<StepIO>& steps) {
   std::vector<int64_t> bytes(nv, 0);
   for (const StepIO& s : steps) {
     for (const graph::Value* v : s.produces) {
-      const graph::Node* n = v->producer;
-      if (n && op_info(n->op).kind == OpKind::View) {
-        owner[size_t(v->id)] = owner[size_t(n->inputs[0]->id)];
-      } else {
-        owner[size_t(v->id)] = v->id;
-        bytes[size_t(v->id)] =
-            shape_numel(v->meta.sizes) * int64_t(dtype_size(v->meta.dtype));
-      }
+      const graph::Value* root = graph::view_root(v);
+      owner[size_t(v->id)] = root->producer ? root->id : -1;
+      if (root == v)
+        bytes[size_t(v->id)] = shape_numel(v->meta.sizes) * int64_t(dtype_size(v->meta.dtype));
     }
   }
   // Last step reading each buffer (through any alias); outputs live to the end.

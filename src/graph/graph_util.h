@@ -13,6 +13,12 @@ std::string node_str(const Node& n);
 
 inline bool is_random(OpId op) { return op_info(op).kind == OpKind::Random; }
 
+// The value whose buffer v lives in: v itself, or what a chain of views of it started from.
+inline const Value* view_root(const Value* v) {
+  while (v->producer && op_info(v->producer->op).kind == OpKind::View) v = v->producer->inputs[0];
+  return v;
+}
+
 // Attribute identity for graphs: floating fields compare by bits (so a NaN fill value equals
 // itself and -0.0 differs from 0.0), and random ops ignore seed and offset, which are drawn
 // afresh at each run.
