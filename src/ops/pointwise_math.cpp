@@ -46,24 +46,21 @@ std::vector<Tensor> grad_abs(const GradCtx& c) { return {c.grads[0] * c.inputs[0
 Tensor tie_split_grad(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& self_loses) {
   return where(a.eq(b), g * 0.5, g).masked_fill(self_loses, 0);
 }
-std::vector<Tensor> grad_maximum(const GradCtx& c) {
+// maximum (max = true) and minimum: a loses where it is below b (maximum) or above (minimum).
+std::vector<Tensor> grad_extreme(const GradCtx& c, bool max) {
   const Tensor& g = c.grads[0];
   const Tensor& a = c.inputs[0];
   const Tensor& b = c.inputs[1];
-  return {c.needs_grad[0] ? sum_to_size(tie_split_grad(g, a, b, a.lt(b)), c.input_meta[0].sizes)
-                          : Tensor(),
-          c.needs_grad[1] ? sum_to_size(tie_split_grad(g, a, b, a.gt(b)), c.input_meta[1].sizes)
-                          : Tensor()};
+  // Only the grads asked for: each comparison is a pass over the inputs.
+  auto grad = [&](size_t i, bool a_below_loses) {
+    if (!c.needs_grad[i]) return Tensor();
+    const Tensor loses = a_below_loses ? a.lt(b) : a.gt(b);
+    return sum_to_size(tie_split_grad(g, a, b, loses), c.input_meta[i].sizes);
+  };
+  return {grad(0, max), grad(1, !max)};
 }
-std::vector<Tensor> grad_minimum(const GradCtx& c) {
-  const Tensor& g = c.grads[0];
-  const Tensor& a = c.inputs[0];
-  const Tensor& b = c.inputs[1];
-  return {c.needs_grad[0] ? sum_to_size(tie_split_grad(g, a, b, a.gt(b)), c.input_meta[0].sizes)
-                          : Tensor(),
-          c.needs_grad[1] ? sum_to_size(tie_split_grad(g, a, b, a.lt(b)), c.input_meta[1].sizes)
-                          : Tensor()};
-}
+std::vector<Tensor> grad_maximum(const GradCtx& c) { return grad_extreme(c, true); }
+std::vector<Tensor> grad_minimum(const GradCtx& c) { return grad_extreme(c, false); }
 
 // The gradient passes where lo <= x <= hi (NaN inputs get 0); absent bounds are +-inf and
 // need no comparison.
