@@ -124,7 +124,7 @@ TEST_F(CompilerTest, WriteBacksIntoInputsMatchEager) {
     EXPECT_TRUE(allclose(mc, me, 1e-5, 1e-6)) << "step " << i;
     EXPECT_TRUE(allclose(got, want, 1e-5, 1e-5)) << "step " << i;
   }
-  EXPECT_EQ(pc.impl()->data(), p_data);  // updated in place, as eager does
+  EXPECT_EQ(pc.impl()->data(), p_data);  // the argument keeps its storage, as in eager mode
   // The target read through a view in the same update: computed from the old values.
   auto sym = [](Tensor p) { return p.add_(p.t() * 2.0).sum(); };
   Tensor q = randn({8, 8});
