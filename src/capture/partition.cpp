@@ -5,16 +5,18 @@
 // through the forward nodes from last to first, a needed value is recomputed in the backward
 // instead of saved when
 //   - its node is cheap: a view, or a fusable pointwise or factory op that draws no random
-//     numbers (recomputing it is a few flops per element, fused with its consumers), and
+//     numbers (recomputing it is a few flops per element, fused with its consumers) and is not
+//     marked kCostly in the op table (gelu, tanh, sigmoid, silu: their polynomials and
+//     divisions cost several times the memory traffic of reading the saved value back), and
 //   - recomputing keeps less memory alive: the bytes of its inputs that would be saved only for
 //     this (inputs already saved, already recomputed, or forward inputs count nothing) are fewer
 //     than its own bytes, or none. On a tie the value stays saved: recomputing would cost a pass
 //     over memory and save nothing.
 // Sizes count the memory a value keeps alive: a view counts the tensor it views. Forward inputs
 // count nothing: the caller holds them anyway. Whatever the backward then reads of the forward
-// is saved. So `gelu(h)` read by a matmul's grad is recomputed from `h`, which gelu's grad saves
-// anyway; views and scalar constants are always recomputed; softmax, layer_norm and matmul
-// outputs are saved.
+// is saved. So `relu(h)` read by a matmul's grad is recomputed from `h`, which relu's grad saves
+// anyway, while `gelu(h)` is saved next to `h`; views and scalar constants are always
+// recomputed; softmax, layer_norm and matmul outputs are saved.
 #include <functional>
 
 #include "capture/joint.h"
@@ -29,7 +31,7 @@ bool cheap(const graph::Node& n) {
   const OpInfo& info = op_info(n.op);
   if (info.kind == OpKind::View) return true;
   return (info.kind == OpKind::Pointwise || info.kind == OpKind::Factory) && info.has(kFusable) &&
-         n.outputs.size() == 1;
+         !info.has(kCostly) && n.outputs.size() == 1;
 }
 
 // The bytes a saved value keeps alive: a view keeps the tensor it views.

@@ -25,6 +25,8 @@ enum OpFlag : uint32_t {
   kNeedsBreak = 1u << 3,       // capture cannot record it: graph break
   kInplaceable = 1u << 4,      // may write into its first input (add_, ...)
   kNoGrad = 1u << 5,           // float output that has no gradient: error if one is needed
+  kCostly = 1u << 6,           // tens of flops per element (polynomials, divisions): on the CPU
+                               // recomputing it costs more than reading it back from memory
 };
 
 enum class OpId : uint16_t {

@@ -358,17 +358,30 @@ int count_ops(const graph::Graph& g, OpId op) {
 }
 
 TEST_F(Training, PointwiseValuesAreRecomputedNotSaved) {
-  // gelu(x @ w) is read by the second matmul's grad: recomputed from x @ w, which gelu's grad
-  // saves anyway. Only x @ w and the softmax output are saved.
+  // h * h is read by the second matmul's grad: recomputed from h = x @ w, which the mul's grad
+  // saves anyway. Only h and the softmax output are saved.
+  Partition p = partition_of(
+      [](const Tensor& x, const Tensor& w) {
+        Tensor h = x.matmul(w);
+        return ((h * h).matmul(w) * 3.0).softmax(-1).sum();
+      },
+      {true, true});
+  EXPECT_EQ(p.num_saved_values, 2u);
+  EXPECT_GE(p.recomputed, 1);
+  EXPECT_EQ(p.saved_primals.size(), 2u);  // x and w themselves
+}
+
+TEST_F(Training, CostlyPointwiseValuesAreSaved) {
+  // gelu(x @ w) is read by the second matmul's grad. Recomputing it would need only x @ w (saved
+  // for gelu's grad anyway), but gelu is kCostly: its output is saved instead.
   Partition p = partition_of(
       [](const Tensor& x, const Tensor& w) {
         return (x.matmul(w).gelu().matmul(w) * 3.0).softmax(-1).sum();
       },
       {true, true});
-  EXPECT_EQ(p.num_saved_values, 2u);
-  EXPECT_EQ(count_ops(*p.backward, OpId::gelu), 1);
-  EXPECT_GE(p.recomputed, 1);
-  EXPECT_EQ(p.saved_primals.size(), 2u);  // x and w themselves
+  EXPECT_EQ(p.num_saved_values, 3u);
+  EXPECT_EQ(count_ops(*p.backward, OpId::gelu), 0);
+  EXPECT_EQ(count_ops(*p.backward, OpId::gelu_backward), 1);
 }
 
 TEST_F(Training, GradsNotNeededAreNotComputed) {
