@@ -64,15 +64,27 @@ void OpNode::release() {
   released = true;
 }
 
+namespace {
+bool sole_owner(const Tensor& g) {
+  const TensorImpl& t = *g.impl();
+  return g.impl_ptr().use_count() == 1 && t.storage && t.storage.use_count() == 1 &&
+         !t.is_view && t.offset == 0 && t.is_contiguous() && !t.requires_grad() &&
+         !(t.autograd && t.autograd->grad_fn) && !t.symbolic;
+}
+}  // namespace
+
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
-  Tensor g = grads[0];
+  Tensor g = std::move(grads[0]);
   if (!g.defined()) return {};
   AutogradMeta& m = leaf->autograd_meta();
   EMBER_CHECK(g.sizes() == leaf->sizes, "internal: gradient of shape ", g.shape_str(),
               " for a leaf of shape ", shape_str(leaf->sizes));
   if (g.dtype() != leaf->dtype) g = g.to(leaf->dtype);
   if (!m.grad) {
-    m.grad = g.detach().clone().impl_ptr();  // own copy: g may be shared with other leaves
+    // The grad becomes the leaf's own copy. When nothing else holds the tensor or its memory
+    // (no other handle, no view, no history) it is taken as it is; otherwise it is copied, as
+    // it may be shared with other leaves.
+    m.grad = sole_owner(g) ? g.impl_ptr() : g.detach().clone().impl_ptr();
   } else {
     m.grad = (Tensor(m.grad) + g).impl_ptr();
   }

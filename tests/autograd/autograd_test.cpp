@@ -48,6 +48,33 @@ TEST(Autograd, BackwardAccumulatesIntoGradAcrossCalls) {
   EXPECT_FALSE(x.grad().requires_grad());
 }
 
+// A leaf's first grad is taken without a copy when nothing else holds it; grads that other
+// leaves, views or the caller share are copied, so no two .grad tensors alias each other or
+// the caller's tensors.
+TEST(Autograd, FirstGradsNeverAliasOtherTensors) {
+  Tensor a = leaf({1, 2}), b = leaf({3, 4});
+  (a + b).sum().backward();  // add hands one grad tensor to both leaves
+  a.grad().add_(tensor({10.0, 10.0}, DType::Float64));
+  expect_near(vals(b.grad()), {1, 1});
+  expect_near(vals(a.grad()), {11, 11});
+
+  Tensor x = leaf({1, 2, 3});
+  Tensor seed = tensor({1.0, 2.0, 3.0}, DType::Float64);
+  (x + 0.0).backward(seed);  // the seed passes through unchanged
+  x.grad().mul_(tensor({2.0, 2.0, 2.0}, DType::Float64));
+  expect_near(vals(seed), {1, 2, 3});
+  expect_near(vals(x.grad()), {2, 4, 6});
+
+  Tensor w = leaf({1, 2, 3, 4});
+  Tensor big = leaf({5, 6});
+  // w's grad is a fresh tensor nobody else holds: later accumulation still adds correctly.
+  (w * 2.0).sum().backward();
+  (w * 3.0).sum().backward();
+  expect_near(vals(w.grad()), {5, 5, 5, 5});
+  (big * big).sum().backward();
+  expect_near(vals(big.grad()), {10, 12});
+}
+
 TEST(Autograd, DiamondGraphSumsBothPaths) {
   Tensor x = leaf({0.5, -1});
   Tensor y = x * 2.0;  // shared by both branches
