@@ -48,6 +48,12 @@ double memcpy_gbps(size_t bytes, int repeat);
 // Median wall time of fn() in milliseconds over `repeat` runs after `warmup` runs.
 double time_ms(const std::function<void()>& fn, int repeat, int warmup = 2);
 
+// Eager against compiled on a machine whose speed drifts: `rounds` rounds, each timing a then
+// b (time_ms), and each side's best round median. Both sides see the same drift.
+std::pair<double, double> time_pair_ms(const std::function<void()>& a,
+                                       const std::function<void()>& b, int repeat,
+                                       int rounds = 3);
+
 }  // namespace ember::bench
 
 #define EMBER_BENCH(group) \

@@ -21,8 +21,8 @@ EMBER_BENCH(compiler) {
     o.backend = "compiler";
     auto f = compile(chain, o);
     f(x);  // trace and build (or load from the disk cache)
-    const double eager = time_ms([&] { chain(x); }, opt.repeat);
-    const double compiled = time_ms([&] { f(x); }, opt.repeat);
+    const auto [eager, compiled] =
+        time_pair_ms([&] { chain(x); }, [&] { f(x); }, opt.repeat);
     Row r{"compiler/relu_add_mul_64M", eager};
     r.compiled_ms = compiled;
     // One read of x and one write of the result: the traffic a fused loop needs.
@@ -43,8 +43,8 @@ EMBER_BENCH(compiler) {
     o.backend = "compiler";
     auto f = compile(op, o);
     f(x);  // trace and build (or load from the disk cache)
-    const double eager = time_ms([&] { op(x); }, opt.repeat);
-    const double compiled = time_ms([&] { f(x); }, opt.repeat);
+    const auto [eager, compiled] =
+        time_pair_ms([&] { op(x); }, [&] { f(x); }, opt.repeat);
     Row r{name, eager};
     r.compiled_ms = compiled;
     const double bytes = 2.0 * double(side * side) * sizeof(float);
@@ -71,8 +71,8 @@ EMBER_BENCH(compiler) {
     };
     auto f = compile(attn);
     f(qkv);
-    const double eager = time_ms([&] { attn(qkv); }, opt.repeat);
-    const double compiled = time_ms([&] { f(qkv); }, opt.repeat);
+    const auto [eager, compiled] =
+        time_pair_ms([&] { attn(qkv); }, [&] { f(qkv); }, opt.repeat);
     Row r{"compiler/causal_attention_384", eager};
     r.compiled_ms = compiled;
     // Multiply-adds of the unmasked half: scores and probs @ v.

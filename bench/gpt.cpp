@@ -107,8 +107,8 @@ EMBER_BENCH(gpt) {
       }
       auto cm = compile([&model](const Tensor& t) { return model.forward(t); });
       cm(x);
-      double ms = time_ms([&] { Tensor logits = model.forward(x); }, repeat, 2);
-      double cms = time_ms([&] { Tensor logits = cm(x); }, repeat, 2);
+      const auto [ms, cms] = time_pair_ms([&] { Tensor logits = model.forward(x); },
+                                          [&] { Tensor logits = cm(x); }, repeat);
       if (old)
         ::setenv("EMBER_CACHE_DIR", old_dir.c_str(), 1);
       else

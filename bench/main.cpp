@@ -30,6 +30,17 @@ double time_ms(const std::function<void()>& fn, int repeat, int warmup) {
   return t[t.size() / 2];
 }
 
+std::pair<double, double> time_pair_ms(const std::function<void()>& a,
+                                       const std::function<void()>& b, int repeat, int rounds) {
+  double ta = 0, tb = 0;
+  for (int r = 0; r < rounds; ++r) {
+    const double ra = time_ms(a, repeat), rb = time_ms(b, repeat);
+    ta = r == 0 ? ra : std::min(ta, ra);
+    tb = r == 0 ? rb : std::min(tb, rb);
+  }
+  return {ta, tb};
+}
+
 void parallel_memcpy(char* dst, const char* src, size_t n) {
 #pragma omp parallel
   {

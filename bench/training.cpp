@@ -60,11 +60,8 @@ EMBER_BENCH(training) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int repeat = opt.quick ? 2 : (c.n_embd > 200 ? 5 : 20);
     // Interleaved, so both see the same machine load.
-    double eager_ms = 0, compiled_ms = 0;
-    for (int round = 0; round < 2; ++round) {
-      eager_ms = time_ms([&] { step(false); }, repeat, 2);
-      compiled_ms = time_ms([&] { step(true); }, repeat, 2);
-    }
+    const auto [eager_ms, compiled_ms] =
+        time_pair_ms([&] { step(false); }, [&] { step(true); }, repeat);
     const double eager_peak = peak_bytes([&] { step(false); });
     const double compiled_peak = peak_bytes([&] { step(true); });
     Row r(name, eager_ms);
