@@ -57,7 +57,34 @@ std::string at(const std::string& a, int64_t stride) {
   return stride == 1 ? a : a + " * " + std::to_string(stride);
 }
 
+// Horizontal max and sum of one 64-byte vector as a tree of lane shuffles: log2(W) dependent
+// steps instead of W - 1.
+void emit_horizontal(std::ostream& os, const char* T, const char* suffix, int W) {
+  const char* I = W == 16 ? "int" : "long long";
+  os << "typedef " << T << " ember_v" << suffix << " __attribute__((vector_size(64)));\n"
+     << "typedef " << I << " ember_i" << suffix << " __attribute__((vector_size(64)));\n";
+  for (const char* op : {"max", "sum"}) {
+    os << "[[maybe_unused]] static inline " << T << " ember_h" << op << "_" << suffix << "(ember_v"
+       << suffix << " v) {\n";
+    for (int half = W / 2; half >= 1; half /= 2) {
+      os << "  {\n    const ember_v" << suffix << " t = __builtin_shuffle(v, (ember_i" << suffix
+         << "){";
+      for (int l = 0; l < W; ++l) os << (l ? ", " : "") << (l ^ half);
+      os << "});\n"
+         << (std::string(op) == "max" ? "    v = v < t ? t : v;\n" : "    v += t;\n") << "  }\n";
+    }
+    os << "  return v[0];\n}\n";
+  }
+}
+
 }  // namespace
+
+void emit_attention_helpers(std::ostringstream& os) {
+  os << "// Horizontal reductions of one vector, for the attention kernels' softmax rows.\n";
+  emit_horizontal(os, "float", "f32", 16);
+  emit_horizontal(os, "double", "f64", 8);
+  os << "\n";
+}
 
 void emit_attention_kernel(std::ostringstream& os, const std::string& name,
                            const FusionGroup& grp) {
@@ -104,15 +131,12 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
   os << "  constexpr int64_t nb = " << nb << ", L = " << L << ", S = " << S << ", E = " << E
      << ", D = " << D << ";\n";
   const int64_t work = nb * L * S * (E + D);
-  if (nb > 1 && work >= cpu::kParallelGrain) os << "#pragma omp parallel for schedule(static)\n";
-  os << "  for (int64_t b = 0; b < nb; ++b) {\n";
+  const bool parallel = nb > 1 && work >= cpu::kParallelGrain;
+  // One region; each thread allocates its buffers once and takes a share of the matrices.
+  if (parallel) os << "#pragma omp parallel\n";
+  os << "  {\n";
   const std::vector<int64_t> ost = output_strides(grp);
   const int64_t os_l = ost[nd - 2];
-  os << "    " << T << "* __restrict ob = out + "
-     << batch_offset(grp.attn_pv->outputs[0]->meta.sizes, ost) << ";  // this matrix's output\n";
-  os << "    const " << T << "* __restrict qb = qm + " << batch_offset(q) << ";\n"
-     << "    const " << T << "* __restrict kb = km + " << batch_offset(k) << ";\n"
-     << "    const " << T << "* __restrict vb = vm + " << batch_offset(v) << ";\n";
   const int64_t ks_e = k.meta.strides[nd - 2], ks_j = k.meta.strides[nd - 1];
   const int64_t qs_l = q.meta.strides[nd - 2], qs_e = q.meta.strides[nd - 1];
   const int64_t vs_j = v.meta.strides[nd - 2], vs_d = v.meta.strides[nd - 1];
@@ -132,10 +156,25 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
      << dtype_size(out.meta.dtype) << ")));\n"
      << "    constexpr int64_t W = " << W << ", SP = " << SP << ", QB = " << kQB
      << ", KV = " << kKV << ";\n";
+  const char* sfx = W == 16 ? "f32" : "f64";
   // k as [E, SP] with unit stride along keys and zeros past S, so score tiles are whole vectors.
   os << "    vec* ktv = static_cast<vec*>(__builtin_assume_aligned(::operator new[](sizeof("
-     << T << ") * E * SP, std::align_val_t(64)), 64));\n"
-     << "    " << T << "* __restrict kt = reinterpret_cast<" << T << "*>(ktv);\n"
+     << T << ") * E * SP, std::align_val_t(64)), 64));\n";
+  if (vec_pv)
+    os << "    vec* vpv = static_cast<vec*>(__builtin_assume_aligned(::operator new[](sizeof("
+       << T << ") * S * D, std::align_val_t(64)), 64));\n";
+  // The scores, then probabilities, of QB rows: on the heap, as long sequences would not fit
+  // an OpenMP worker's stack.
+  os << "    " << T << "* __restrict s = static_cast<" << T << "*>(__builtin_assume_aligned("
+     << "::operator new[](sizeof(" << T << ") * QB * SP, std::align_val_t(64)), 64));\n";
+  if (parallel) os << "#pragma omp for schedule(static)\n";
+  os << "  for (int64_t b = 0; b < nb; ++b) {\n";
+  os << "    " << T << "* __restrict ob = out + "
+     << batch_offset(grp.attn_pv->outputs[0]->meta.sizes, ost) << ";  // this matrix's output\n";
+  os << "    const " << T << "* __restrict qb = qm + " << batch_offset(q) << ";\n"
+     << "    const " << T << "* __restrict kb = km + " << batch_offset(k) << ";\n"
+     << "    const " << T << "* __restrict vb = vm + " << batch_offset(v) << ";\n";
+  os << "    " << T << "* __restrict kt = reinterpret_cast<" << T << "*>(ktv);\n"
      << "    for (int64_t e = 0; e < E; ++e) {\n"
      << "#pragma omp simd\n"
      << "      for (int64_t j = 0; j < S; ++j) kt[e * SP + j] = kb[" << at("e", ks_e) << " + "
@@ -144,17 +183,11 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
      << "    }\n";
   if (vec_pv) {
     // v as [S, D] rows next to each other: the tile's loop over keys then stays in L1.
-    os << "    vec* vpv = static_cast<vec*>(__builtin_assume_aligned(::operator new[](sizeof("
-       << T << ") * S * D, std::align_val_t(64)), 64));\n"
-       << "    " << T << "* __restrict vp = reinterpret_cast<" << T << "*>(vpv);\n"
+    os << "    " << T << "* __restrict vp = reinterpret_cast<" << T << "*>(vpv);\n"
        << "    for (int64_t j = 0; j < S; ++j)\n"
        << "#pragma omp simd\n"
        << "      for (int64_t d = 0; d < D; ++d) vp[j * D + d] = vb[" << at("j", vs_j) << " + d];\n";
   }
-  // The scores, then probabilities, of QB rows: on the heap, as long sequences would not fit
-  // an OpenMP worker's stack.
-  os << "    " << T << "* __restrict s = static_cast<" << T << "*>(__builtin_assume_aligned("
-     << "::operator new[](sizeof(" << T << ") * QB * SP, std::align_val_t(64)), 64));\n";
   os << "    for (int64_t q0 = 0; q0 < L; q0 += QB) {\n"
      << "      const int64_t nq = L - q0 < QB ? L - q0 : QB;\n"
      << "      int64_t jn[QB];  // keys each row reads\n"
@@ -204,37 +237,51 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
      << "        for (int64_t t = 0; t < QB; ++t)\n"
      << "          *reinterpret_cast<vec*>(s + t * SP + jb * W) = acc[t];\n"
      << "      }\n";
-  // Per row: the fused producers, the max, the exponentials and their sum; zeros past jn so the
-  // tile's softmax @ v can run every row to jmax.
-  os << "      " << T << " inv[QB];\n"
+  // The tile's rows, each stage over all of them before the next, so that the rows' chains of
+  // dependent operations overlap: the fused producers (-inf past a row's keys, so whole
+  // vectors up to the tile's last key can be read), each row's max, the exponentials of the
+  // tile in one loop, each row's sum. Rows past nq hold stale values here; they are zeroed
+  // before softmax @ v.
+  os << "      const int64_t nvt = (jmax + W - 1) / W * W;  // whole vectors of the tile's keys\n"
      << "      for (int64_t t = 0; t < nq; ++t) {\n"
      << "        const int64_t r = b * L + q0 + t;  // the scores row\n"
      << "        " << T << "* __restrict st = s + t * SP;\n"
      << "        const int64_t n = jn[t];\n";
   const std::vector<std::string> idx = emit_row_bases(os, grp, ps, "        ");
-  // Whole vectors of keys: past n the row value is -inf (its exponential 0), and reads of the
-  // group inputs use column 0 there, which is always in bounds.
+  // Past n the row value is -inf (its exponential 0), and reads of the group inputs use column
+  // 0 there, which is always in bounds.
   const std::string ninf = "-std::numeric_limits<" + std::string(T) + ">::infinity()";
-  os << "        const int64_t nv = (n + W - 1) / W * W;\n"
-     << "        " << T << " mx = " << ninf << ";\n"
-     << "#pragma omp simd reduction(max : mx)\n"
-     << "        for (int64_t jj = 0; jj < nv; ++jj) {\n"
+  os << "#pragma omp simd\n"
+     << "        for (int64_t jj = 0; jj < nvt; ++jj) {\n"
      << "          const int64_t j = jj < n ? jj : 0;\n"
      << "          const " << T << " " << sv << " = st[j];\n";
   emit_elementwise(os, grp, pre, idx, T, "          ");
-  os << "          const " << T << " xv = jj < n ? " << x << " : " << ninf << ";\n"
-     << "          st[jj] = xv;\n"
-     << "          mx = mx < xv ? xv : mx;\n"
+  os << "          st[jj] = jj < n ? " << x << " : " << ninf << ";\n"
      << "        }\n"
-     << "        " << T << " sum = " << T << "(0);\n"
-     << "#pragma omp simd reduction(+ : sum)\n"
-     << "        for (int64_t j = 0; j < nv; ++j) {\n"
-     << "          const " << T << " p = ember::fn::Exp{}(st[j] - mx);\n"
-     << "          st[j] = p;\n"
-     << "          sum += p;\n"
+     << "      }\n"
+     << "      " << T << " mx[QB], inv[QB];\n"
+     << "      for (int64_t t = 0; t < QB; ++t) {\n"
+     << "        if (t >= nq) {\n"
+     << "          mx[t] = " << T << "(0);\n"
+     << "          continue;\n"
      << "        }\n"
-     << "        for (int64_t j = nv; j < jmax; ++j) st[j] = " << T << "(0);\n"
-     << "        inv[t] = " << T << "(1) / sum;\n"
+     << "        vec m = *reinterpret_cast<const vec*>(s + t * SP);\n"
+     << "        for (int64_t c = W; c < nvt; c += W) {\n"
+     << "          const vec y = *reinterpret_cast<const vec*>(s + t * SP + c);\n"
+     << "          m = m < y ? y : m;\n"
+     << "        }\n"
+     << "        mx[t] = ember_hmax_" << sfx << "(m);\n"
+     << "      }\n"
+     << "#pragma omp simd\n"
+     << "      for (int64_t j = 0; j < nvt; ++j) {\n"
+     << "#pragma GCC unroll 8\n"
+     << "        for (int64_t t = 0; t < QB; ++t)\n"
+     << "          s[t * SP + j] = ember::fn::Exp{}(s[t * SP + j] - mx[t]);\n"
+     << "      }\n"
+     << "      for (int64_t t = 0; t < nq; ++t) {\n"
+     << "        vec sum = *reinterpret_cast<const vec*>(s + t * SP);\n"
+     << "        for (int64_t c = W; c < nvt; c += W) sum += *reinterpret_cast<const vec*>(s + t * SP + c);\n"
+     << "        inv[t] = " << T << "(1) / ember_hsum_" << sfx << "(sum);\n"
      << "      }\n"
      << "      for (int64_t t = nq; t < QB; ++t)\n"
      << "        for (int64_t j = 0; j < jmax; ++j) s[t * SP + j] = " << T << "(0);\n";
@@ -273,6 +320,7 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
        << "      }\n";
   }
   os << "    }\n"
+     << "  }\n"
      << "    ::operator delete[](ktv, std::align_val_t(64));\n"
      << "    ::operator delete[](s, std::align_val_t(64));\n"
      << (vec_pv ? "    ::operator delete[](vpv, std::align_val_t(64));\n" : "")

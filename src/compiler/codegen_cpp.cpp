@@ -514,6 +514,11 @@ std::string generate_cpp(const FusionPlan& plan, const std::vector<KernelBatch>&
      << "  _mm_sfence();\n"
      << "#endif\n"
      << "}\n\n";
+  for (const FusionGroup& g : plan.groups)
+    if (g.attn_qk) {
+      emit_attention_helpers(os);
+      break;
+    }
   for (size_t k = 0; k < plan.groups.size(); ++k) {
     if (plan.groups[k].attn_qk)
       emit_attention_kernel(os, kernel_name(k), plan.groups[k]);

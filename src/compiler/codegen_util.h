@@ -39,6 +39,8 @@ void emit_elementwise(std::ostringstream& os, const FusionGroup& grp,
                       const graph::Value* also_read = nullptr);
 
 // An attention group's kernel (see FusionGroup::attn_qk).
+// The reduction helpers the attention kernels call, once per translation unit that has any.
+void emit_attention_helpers(std::ostringstream& os);
 void emit_attention_kernel(std::ostringstream& os, const std::string& name,
                            const FusionGroup& grp);
 
