@@ -108,6 +108,8 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
   os << "//   " << node_str(qk) << "\n";
   for (const graph::Node* n : grp.nodes) os << "//   " << node_str(*n) << "\n";
   os << "//   " << node_str(pv) << "\n";
+  if (!grp.extra_outputs.empty())
+    os << "//   (" << var(grp.extra_outputs[0]) << ", the probabilities, is written out too)\n";
   if (grp.out_copy)
     os << "//   " << node_str(*grp.out_permute) << "\n//   " << node_str(*grp.out_copy)
        << "  (written in place)\n";
@@ -125,6 +127,11 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
        << "\n";
   os << "  " << T << "* __restrict out = static_cast<" << T << "*>(args[" << arg
      << "]);  // " << var(&out) << "\n";
+  // The probabilities themselves, when the graph hands them out (contiguous, [batch..., L, S]).
+  const bool probs_out = !grp.extra_outputs.empty();
+  if (probs_out)
+    os << "  " << T << "* __restrict pm = static_cast<" << T << "*>(args[" << arg + 1
+       << "]);  // " << var(grp.extra_outputs[0]) << "\n";
   for (size_t j = 0; j < grp.inputs.size(); ++j)
     if (shape_numel(grp.inputs[j]->meta.sizes) == 1)
       os << "  const " << T << " " << var(grp.inputs[j]) << " = in" << j << "[0];\n";
@@ -285,6 +292,16 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
      << "      }\n"
      << "      for (int64_t t = nq; t < QB; ++t)\n"
      << "        for (int64_t j = 0; j < jmax; ++j) s[t * SP + j] = " << T << "(0);\n";
+  if (probs_out) {
+    // Normalized, and zero for the keys past the tile (the causal skip never computed them).
+    os << "      for (int64_t t = 0; t < nq; ++t) {\n"
+       << "        " << T << "* __restrict pr = pm + (b * L + q0 + t) * S;\n"
+       << "        const int64_t nw = nvt < S ? nvt : S;\n"
+       << "#pragma omp simd\n"
+       << "        for (int64_t j = 0; j < nw; ++j) pr[j] = s[t * SP + j] * inv[t];\n"
+       << "        for (int64_t j = nw; j < S; ++j) pr[j] = " << T << "(0);\n"
+       << "      }\n";
+  }
   if (vec_pv) {
     os << "      {\n"
        << "        constexpr int64_t DV = " << DV << ";\n"

@@ -129,14 +129,19 @@ bool attention_matmul(const graph::Node* n) {
 }
 
 // Turns a softmax row group into an attention group when its neighbours allow (see
-// FusionGroup::attn_qk); `uses` counts the readers of each value.
+// FusionGroup::attn_qk); `uses` counts the readers of each value (graph outputs count 2), and
+// `is_output` marks the graph's outputs.
 void try_attention(FusionGroup& grp, const std::vector<int>& uses,
-                   const std::vector<std::vector<const graph::Node*>>& readers) {
+                   const std::vector<std::vector<const graph::Node*>>& readers,
+                   const std::vector<char>& is_output) {
   const graph::Node& row = *grp.row;
   if (row.op != OpId::softmax || !grp.extra_outputs.empty() || grp.output != row.outputs[0])
     return;
   const graph::Value* p = row.outputs[0];
-  if (uses[size_t(p->id)] != 1 || readers[size_t(p->id)].size() != 1) return;
+  // The probabilities feed softmax @ v only, or also leave the graph once (a training forward
+  // saves them for the backward): then the kernel writes them out as well.
+  const bool probs_out = is_output[size_t(p->id)] && uses[size_t(p->id)] == 3;
+  if ((uses[size_t(p->id)] != 1 && !probs_out) || readers[size_t(p->id)].size() != 1) return;
   const graph::Node* pv = readers[size_t(p->id)][0];
   if (!attention_matmul(pv) || pv->inputs[0] != p || pv->inputs[1] == p) return;
   if (!contiguous(*pv->outputs[0])) return;
@@ -153,6 +158,7 @@ void try_attention(FusionGroup& grp, const std::vector<int>& uses,
   grp.attn_qk = qk;
   grp.attn_pv = pv;
   grp.output = pv->outputs[0];
+  if (probs_out) grp.extra_outputs.push_back(p);
   grp.inputs.erase(std::find(grp.inputs.begin(), grp.inputs.end(), qk->outputs[0]));
   // The result permuted and copied contiguous, with the last dim staying last: written in place.
   const graph::Value* y = pv->outputs[0];
@@ -332,10 +338,12 @@ FusionPlan plan_fusion(const graph::Graph& g) {
   std::vector<std::vector<const graph::Node*>> readers(g.values().size());
   for (const auto& n : nodes)
     for (const graph::Value* v : n->inputs) readers[size_t(v->id)].push_back(n.get());
+  std::vector<char> is_output(g.values().size(), 0);
+  for (const graph::Value* v : g.outputs()) is_output[size_t(v->id)] = 1;
   for (size_t k = 0; k < plan.groups.size(); ++k) {
     FusionGroup& grp = plan.groups[k];
     if (!grp.row) continue;
-    try_attention(grp, uses, readers);
+    try_attention(grp, uses, readers, is_output);
     if (!grp.attn_qk) continue;
     for (const graph::Node* mm : {grp.attn_qk, grp.attn_pv, grp.out_permute, grp.out_copy})
       if (mm) plan.group_of_node[size_t(index_of[size_t(mm->outputs[0]->id)])] = int(k);

@@ -40,7 +40,8 @@ struct FusionGroup {
   // An attention group: a softmax row group whose row input is computed from the scores
   // attn_qk = matmul(q, k) and whose result feeds attn_pv = matmul(softmax, v) and nothing
   // else. The kernel runs both matmuls per batch matrix, the scores never leave the cache, and
-  // `output` is attn_pv's result. With a causal mask (the row input is x + triu(-inf, diag)),
+  // `output` is attn_pv's result; when the softmax output is also a graph output (saved for a
+  // backward), it is the group's one extra output and the kernel writes it too. With a causal mask (the row input is x + triu(-inf, diag)),
   // keys the mask sets to -inf are skipped: row i reads keys j < i + causal_diag.
   const graph::Node* attn_qk = nullptr;
   const graph::Node* attn_pv = nullptr;

@@ -124,6 +124,27 @@ TEST_F(MatmulFusionTest, CausalAttentionMatchesEager) {
   EXPECT_TRUE(allclose(f(q, k, v), attn(q, k, v)));
 }
 
+TEST_F(MatmulFusionTest, AttentionAlsoWritesItsProbabilitiesWhenTheyAreAnOutput) {
+  // A training forward saves the softmax output for the backward: the attention kernel then
+  // writes it as well (zeros where the causal mask skipped keys).
+  auto fn = [](const Tensor& q, const Tensor& k, const Tensor& v) {
+    const int64_t T = q.size(-2);
+    Tensor mask = full({T, T}, -INFINITY).triu(1);
+    Tensor p = (q.matmul(k.transpose(-2, -1)) * 0.25 + mask).softmax(-1);
+    return std::make_pair(p.matmul(v), p);
+  };
+  auto f = compile(fn, spy_opts());
+  for (DType t : {DType::Float32, DType::Float64}) {
+    Heads h = gpt_heads(2, 37, 3, 16, t);
+    auto [y, p] = f(h.q, h.k, h.v);
+    auto [ey, ep] = fn(h.q, h.k, h.v);
+    EXPECT_TRUE(allclose(y, ey)) << dtype_name(t);
+    EXPECT_TRUE(allclose(p, ep)) << dtype_name(t);
+    EXPECT_TRUE(has(test::last_source(), "attention over 6 batch matrices"));
+    EXPECT_TRUE(has(test::last_source(), "the probabilities, is written out too"));
+  }
+}
+
 TEST_F(MatmulFusionTest, UnmaskedAndUserMaskedAttentionMatchEager) {
   auto plain = [](const Tensor& q, const Tensor& k, const Tensor& v) {
     return scaled_dot_product_attention(q, k, v, /*is_causal=*/false);
