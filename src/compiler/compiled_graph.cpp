@@ -3,6 +3,7 @@
 // write-backs into inputs. Graphs the compiled form cannot run faithfully (autograd recording
 // per op, random ops) are interpreted as the eager backend would.
 #include "compiler/compiled_graph.h"
+#include "compiler/step_profile.h"
 
 #include <algorithm>
 #include <climits>
@@ -179,6 +180,7 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs) const 
   }
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& st = steps_[s];
+    StepTimer timer([&, s] { return describe_step(s); });
     if (st.kernel < 0) {
       std::vector<Tensor> ins;
       for (const graph::Value* v : st.node->inputs) ins.push_back(env[size_t(v->id)]);
@@ -207,6 +209,25 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs) const 
     if (value.impl() != target.impl()) Tensor(target).copy_(value);
   }
   return results;
+}
+
+std::string CompiledGraph::describe_step(size_t s) const {
+  const Step& st = steps_[s];
+  if (st.kernel < 0)
+    return "eager " + std::string(op_name(st.node->op)) + " -> " +
+           value_type_str(*st.node->outputs[0]);
+  auto kernel = [&](int k) {
+    const FusionGroup& g = plan_.groups[size_t(k)];
+    std::string d = g.attn_qk ? "attention" : g.gemm ? "gemm + epilogue" : g.row ? "row" : "pointwise";
+    d += " (";
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      d += (i ? ", " : "") + std::string(op_name(g.nodes[i]->op));
+    return d + ") -> " + value_type_str(*g.output);
+  };
+  if (batch_at_[s] < 0) return kernel(st.kernel);
+  const Batch& b = batches_[size_t(batch_at_[s])];
+  return "batch of " + std::to_string(b.last - b.first + 1) + " kernels, first " +
+         kernel(st.kernel);
 }
 
 void CompiledGraph::plan_in_place_writes(const std::vector<StepIO>& io) {

@@ -49,6 +49,9 @@ class CompiledGraph : public capture::Runnable {
   void run_kernel(const Step& st, const std::vector<Tensor>& inputs,
                   std::vector<Tensor>& env) const;
   bool run_batch(size_t b, const std::vector<Tensor>& inputs, std::vector<Tensor>& env) const;
+  // What step s runs, for EMBER_PROFILE: the op left to the eager kernels, the fused kernel
+  // (its kind, ops and result), or the batch starting there.
+  std::string describe_step(size_t s) const;
 
   std::shared_ptr<const graph::Graph> g_;
   FusionPlan plan_;

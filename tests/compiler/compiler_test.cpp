@@ -7,10 +7,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "capture/capture_test_util.h"
 #include "compiler/compiler_test_util.h"
 #include "compiler/compiled_graph.h"
+#include "compiler/step_profile.h"
 #include "compiler/toolchain.h"
 #include "ember/autograd.h"
 
@@ -81,6 +83,40 @@ TEST_F(CompilerTest, ReluAddMulFusesIntoOneKernel) {
   EXPECT_NE(cg->source().find("%"), std::string::npos);  // the comment naming the nodes
   Tensor x = randn({64, 8});
   EXPECT_TRUE(test::bits_equal(cg->run({x})[0], relu_add_mul(x)));
+}
+
+// The calls column of the profile table's row for `step`, or -1 without such a row.
+long profile_calls(const std::string& table, const std::string& step) {
+  std::istringstream lines(table);
+  for (std::string line; std::getline(lines, line);) {
+    if (!test::has(line, step)) continue;
+    std::istringstream f(line);
+    double ms;
+    std::string share;
+    long calls = -1;
+    f >> ms >> share >> calls;
+    return calls;
+  }
+  return -1;
+}
+
+TEST_F(CompilerTest, ProfileCountsEveryStepOfEveryCall) {
+  // A fused kernel and an op left to the eager kernels (matmul), three calls each.
+  auto fn = [](const Tensor& a, const Tensor& b) { return (a.matmul(b).relu() + 1.0) * 2.0; };
+  auto f = compile(fn, compiler_opts());
+  Tensor a = randn({16, 8}), b = randn({8, 4});
+  f(a, b);  // compiled before profiling starts
+  compiler::reset_step_profile();
+  compiler::set_step_profile(true);
+  for (int i = 0; i < 3; ++i) f(a, b);
+  compiler::set_step_profile(false);
+  f(a, b);  // not counted
+  const std::string table = compiler::step_profile_table();
+  compiler::reset_step_profile();
+  EXPECT_TRUE(test::has(table, "ember profile (EMBER_PROFILE)")) << table;
+  EXPECT_EQ(profile_calls(table, "pointwise (relu, add, mul) -> f32[16, 4]"), 3) << table;
+  EXPECT_EQ(profile_calls(table, "eager matmul -> f32[16, 4]"), 3) << table;
+  EXPECT_EQ(compiler::step_profile_table(), "");
 }
 
 TEST_F(CompilerTest, IntermediateUsedTwiceIsNotFusedAway) {
