@@ -90,6 +90,7 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
     ready.pop();
     Pending p = std::move(buffers[node.get()]);
     buffers.erase(node.get());
+    node->released_after_apply = !retain_graph;
     std::vector<Tensor> in_grads = node->apply(std::move(p.grads));
     if (!retain_graph) node->release();
     for (size_t i = 0; i < node->next_edges.size() && i < in_grads.size(); ++i) {

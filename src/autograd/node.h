@@ -32,6 +32,9 @@ struct Node {
   virtual std::vector<Tensor> apply(std::vector<Tensor>&& grads) = 0;
   virtual std::string name() const = 0;
   virtual void release() {}  // frees saved tensors after a backward without retain_graph
+  // Set by the engine before apply(): release() follows it (no retain_graph), so apply may
+  // hand its saved tensors over and free them while it runs.
+  bool released_after_apply = false;
   std::vector<Edge> next_edges;
   std::vector<TensorMeta> output_meta;  // shape/dtype of each forward output
   uint64_t sequence_nr = 0;             // creation order: later nodes run first

@@ -22,6 +22,12 @@ class Runnable {
   virtual ~Runnable() = default;
   // Runs the graph on real inputs (in graph input order); applies its mutations.
   virtual std::vector<Tensor> run(const std::vector<Tensor>& inputs) const = 0;
+  // The same, taking the inputs over: a runnable may drop each one as soon as nothing later
+  // reads it, so memory held only by the inputs is freed during the run (a compiled backward
+  // frees saved activations as it goes, as eager autograd does).
+  virtual std::vector<Tensor> run_consuming(std::vector<Tensor>&& inputs) const {
+    return run(inputs);
+  }
 };
 class Backend {
  public:

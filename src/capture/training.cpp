@@ -51,7 +51,13 @@ struct CompiledBackward : autograd::Node {
       in.push_back(std::move(g));
     }
     NoGradGuard no_grad;
-    return plan->backward->run(in);
+    if (!released_after_apply) return plan->backward->run(in);
+    // The saved tensors will not be needed again: the backward graph takes them over and frees
+    // each after its last reader, as eager autograd frees a node's saved tensors after its
+    // backward.
+    saved.clear();
+    released = true;
+    return plan->backward->run_consuming(std::move(in));
   }
 };
 

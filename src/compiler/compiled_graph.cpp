@@ -155,6 +155,15 @@ void CompiledGraph::run_group_eagerly(const FusionGroup& grp, std::vector<Tensor
 }
 
 std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs) const {
+  return execute(inputs, nullptr);
+}
+
+std::vector<Tensor> CompiledGraph::run_consuming(std::vector<Tensor>&& inputs) const {
+  return execute(inputs, g_->mutations().empty() ? &inputs : nullptr);
+}
+
+std::vector<Tensor> CompiledGraph::execute(const std::vector<Tensor>& inputs,
+                                           std::vector<Tensor>* owned) const {
   if (!eager_reason_.empty()) return g_->interpret(inputs);
   if (is_grad_enabled()) {
     for (const Tensor& t : inputs) {
@@ -178,6 +187,9 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs) const 
                 "; capture again for these inputs");
     env[size_t(v.id)] = inputs[i];
   }
+  // From here on, inputs are read through env only (a graph without write-backs has no
+  // in-place targets), and each is released after its last reader.
+  if (owned) owned->clear();
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& st = steps_[s];
     StepTimer timer([&, s] { return describe_step(s); });
@@ -199,7 +211,7 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs) const 
   }
   std::vector<Tensor> results;
   for (const graph::Value* v : g_->outputs())
-    results.push_back(v->producer ? env[size_t(v->id)] : inputs[size_t(v->input_index)]);
+    results.push_back(env[size_t(v->id)]);  // outputs are never released
   // Write-backs into the inputs, after everything has read them (those written in place are
   // already there).
   for (const graph::Mutation& m : g_->mutations()) {

@@ -17,6 +17,8 @@ class CompiledGraph : public capture::Runnable {
  public:
   explicit CompiledGraph(std::shared_ptr<const graph::Graph> g);
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override;
+  // Without write-backs into the inputs, each input is dropped after its last reader.
+  std::vector<Tensor> run_consuming(std::vector<Tensor>&& inputs) const override;
 
   size_t kernel_count() const { return plan_.groups.size(); }
   const std::string& source() const { return source_; }
@@ -34,6 +36,10 @@ class CompiledGraph : public capture::Runnable {
     int kernel = -1;
     const graph::Node* node = nullptr;
   };
+  // run() and run_consuming(): `owned`, when given, is `inputs` itself, emptied once its
+  // tensors are in the run's environment.
+  std::vector<Tensor> execute(const std::vector<Tensor>& inputs,
+                              std::vector<Tensor>* owned) const;
   void run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const;
   // Which kernels write their result straight into a graph input that the graph mutates.
   void plan_in_place_writes(const std::vector<StepIO>& io);
