@@ -3,7 +3,8 @@
 // write-backs into inputs. Graphs the compiled form cannot run faithfully (autograd recording
 // per op, random ops) are interpreted as the eager backend would.
 #include "compiler/compiled_graph.h"
-#include "compiler/step_profile.h"
+
+#include <omp.h>
 
 #include <algorithm>
 #include <climits>
@@ -14,7 +15,9 @@
 #include <sstream>
 
 #include "compiler/codegen_cpp.h"
+#include "compiler/gemm_pairs.h"
 #include "compiler/memory_plan.h"
+#include "compiler/step_profile.h"
 #include "core/logs.h"
 #include "core/shape.h"
 #include "ember/autograd.h"
@@ -105,6 +108,11 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
   for (const graph::Value* v : g_->outputs()) last[size_t(v->id)] = INT_MAX;
   for (const graph::Mutation& m : g_->mutations()) last[size_t(m.value->id)] = INT_MAX;
   plan_in_place_writes(io);
+  {
+    std::vector<const graph::Node*> step_nodes;
+    for (const Step& st : steps_) step_nodes.push_back(st.kernel < 0 ? st.node : nullptr);
+    pair_of_ = plan_gemm_pairs(step_nodes);
+  }
   release_after_.resize(steps_.size());
   for (size_t id = 0; id < last.size(); ++id)
     if (last[id] >= 0 && last[id] != INT_MAX) release_after_[size_t(last[id])].push_back(int(id));
@@ -193,7 +201,21 @@ std::vector<Tensor> CompiledGraph::execute(const std::vector<Tensor>& inputs,
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& st = steps_[s];
     StepTimer timer([&, s] { return describe_step(s); });
-    if (st.kernel < 0) {
+    if (pair_of_[s] > int(s)) {
+      // The views between the pair first (they do not need the first matmul), then both.
+      const size_t s2 = size_t(pair_of_[s]);
+      for (size_t t = s + 1; t < s2; ++t) {
+        std::vector<Tensor> ins;
+        for (const graph::Value* v : steps_[t].node->inputs) ins.push_back(env[size_t(v->id)]);
+        std::vector<Tensor> outs = dispatch(steps_[t].node->op, std::move(ins), steps_[t].node->attrs);
+        for (size_t j = 0; j < outs.size(); ++j)
+          env[size_t(steps_[t].node->outputs[j]->id)] = std::move(outs[j]);
+      }
+      run_pair(st, steps_[s2], env);
+      for (size_t t = s; t < s2; ++t)
+        for (int id : release_after_[t]) env[size_t(id)] = Tensor();
+      s = s2;
+    } else if (st.kernel < 0) {
       std::vector<Tensor> ins;
       for (const graph::Value* v : st.node->inputs) ins.push_back(env[size_t(v->id)]);
       std::vector<Tensor> outs = dispatch(st.node->op, std::move(ins), st.node->attrs);
@@ -223,8 +245,39 @@ std::vector<Tensor> CompiledGraph::execute(const std::vector<Tensor>& inputs,
   return results;
 }
 
+void CompiledGraph::run_pair(const Step& a, const Step& b, std::vector<Tensor>& env) const {
+  std::vector<Tensor> ins[2], outs[2];
+  const graph::Node* nodes[2] = {a.node, b.node};
+  for (int i = 0; i < 2; ++i) {
+    for (const graph::Value* v : nodes[i]->inputs) ins[i].push_back(env[size_t(v->id)]);
+    const TensorMeta& m = nodes[i]->outputs[0]->meta;
+    outs[i].push_back(empty(m.sizes, TensorOptions(m.dtype)));
+  }
+  // Inside the region BLAS runs single-threaded; errors cross the region's end as values.
+  std::string errors[2];
+#pragma omp parallel num_threads(2) if (omp_get_max_threads() > 1)
+  {
+    const int n = omp_get_num_threads(), t = omp_get_thread_num();
+    for (int i = 0; i < 2; ++i) {
+      if (n > 1 && i != t) continue;
+      try {
+        cpu::matmul(ins[i], outs[i], nodes[i]->attrs);
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    EMBER_CHECK(errors[i].empty(), errors[i]);
+    env[size_t(nodes[i]->outputs[0]->id)] = std::move(outs[i][0]);
+  }
+}
+
 std::string CompiledGraph::describe_step(size_t s) const {
   const Step& st = steps_[s];
+  if (pair_of_[s] > int(s))
+    return "2 matmuls side by side -> " + value_type_str(*st.node->outputs[0]) + " | " +
+           value_type_str(*steps_[size_t(pair_of_[s])].node->outputs[0]);
   if (st.kernel < 0)
     return "eager " + std::string(op_name(st.node->op)) + " -> " +
            value_type_str(*st.node->outputs[0]);

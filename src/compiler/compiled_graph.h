@@ -76,6 +76,9 @@ class CompiledGraph : public capture::Runnable {
   };
   std::vector<Batch> batches_;
   std::vector<int> batch_at_;  // per step: the batch starting there, or -1
+  std::vector<int> pair_of_;   // per step: the matmul it runs side by side with (gemm_pairs.h)
+  // Runs the matmuls of steps a and b at once, one per thread.
+  void run_pair(const Step& a, const Step& b, std::vector<Tensor>& env) const;
 };
 
 std::unique_ptr<capture::Backend> make_compiler_backend();
