@@ -155,11 +155,21 @@ TEST_F(MatmulFusionTest, UnmaskedAndUserMaskedAttentionMatchEager) {
   Heads h = gpt_heads(2, 21, 2, 16, DType::Float32);
   EXPECT_TRUE(allclose(compile(plain, spy_opts())(h.q, h.k, h.v), plain(h.q, h.k, h.v)));
   EXPECT_TRUE(has(test::last_source(), "attention over"));
+  EXPECT_TRUE(has(test::last_source(), "k transposed in blocks of 16 keys"));
   EXPECT_FALSE(has(test::last_source(), ", causal"));
   Tensor m = randn({21, 21});
   EXPECT_TRUE(allclose(compile(masked, spy_opts())(h.q, h.k, h.v, m), masked(h.q, h.k, h.v, m)));
   EXPECT_TRUE(has(test::last_source(), "attention over"));
   EXPECT_FALSE(has(test::last_source(), ", causal"));
+  // Keys given already transposed and contiguous ([.., E, S]): packed row by row.
+  auto pre_transposed = [](const Tensor& q, const Tensor& kt, const Tensor& v) {
+    return (q.matmul(kt) * 0.5).softmax(-1).matmul(v);
+  };
+  Tensor kt = h.k.transpose(-2, -1).contiguous();
+  EXPECT_TRUE(allclose(compile(pre_transposed, spy_opts())(h.q, kt, h.v),
+                       pre_transposed(h.q, kt, h.v)));
+  EXPECT_TRUE(has(test::last_source(), "attention over"));
+  EXPECT_FALSE(has(test::last_source(), "k transposed in blocks of 16 keys"));
 }
 
 TEST_F(MatmulFusionTest, MaskDiagonalsIncludingFullyMaskedRows) {
