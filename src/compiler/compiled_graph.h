@@ -77,6 +77,9 @@ class CompiledGraph : public capture::Runnable {
   std::vector<Batch> batches_;
   std::vector<int> batch_at_;  // per step: the batch starting there, or -1
   std::vector<int> pair_of_;   // per step: the matmul it runs side by side with (gemm_pairs.h)
+  // One node the generated code does not cover: through the dispatcher, or for a view of a
+  // tensor laid out as captured, the captured view made directly.
+  void run_node(const graph::Node& n, std::vector<Tensor>& env) const;
   // Runs the matmuls of steps a and b at once, one per thread.
   void run_pair(const Step& a, const Step& b, std::vector<Tensor>& env) const;
 };
