@@ -114,6 +114,7 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
     for (const Step& st : steps_) step_nodes.push_back(st.kernel < 0 ? st.node : nullptr);
     pair_of_ = plan_gemm_pairs(step_nodes);
   }
+  plan_constants();
   release_after_.resize(steps_.size());
   for (size_t id = 0; id < last.size(); ++id)
     if (last[id] >= 0 && last[id] != INT_MAX) release_after_[size_t(last[id])].push_back(int(id));
@@ -196,6 +197,16 @@ std::vector<Tensor> CompiledGraph::execute(const std::vector<Tensor>& inputs,
                 "; capture again for these inputs");
     env[size_t(v.id)] = inputs[i];
   }
+  std::call_once(constants_once_, [&] {
+    std::vector<Tensor> scratch(g_->values().size());
+    for (size_t s = 0; s < steps_.size(); ++s) {
+      if (!constant_step_[s]) continue;
+      run_node(*steps_[s].node, scratch);
+      for (const graph::Value* o : steps_[s].node->outputs)
+        constants_.push_back({o->id, scratch[size_t(o->id)]});
+    }
+  });
+  for (const auto& [id, t] : constants_) env[size_t(id)] = t;
   // From here on, inputs are read through env only (a graph without write-backs has no
   // in-place targets), and each is released after its last reader.
   if (owned) owned->clear();
@@ -211,7 +222,7 @@ std::vector<Tensor> CompiledGraph::execute(const std::vector<Tensor>& inputs,
         for (int id : release_after_[t]) env[size_t(id)] = Tensor();
       s = s2;
     } else if (st.kernel < 0) {
-      run_node(*st.node, env);
+      if (!constant_step_[s]) run_node(*st.node, env);
     } else if (batch_at_[s] >= 0 && run_batch(size_t(batch_at_[s]), inputs, env)) {
       const Batch& b = batches_[size_t(batch_at_[s])];
       for (size_t t = s; t < b.last; ++t)
@@ -234,6 +245,28 @@ std::vector<Tensor> CompiledGraph::execute(const std::vector<Tensor>& inputs,
     if (value.impl() != target.impl()) Tensor(target).copy_(value);
   }
   return results;
+}
+
+void CompiledGraph::plan_constants() {
+  constant_step_.assign(steps_.size(), 0);
+  std::vector<char> constant(g_->values().size(), 0);
+  std::vector<char> handed_out(g_->values().size(), 0);  // the caller may write into these
+  for (const graph::Value* v : g_->outputs()) handed_out[size_t(v->id)] = 1;
+  for (const graph::Mutation& m : g_->mutations()) handed_out[size_t(m.value->id)] = 1;
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const graph::Node* n = steps_[s].node;
+    if (steps_[s].kernel >= 0 || pair_of_[s] >= 0 || graph::is_random(n->op) || n->skipped_draws)
+      continue;
+    bool c = true;
+    for (const graph::Value* v : n->inputs) c &= v->producer && constant[size_t(v->id)];
+    // Kept for the graph's lifetime: only small values (masks, index ranges).
+    for (const graph::Value* o : n->outputs)
+      c &= !handed_out[size_t(o->id)] &&
+           shape_numel(o->meta.sizes) * int64_t(dtype_size(o->meta.dtype)) <= (int64_t(1) << 22);
+    if (!c) continue;
+    constant_step_[s] = 1;
+    for (const graph::Value* o : n->outputs) constant[size_t(o->id)] = 1;
+  }
 }
 
 void CompiledGraph::run_node(const graph::Node& n, std::vector<Tensor>& env) const {

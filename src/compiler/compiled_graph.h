@@ -1,6 +1,7 @@
 // The "compiler" backend: a graph compiled into steps, fused kernels from generated C++ and
 // eager nodes through the dispatcher.
 #pragma once
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,6 +78,13 @@ class CompiledGraph : public capture::Runnable {
   std::vector<Batch> batches_;
   std::vector<int> batch_at_;  // per step: the batch starting there, or -1
   std::vector<int> pair_of_;   // per step: the matmul it runs side by side with (gemm_pairs.h)
+  // Eager steps that depend on no graph input and draw nothing (a causal mask: full, triu)
+  // give the same values every call: computed by the first call, then reused (results of at
+  // most 4 MiB that the graph does not hand out).
+  std::vector<char> constant_step_;
+  mutable std::once_flag constants_once_;
+  mutable std::vector<std::pair<int, Tensor>> constants_;  // value id, its tensor
+  void plan_constants();
   // One node the generated code does not cover: through the dispatcher, or for a view of a
   // tensor laid out as captured, the captured view made directly.
   void run_node(const graph::Node& n, std::vector<Tensor>& env) const;

@@ -142,6 +142,24 @@ TEST_F(CompilerTest, ViewsOfInputsLaidOutOtherwiseThanCapturedStayCorrect) {
   }
 }
 
+TEST_F(CompilerTest, ConstantsAreComputedOnceButNeverHandedOutShared) {
+  // The mask depends on no input: computed by the first call, reused after. A constant the
+  // graph returns is made afresh each call, so writing into it cannot leak into the next.
+  auto fn = [](const Tensor& x) {
+    Tensor mask = full({6, 6}, -INFINITY).triu(1);
+    Tensor shown = full({2, 2}, 3.0);
+    return std::make_pair((x.matmul(x.transpose(0, 1)) + mask).softmax(-1), shown);
+  };
+  auto f = compile(fn, compiler_opts());
+  for (int call = 0; call < 3; ++call) {
+    Tensor x = randn({6, 4});
+    auto [p, shown] = f(x);
+    EXPECT_TRUE(allclose(p, fn(x).first, 1e-5, 1e-6)) << "call " << call;
+    EXPECT_EQ(shown.to_vector<float>(), std::vector<float>(4, 3.0f)) << "call " << call;
+    shown.fill_(-1.0);  // the caller owns what it got
+  }
+}
+
 TEST_F(CompilerTest, IntermediateUsedTwiceIsNotFusedAway) {
   auto fn = [](const Tensor& x) {
     Tensor r = x.relu();
