@@ -520,7 +520,9 @@ std::string generate_cpp(const FusionPlan& plan, const std::vector<KernelBatch>&
       break;
     }
   for (size_t k = 0; k < plan.groups.size(); ++k) {
-    if (plan.groups[k].attn_qk)
+    if (plan.groups[k].col)
+      emit_column_kernel(os, kernel_name(k), plan.groups[k]);
+    else if (plan.groups[k].attn_qk)
       emit_attention_kernel(os, kernel_name(k), plan.groups[k]);
     else if (plan.groups[k].row)
       emit_row_kernel(os, k, plan.groups[k]);

@@ -1,5 +1,5 @@
-// Pieces of C++ generation shared by the kernel emitters (codegen_cpp.cpp and
-// codegen_attention.cpp): element types, value names, index arithmetic, fused node lines.
+// Pieces of C++ generation shared by the kernel emitters (codegen_cpp.cpp,
+// codegen_attention.cpp and codegen_columns.cpp): element types, value names, index arithmetic, fused node lines.
 #pragma once
 #include <sstream>
 #include <string>
@@ -38,10 +38,12 @@ void emit_elementwise(std::ostringstream& os, const FusionGroup& grp,
                       const std::vector<std::string>& idx, const char* T, const char* indent,
                       const graph::Value* also_read = nullptr);
 
-// An attention group's kernel (see FusionGroup::attn_qk).
 // The reduction helpers the attention kernels call, once per translation unit that has any.
 void emit_attention_helpers(std::ostringstream& os);
+// An attention group's kernel (see FusionGroup::attn_qk).
 void emit_attention_kernel(std::ostringstream& os, const std::string& name,
                            const FusionGroup& grp);
+// A column group's kernel (see FusionGroup::col).
+void emit_column_kernel(std::ostringstream& os, const std::string& name, const FusionGroup& grp);
 
 }  // namespace ember::compiler

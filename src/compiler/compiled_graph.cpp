@@ -327,7 +327,11 @@ std::string CompiledGraph::describe_step(size_t s) const {
            value_type_str(*st.node->outputs[0]);
   auto kernel = [&](int k) {
     const FusionGroup& g = plan_.groups[size_t(k)];
-    std::string d = g.attn_qk ? "attention" : g.gemm ? "gemm + epilogue" : g.row ? "row" : "pointwise";
+    std::string d = g.col       ? "columns"
+                    : g.attn_qk ? "attention"
+                    : g.gemm    ? "gemm + epilogue"
+                    : g.row     ? "row"
+                                : "pointwise";
     d += " (";
     for (size_t i = 0; i < g.nodes.size(); ++i)
       d += (i ? ", " : "") + std::string(op_name(g.nodes[i]->op));
@@ -357,7 +361,7 @@ void CompiledGraph::plan_in_place_writes(const std::vector<StepIO>& io) {
         at = s;
     if (at == io.size() || steps_[at].kernel < 0) continue;
     const FusionGroup& grp = plan_.groups[size_t(steps_[at].kernel)];
-    if (grp.row || grp.gemm || grp.attn_qk || grp.output != m.value) continue;
+    if (grp.row || grp.gemm || grp.attn_qk || grp.col || grp.output != m.value) continue;
     // Nothing reads the old contents afterwards, and the kernel reads the target only
     // directly (a view of it would be read at other elements than the one written).
     bool conflict = false;
@@ -446,7 +450,7 @@ std::vector<KernelBatch> CompiledGraph::plan_batches() {
   auto plain = [&](size_t s) {
     if (steps_[s].kernel < 0) return false;
     const FusionGroup& grp = plan_.groups[size_t(steps_[s].kernel)];
-    return !grp.row && !grp.gemm && !grp.attn_qk && grp.extra_outputs.empty();
+    return !grp.row && !grp.gemm && !grp.attn_qk && !grp.col && grp.extra_outputs.empty();
   };
   // Whether v is read element for element by a kernel over n elements.
   auto identity = [](const graph::Value* v, const FusionGroup& reader) {

@@ -241,6 +241,20 @@ const FusedOpInfo* fused_op_info(const graph::Node& n) {
   return table_entry(n.op);
 }
 
+bool can_fuse_columns(const graph::Node& n) {
+  if (n.op != OpId::sum && n.op != OpId::mean) return false;
+  const graph::Value& x = *n.inputs[0];
+  const graph::Value& out = *n.outputs[0];
+  const DType t = out.meta.dtype;
+  if ((t != DType::Float32 && t != DType::Float64) || x.meta.dtype != t) return false;
+  if (x.device != kCPU || out.device != kCPU || !contiguous(x) || !contiguous(out)) return false;
+  const int64_t nd = int64_t(x.meta.sizes.size());
+  if (nd < 2 || shape_numel(x.meta.sizes) == 0) return false;
+  std::vector<int64_t> lead(size_t(nd - 1));
+  for (int64_t d = 0; d < nd - 1; ++d) lead[size_t(d)] = d;
+  return n.attrs.dims == lead;
+}
+
 FusionPlan plan_fusion(const graph::Graph& g) {
   const auto& nodes = g.nodes();
   std::vector<int> uses(g.values().size(), 0);
@@ -255,6 +269,14 @@ FusionPlan plan_fusion(const graph::Graph& g) {
   std::vector<int> group_of_value(g.values().size(), -1);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const graph::Node& n = *nodes[i];
+    if (can_fuse_columns(n)) {  // a kernel of its own: producers stay materialized
+      FusionGroup group;
+      group.col = &n;
+      group.nodes.push_back(&n);
+      group.output = n.outputs[0];
+      plan.groups.push_back(std::move(group));
+      continue;
+    }
     const bool row = can_fuse_row(n);
     if (!row && !can_fuse(n)) continue;
     FusionGroup group;

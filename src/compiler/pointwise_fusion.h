@@ -52,12 +52,17 @@ struct FusionGroup {
   // the permute and the copy, and `output` is the copy's value.
   const graph::Node* out_permute = nullptr;
   const graph::Node* out_copy = nullptr;
+  // A column group: `col` is a sum or mean over every dim but the last of a contiguous float
+  // tensor (a bias grad), the group's only node; the kernel sums each column over the rows.
+  const graph::Node* col = nullptr;
 };
 
 // Whether n is a row op the compiler generates: softmax, log_softmax or layer_norm over the
 // last dim of a float32/float64 CPU tensor (layer_norm's weight and bias contiguous, of x's
 // dtype); decompositions.h says how each decomposes.
 bool can_fuse_row(const graph::Node& n);
+// Whether n is a column reduction the compiler generates (FusionGroup::col).
+bool can_fuse_columns(const graph::Node& n);
 
 struct FusionPlan {
   std::vector<FusionGroup> groups;

@@ -107,6 +107,56 @@ TEST_F(RowwiseTest, RowReductionsFuseProducersAndBroadcastConsumers) {
   EXPECT_TRUE(allclose(compile(cols, compiler_opts())(x), cols(x)));
 }
 
+// A column kernel's sums against float64 sums of the same inputs, within the error bound of
+// its blocked summation: a column of R terms is summed in blocks of at most 32, then the blocks
+// are added up, so |error| <= (32 + R / 32) eps sum|x| (eps of the dtype; means divide both
+// sides by R). Eager sums in another order: the two differ by up to both errors.
+::testing::AssertionResult within_sum_bound(const Tensor& got, const Tensor& x,
+                                            const std::vector<int64_t>& dims, bool keep,
+                                            bool mean) {
+  const int64_t R = x.numel() / x.sizes().back();
+  const double eps = x.dtype() == DType::Float64 ? 0x1p-53 : 0x1p-24;
+  Tensor x64 = x.to(DType::Float64);
+  std::vector<double> ref = (mean ? x64.mean(dims, keep) : x64.sum(dims, keep)).to_vector<double>();
+  std::vector<double> mag = x64.abs().sum(dims, keep).to_vector<double>();
+  std::vector<double> g = got.to_vector<double>();
+  if (g.size() != ref.size()) return ::testing::AssertionFailure() << "sizes differ";
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double bound = (32.0 + double(R) / 32.0) * eps * mag[i] / (mean ? double(R) : 1.0);
+    if (!(std::abs(g[i] - ref[i]) <= bound))
+      return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " vs " << ref[i]
+                                           << " (bound " << bound << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST_F(RowwiseTest, ColumnSumsAndMeansMatchEager) {
+  // Over every dim but the last (a bias grad): a column kernel. Odd row counts, column counts
+  // off the 64-column block, keepdim or not; a sum over other dims stays eager.
+  for (DType t : {DType::Float32, DType::Float64}) {
+    for (const Shape& s : std::vector<Shape>{{3, 5, 70}, {7, 130}, {1, 1}, {300, 64}}) {
+      std::vector<int64_t> lead;
+      for (size_t d = 0; d + 1 < s.size(); ++d) lead.push_back(int64_t(d));
+      for (bool keep : {false, true}) {
+        auto sums = [&](const Tensor& x) { return std::make_pair(x.sum(lead, keep), x.mean(lead, keep)); };
+        Tensor x = randn(s, TensorOptions(t));
+        auto [a, m] = compile(sums, spy_opts())(x);
+        const std::string what = std::string(dtype_name(t)) + " " + shape_str(s) + " keepdim " +
+                                 std::to_string(keep);
+        EXPECT_EQ(a.sizes(), x.sum(lead, keep).sizes()) << what;
+        EXPECT_TRUE(within_sum_bound(a, x, lead, keep, false)) << what;
+        EXPECT_TRUE(within_sum_bound(m, x, lead, keep, true)) << what;
+        EXPECT_EQ(count(last_source(), ": column sums of"), 1);
+        EXPECT_EQ(count(last_source(), ": column means of"), 1);
+      }
+    }
+  }
+  auto other = [](const Tensor& x) { return x.sum({0}); };
+  Tensor x = randn({4, 5, 6});
+  EXPECT_TRUE(allclose(compile(other, spy_opts())(x), other(x)));
+  EXPECT_EQ(count(last_source(), "column"), 0);
+}
+
 TEST_F(RowwiseTest, LayerNormWithAndWithoutAffineMatchesEager) {
   for (const Shape& s : kShapes) {
     const int64_t n = s.back();
