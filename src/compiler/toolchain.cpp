@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -129,9 +130,12 @@ void build(const std::string& source, const std::string& final_path) {
               " to ", final_path, " (errno ", errno, ")");
 }
 
+// Libraries by path. An entry exists from the moment a thread starts loading or building it:
+// other threads asking for the same library wait on its future, while different libraries
+// build side by side (a training graph's forward and backward).
 struct MemoryCache {
   std::mutex mu;
-  std::unordered_map<std::string, std::shared_ptr<const Library>> libs;
+  std::unordered_map<std::string, std::shared_future<std::shared_ptr<const Library>>> libs;
 };
 MemoryCache& memory_cache() {
   static MemoryCache c;
@@ -189,34 +193,47 @@ std::shared_ptr<const Library> load_source(const std::string& source, const std:
   const std::string path = dir + "/" + key + ".so";
 
   MemoryCache& mc = memory_cache();
-  std::lock_guard<std::mutex> lock(mc.mu);  // one build at a time within the process
-  auto it = mc.libs.find(path);
-  if (it != mc.libs.end()) {
-    ++g_memory_hits;
-    return it->second;
-  }
-  make_dirs(dir);
-  void* h = nullptr;
-  if (::access(path.c_str(), F_OK) == 0) {
-    h = try_open(path, entry);
-    if (h) {
-      ++g_disk_hits;
-    } else {
-      ++g_rebuilds;  // truncated, foreign or stale: build it again over the bad one
+  std::promise<std::shared_ptr<const Library>> promise;
+  {
+    std::lock_guard<std::mutex> lock(mc.mu);
+    auto it = mc.libs.find(path);
+    if (it != mc.libs.end()) {
+      ++g_memory_hits;
+      std::shared_future<std::shared_ptr<const Library>> f = it->second;
+      return f.get();  // built (or being built) by another call; rethrows its failure
     }
+    mc.libs.emplace(path, promise.get_future().share());
   }
-  if (!h) {
-    build(source, path);
-    h = try_open(path, entry);
+  try {
+    make_dirs(dir);
+    void* h = nullptr;
+    if (::access(path.c_str(), F_OK) == 0) {
+      h = try_open(path, entry);
+      if (h) {
+        ++g_disk_hits;
+      } else {
+        ++g_rebuilds;  // truncated, foreign or stale: build it again over the bad one
+      }
+    }
     if (!h) {
-      const char* why = ::dlerror();
-      EMBER_FAIL("compiler: cannot load the library just built, ", path, ": ",
-                 why ? std::string(why) : "missing entry point " + entry);
+      build(source, path);
+      h = try_open(path, entry);
+      if (!h) {
+        const char* why = ::dlerror();
+        EMBER_FAIL("compiler: cannot load the library just built, ", path, ": ",
+                   why ? std::string(why) : "missing entry point " + entry);
+      }
     }
+    auto lib = std::make_shared<const Library>(h, path);
+    promise.set_value(lib);
+    return lib;
+  } catch (...) {
+    // Waiters get the error; the next call tries again.
+    promise.set_exception(std::current_exception());
+    std::lock_guard<std::mutex> lock(mc.mu);
+    mc.libs.erase(path);
+    throw;
   }
-  auto lib = std::make_shared<const Library>(h, path);
-  mc.libs.emplace(path, lib);
-  return lib;
 }
 
 ToolchainStats toolchain_stats() {

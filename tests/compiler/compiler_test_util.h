@@ -1,6 +1,7 @@
 // Shared by the compiler tests: the cache directory they compile into, the options that
 // select the generated-code backend, and a backend that keeps the generated source.
 #pragma once
+#include <mutex>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -93,6 +94,8 @@ class SpyBackend : public capture::Backend {
   std::shared_ptr<const capture::Runnable> compile(std::shared_ptr<const graph::Graph> g) override {
     auto r = capture::backend("compiler").compile(std::move(g));
     auto cg = std::dynamic_pointer_cast<const compiler::CompiledGraph>(r);
+    static std::mutex mu;  // a training graph's forward and backward compile at once
+    std::lock_guard<std::mutex> lock(mu);
     last_source() = cg ? cg->source() : "";
     all_sources() += last_source();
     return r;
