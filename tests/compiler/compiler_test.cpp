@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "capture/capture_test_util.h"
 #include "compiler/compiler_test_util.h"
@@ -258,6 +259,32 @@ TEST(CompilerCache, UnusableCacheDirectoryFallsBackToEagerWithAWarning) {
   EXPECT_TRUE(test::bits_equal(y, fn(x)));  // interpreted: eager's kernels, bit for bit
   EXPECT_NE(err.find("cannot create the cache directory"), std::string::npos) << err;
   EXPECT_NE(err.find("runs through eager interpretation"), std::string::npos) << err;
+}
+
+TEST(CompilerCache, ThreadsAskingForOneNewLibraryShareOneBuild) {
+  // Four threads compile the same new graph at once: one compiler run, every graph works; a
+  // different graph meanwhile builds on its own.
+  ASSERT_TRUE(compiler::compiler_available());
+  const std::string root = fresh_dir("threads");
+  CacheDir guard(root);
+  compiler::clear_memory_cache();
+  const auto before = compiler::toolchain_stats();
+  std::vector<std::shared_ptr<const compiler::CompiledGraph>> graphs(5);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 5; ++i)
+    threads.emplace_back([&graphs, i] {
+      graphs[size_t(i)] = compile_graph(relu_add_mul_graph(i < 4 ? Shape{64, 8} : Shape{32, 8}));
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(compiler::toolchain_stats().compiler_runs, before.compiler_runs + 2);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(graphs[size_t(i)]);
+    Tensor x = randn(i < 4 ? Shape{64, 8} : Shape{32, 8});
+    EXPECT_TRUE(test::bits_equal(graphs[size_t(i)]->run({x})[0], relu_add_mul(x)));
+  }
+  graphs.clear();
+  compiler::clear_memory_cache();
+  std::filesystem::remove_all(root);
 }
 
 TEST(CompilerCache, DiskHitCorruptRebuildAndDirMode) {
