@@ -1,6 +1,6 @@
-// vecmath/...: the transcendental pointwise ops and the row-wise kernels built on exp/log, over
-// one [4096, 4096] float32 tensor (1024 x 1024 with --quick). Reports ns per element; run with
-// OMP_NUM_THREADS=1 for single-core numbers.
+// vecmath/...: the transcendental pointwise ops (and gelu's backward kernel) and the row-wise
+// kernels built on exp/log, over one [4096, 4096] float32 tensor (1024 x 1024 with --quick).
+// Reports ns per element; run with OMP_NUM_THREADS=1 for single-core numbers.
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "dispatch/dispatcher.h"
 #include "ember/autograd.h"
 #include "ember/ops.h"
 
@@ -29,6 +30,8 @@ EMBER_BENCH(vecmath) {
   const Tensor x = from_vector(xs, {n, n});
   const Tensor pos = from_vector(ps, {n, n});
   const Tensor targets = from_vector(ts, {n}, DType::Int64);
+  Attrs exact_gelu;  // gelu_backward's flag picks the tanh form
+  exact_gelu.flag = false;
   const std::vector<std::pair<std::string, std::function<Tensor()>>> cases = {
       {"exp", [&] { return x.exp(); }},
       {"log", [&] { return pos.log(); }},
@@ -37,6 +40,8 @@ EMBER_BENCH(vecmath) {
       {"silu", [&] { return x.silu(); }},
       {"gelu", [&] { return x.gelu(); }},
       {"gelu_tanh", [&] { return x.gelu(true); }},
+      // grad * gelu'(x), the kernel of gelu's backward (pos stands in for the incoming grad).
+      {"gelu_backward", [&] { return dispatch1(OpId::gelu_backward, {pos, x}, exact_gelu); }},
       {"softmax", [&] { return x.softmax(-1); }},
       {"log_softmax", [&] { return x.log_softmax(-1); }},
       {"logsumexp", [&] { return x.logsumexp({-1}); }},

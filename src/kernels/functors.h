@@ -6,13 +6,13 @@
 //
 // float32 transcendentals (exp, log, tanh, erf, sigmoid, silu, gelu) are written here as
 // branch-free code (range reduction through the float's bits, polynomials, selects), so that a
-// contiguous loop over them vectorizes; the libm calls they replace stay scalar. erf and gelu
-// work in double inside. float64 keeps std::, accuracy first. Largest errors over all float32
-// inputs, in ulps of the result (with and without FMA contraction): exp 0.78, log 0.84,
-// tanh 0.80, erf 0.51, gelu 0.52, sigmoid 1.37, silu 2.09; tests/kernels/functors_test.cpp
-// asserts bounds of 1, 1.5 and 2.25 on a sweep. The range reductions round with the 1.5 * 2^k
-// shift, so this must not be compiled with -ffast-math (or -fassociative-math), which would fold
-// (y + shift) - shift back to y.
+// contiguous loop over them vectorizes; the libm calls they replace stay scalar. erf works in
+// double inside; gelu and its gradient in float, with compensated steps (see there). float64
+// keeps std::, accuracy first. Largest errors over all float32 inputs, in ulps of the result
+// (with and without FMA contraction): exp 0.78, log 0.84, tanh 0.80, erf 0.51, gelu 1.98,
+// sigmoid 1.37, silu 2.09; tests/kernels/functors_test.cpp asserts bounds of 1, 1.5, 2 and 2.25
+// on a sweep. The range reductions round with the 1.5 * 2^k shift, so this must not be compiled
+// with -ffast-math (or -fassociative-math), which would fold (y + shift) - shift back to y.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -196,11 +196,11 @@ EMBER_FN float mul_sigmoid_f32(float m, float v) {
   return (q + select(c != c, 0.f, c)) * select(neg, e.s1, 1.f) * select(neg, e.s2, 1.f);
 }
 
-// ---- erf and the normal distribution, for float results (computed in double) ----
+// ---- erf, for float results (computed in double) ----
 // Near zero erf is an odd polynomial; beyond, erfc(t) = exp(-t^2) R(t) with R a rational fit of
-// exp(t^2) erfc(t), which keeps its relative accuracy far into the tail (gelu of negative
-// inputs needs x * erfc, not x * (1 + erf)). Working in double makes t^2 exact and every
-// rounding but the last negligible, for about twice the vector work of float code.
+// exp(t^2) erfc(t), which keeps its relative accuracy far into the tail. Working in double makes
+// t^2 exact and every rounding but the last negligible, for about twice the vector work of float
+// code.
 inline constexpr double kLog2eD = 1.44269504088896340736;
 inline constexpr double kLn2D = 0.69314718055994530942;
 inline constexpr double kRoundD = 6755399441055744.0;  // 1.5 * 2^52
@@ -254,22 +254,152 @@ EMBER_FN float erf_f32(float x) {
   return float(select(a < 0.5, erf_small(t), std::copysign(1.0 - erfc, t)));
 }
 
-// Phi(x) and phi(x), the standard normal CDF and density, for x in [-20, inf) (callers clamp:
-// below, x Phi(x) and x phi(x) are far below any float).
-struct NormalF64 {
-  double cdf, pdf;
-};
-EMBER_FN NormalF64 normal_f64(double x) {
-  const double t = x * kSqrt1_2;
-  const double a = std::fabs(t);
-  const double e = exp_f64_approx(-0.5 * x * x);  // exp(-t^2), x * x exact for float x
-  const double ec = e * erfcx_tail(a);            // erfc(|t|)
-  const double cdf =
-      select(a < 0.5, 0.5 + 0.5 * erf_small(t), select(t > 0, 1.0 - 0.5 * ec, 0.5 * ec));
-  return {cdf, kInvSqrt2Pi * e};
+// ---- gelu and its gradient, float ----
+// Exact gelu is x Phi(x). With u = |x| and h(u) = u Phi(-u) it is x - h for x > 0 and -h for
+// x < 0, so the negative tail keeps its relative accuracy (x (1 + erf) would cancel there).
+// h = exp(-u^2/2) N(u), where N(u) = u exp(u^2/2) Phi(-u) rises smoothly from 0 to
+// 1/sqrt(2 pi); gelu' is built from exp(-u^2/2) and M(u) = N(u) / u the same way. N and M are
+// polynomials in w = u / (u + A), a Moebius map of [0, inf) onto [0, 1) (the one division);
+// u^2 is split exactly, and exp(-u^2/2) is reduced to 2^n exp(r). Done plainly in float that
+// costs about 4 ulp in roundings alone; what holds gelu to 2 ulp, at 2.4x the speed of the
+// double-based form this replaced:
+// - exp(r) is carried as 1 + r + tail, the tail small, and multiplied in by fused
+//   multiply-adds, so the result is rounded in full only once.
+// - For small u, N is about w, and w carries the roundings of u + A and of the division. Their
+//   sum, e = u - w (u + A), is computed exactly from u and w, and N is corrected by
+//   e dN/dw / (u + A), close to R (1 - w)^2 e / A (R = N / w); for large u the error of w
+//   cancels out of N by itself.
+// - n is rounded with a bias that puts r in [ln 3/4, ln 3/2] rather than +-ln2/2, which keeps
+//   the roundings that scale with (exp(r) - 1) / exp(r) below a third of one.
+// Largest errors over all float32 inputs (with fma in hardware and emulated): gelu 1.98 ulp;
+// gelu_backward 1.87 times the condition-aware bound of tests/kernels/functors_test.cpp.
+//
+// fma_f is a fused multiply-add: one instruction with FMA hardware. Without it (the test's
+// scalar loop, non-native builds) it is emulated in double, where a product of two floats is
+// exact, so the error-free steps stay exact and the rest rounds twice at worst.
+EMBER_FN float fma_f(float a, float b, float c) {
+#if defined(__FMA__) || defined(__CUDACC__)
+  return std::fma(a, b, c);
+#else
+  return float(double(a) * double(b) + double(c));
+#endif
 }
-EMBER_FN double clamp_below(float x, float lo) {
-  return select(x < lo, double(lo), double(x));
+
+// exp(-u^2/2) for u in [0, 15], given u^2 = a2 + a2lo exactly, as 2^n (1 + (rho + tail2) / 2).
+// The reduced argument r = -u^2/2 - n ln2 is carried doubled, rho = 2r = -(u^2 + 2n ln2) (no
+// halving of u^2 needed), rounded; tail2 = 2 (exp(r) - 1 - r) and also takes what rounding rho
+// dropped, so rho + tail2 is exact to about 2^-27. s = 2^(n + 64) is a normal float for every n
+// here (down to -163): callers take the 2^-64 back out last, so a subnormal result is rounded
+// once.
+struct ExpHalfSqF {
+  float rho, tail2, s;
+};
+EMBER_FN ExpHalfSqF exp_half_sq(float a2, float a2lo) {
+  // n = round(-u^2/2 log2(e) - 0.085): the bias goes on u^2, since t only picks n.
+  const float t = fma_f(a2 + 0.1178f, -0.5f * kLog2eF, kRoundF);
+  const float n = t - kRoundF;
+  const float rh = fma_f(n, -2.f * kLn2HiF, -a2);    // exact: 2n ln2hi is, and is close to u^2
+  const float rl = fma_f(n, -2.f * kLn2LoF, -a2lo);  // small: |rl| < 6e-4
+  const float rho = rh + rl;
+  const float rlo = (rh - rho) + rl;
+  // exp(r) - 1 - r = r^2 q(r), q the minimax fit on [ln 3/4, ln 3/2] (absolute error of r^2 q
+  // 2^-27 with these float coefficients). In rho, 2 (exp(rho/2) - 1 - rho/2) = rho^2 q(rho/2)/2:
+  // the coefficients scaled by powers of two.
+  float q = fma_f(1.478474005e-03f * 0x1p-5f, rho, 8.357466199e-03f * 0x1p-4f);
+  q = fma_f(q, rho, 4.165617749e-02f * 0x1p-3f);
+  q = fma_f(q, rho, 1.666659415e-01f * 0x1p-2f);
+  q = fma_f(q, rho, 5.000002384e-01f * 0x1p-1f);
+  return {rho, fma_f(rho * rho, q, rlo), float_of((bits_of(t) << 23) + (uint32_t(127 + 64) << 23))};
+}
+
+// R(w) / 2, R = N / w, w = u / (u + 2), u in [0, 15]: degree 11 in z = w - w0, the minimax fit
+// of relative error (2^-28.3 with these float coefficients). A = 2 makes e exact (below); w0
+// is chosen so that R(w0) rounds to float almost exactly. z is exact for w >= w0 / 2, and below
+// that its rounding moves R by less than a fifth of an ulp. scripts/fit_gelu.py refits R, M (below)
+// and q and prints these constants.
+inline constexpr float kGeluW0 = 6.250433326e-01f;
+EMBER_FN float gelu_half_r(float z) {
+  // c1 + c2 z + ... + c11 z^10 as even and odd halves in z^2 (two short chains), then c0 + z (.).
+  const float z2 = z * z;
+  float e = fma_f(-6.864418089e-02f, z2, -1.201970726e-01f);
+  e = fma_f(e, z2, 1.559649855e-01f);
+  e = fma_f(e, z2, -1.252593696e-01f);
+  e = fma_f(e, z2, 1.263490617e-01f);
+  e = fma_f(e, z2, -3.102818727e-01f);
+  float o = fma_f(-1.712482274e-01f, z2, 7.038729638e-02f);
+  o = fma_f(o, z2, 3.129304945e-02f);
+  o = fma_f(o, z2, -8.027698100e-02f);
+  o = fma_f(o, z2, 1.100503653e-01f);
+  return fma_f(z, fma_f(o, z, e), 2.959473729e-01f);
+}
+
+EMBER_FN float gelu_f32(float x) {
+  // u = min(|x|, 15) on the bits: an integer min, because with a float compare the compiler
+  // copies the whole tail for the constant u = 15. NaN becomes 15 here and comes back in y.
+  const uint32_t ub = bits_of(x) & 0x7fffffffu;
+  const float u = float_of(ub < 0x41700000u ? ub : 0x41700000u);
+  const float a2 = u * u;
+  const ExpHalfSqF ex = exp_half_sq(a2, fma_f(u, u, -a2));
+  const float w = u / (u + 2.f);
+  const float rh = gelu_half_r(w - kGeluW0);
+  // e = u - w (u + 2) = (u - 2w) - w u: u - 2w is exact for u <= 2, where the correction
+  // matters (beyond, its weight (1 - w)^2 is small).
+  const float w2 = w + w;
+  const float e = fma_f(-w, u, u - w2);
+  const float t1 = 1.f - w;
+  // h 2^-n = (R/2) (2w + wlo), wlo = w (rho + tail2) + (1 - w)^2 e: the second term corrects N
+  // for the rounding of w. wlo does not depend on R, and (R/2) 2w is exact in the last fma.
+  const float wlo = fma_f(w, ex.rho, fma_f(w, ex.tail2, (t1 * t1) * e));
+  const float m = fma_f(rh, w2, rh * wlo);
+  // y - m 2^n rounded once; y = x for x > 0 and -0 below. 2^n = s 2^-64 is exact down to
+  // 2^-149; for smaller n the product is below half the least subnormal anyway.
+  const float y = select(x < 0.f, -0.f, x);
+  return fma_f(m, ex.s * -5.42101086e-20f, y);  // 2^-64
+}
+
+// gelu'(x) = Phi(x) + x phi(x): with u = |x| and d = Phi(-u) - u phi(u), it is d for x < 0 and
+// 1 - d for x > 0. d = exp(-u^2/2) (M(u) - c u), c = 1/sqrt(2 pi), with M a polynomial in
+// w = u / (u + 3) fitted for absolute error relative to M + c u: the size of the two terms, which
+// is what gelu_backward's accuracy is measured against, so M needs no relative accuracy where
+// c u dominates, and a lower degree. The fit is centred on the root of M - c u (u = 0.75, where
+// d changes sign), and its constant is taken together with c u first: c0 - c u is exact there,
+// so d keeps its absolute accuracy through the cancellation.
+inline constexpr float kGeluBwdW0 = 2.004342675e-01f;
+inline constexpr float kGeluBwdC0 = 2.998788953e-01f;  // M(u0), u0 = 3 w0 / (1 - w0)
+inline constexpr float kInvSqrt2PiHiF = float(kInvSqrt2Pi);
+inline constexpr float kInvSqrt2PiLoF = float(kInvSqrt2Pi - double(kInvSqrt2PiHiF));
+// (M(u) - c0) / z, z = w - w0: degree 8 (with c0, the fit's absolute error is 2^-28.6 of
+// M + c u over u in [0, 15]).
+EMBER_FN float gelu_bwd_t(float z) {
+  const float z2 = z * z;
+  float e = fma_f(2.537036128e-02f, z2, -2.736195549e-02f);
+  e = fma_f(e, z2, 1.077151522e-01f);
+  e = fma_f(e, z2, -3.845900297e-01f);
+  e = fma_f(e, z2, -8.138005137e-01f);
+  float o = fma_f(-4.100465775e-02f, z2, 4.054289311e-02f);
+  o = fma_f(o, z2, -7.667038590e-02f);
+  o = fma_f(o, z2, 8.479762673e-01f);
+  return fma_f(o, z, e);
+}
+
+EMBER_FN float gelu_bwd_f32(float g, float x) {
+  // u = min(|x|, 15), keeping NaN (the result has no other path for it).
+  const float ax = float_of(bits_of(x) & 0x7fffffffu);
+  const float u = select(ax > 15.f, 15.f, ax);
+  const float a2 = u * u;
+  const ExpHalfSqF ex = exp_half_sq(a2, fma_f(u, u, -a2));
+  const float z = u / (u + 3.f) - kGeluBwdW0;
+  // M - c u = q0 + v: q0 = c0 - c_hi u rounded once, v = z T - c_lo u the rest.
+  // d 2^-n = (q0 + v) (1 + p), p = exp(r) - 1, summed so that the only full-size rounding is
+  // the last (p's own rounding costs a third of an ulp at most, within the bound).
+  const float q0 = fma_f(-kInvSqrt2PiHiF, u, kGeluBwdC0);
+  const float v = fma_f(z, gelu_bwd_t(z), -kInvSqrt2PiLoF * u);
+  const float p = 0.5f * (ex.rho + ex.tail2);
+  const float d = q0 + fma_f(q0, p, fma_f(v, p, v));
+  const float dn = (d * ex.s) * 5.42101086e-20f;  // d 2^n, rounded once even if subnormal
+  // g d for x <= 0, g - g d for x > 0, each rounded once.
+  const bool pos = x > 0.f;
+  return fma_f(g, select(pos, -dn, dn), select(pos, g, 0.f));
 }
 
 }  // namespace detail
@@ -388,10 +518,7 @@ struct Silu {
 // keeps the negative tail accurate where 1 + erf(x / sqrt(2)) would cancel. The float form
 // returns -0 at -inf (the limit), float64 NaN (-inf * 0).
 struct Gelu {
-  EMBER_FN float operator()(float a) const {
-    const double x = detail::clamp_below(a, -20.f);
-    return float(x * detail::normal_f64(x).cdf);
-  }
+  EMBER_FN float operator()(float a) const { return detail::gelu_f32(a); }
   template <class T>
   EMBER_FN T operator()(T a) const {
     return T(0.5) * a * std::erfc(-a * T(kSqrt1_2));
@@ -412,14 +539,10 @@ struct GeluTanh {
     return T(0.5) * a * (T(1) + std::tanh(inner));
   }
 };
-// grad * gelu'(x): d/dx x*Phi(x) = Phi(x) + x*phi(x). The float form clamps x to [-20, 20],
-// where gelu' is 0 and 1 to float precision, so that +-inf give 0 and 1 (float64: NaN).
+// grad * gelu'(x): d/dx x*Phi(x) = Phi(x) + x*phi(x). The float form clamps |x| to 15, where
+// gelu' is 0 and 1 to float precision, so that +-inf give 0 and 1 (float64: NaN).
 struct GeluBackward {
-  EMBER_FN float operator()(float g, float a) const {
-    const double x = detail::select(a > 20.f, 20.0, detail::clamp_below(a, -20.f));
-    const detail::NormalF64 n = detail::normal_f64(x);
-    return float(double(g) * (n.cdf + x * n.pdf));
-  }
+  EMBER_FN float operator()(float g, float a) const { return detail::gelu_bwd_f32(g, a); }
   template <class T>
   EMBER_FN T operator()(T g, T x) const {
     T cdf = T(0.5) * std::erfc(-x * T(kSqrt1_2));

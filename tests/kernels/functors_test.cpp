@@ -184,10 +184,12 @@ TEST(FunctorAccuracy, Silu) {
   expect_within("silu", r, 2.25);
 }
 
+// gelu is computed in float (kernels/functors.h says how): 2 ulp, not 1, over all inputs
+// (1.98 at worst).
 TEST(FunctorAccuracy, Gelu) {
   auto r = sweep([](const Tensor& t) { return t.gelu(); }, [](float x) { return fn::Gelu{}(x); },
                  ref_gelu);
-  expect_within("gelu", r, 1.0);
+  expect_within("gelu", r, 2.0);
 }
 
 // The tanh form rounds its argument u to float, and sigmoid(2u) magnifies that error by about
@@ -204,8 +206,9 @@ TEST(FunctorAccuracy, GeluTanh) {
   expect_within("gelu_tanh (fraction of the bound)", r, 1.0);
 }
 
-// gelu'(x) = Phi(x) + x phi(x) cancels near its root (x = -0.75): the bound is 1 ulp plus
-// 2^-26 of the size of the two terms.
+// gelu'(x) = Phi(x) + x phi(x) cancels near its root (x = -0.75): the bound is 2 ulp plus
+// 2^-25 of the size of the two terms (twice what a double-based form holds; the float form
+// reaches 0.93 of it over all inputs).
 TEST(FunctorAccuracy, GeluBackward) {
   ErrorFn err = [](float x, float got, double ref) {
     const double e = ulp_error(x, got, ref);
@@ -213,7 +216,7 @@ TEST(FunctorAccuracy, GeluBackward) {
     const double xd = x;
     const double terms =
         0.5 * std::erfc(-xd * M_SQRT1_2) + std::fabs(xd) * std::exp(-0.5 * xd * xd) * 0.4;
-    return e / (1 + terms * 0x1p-26 / ulp_at(ref));
+    return e / (2 + terms * 0x1p-25 / ulp_at(ref));
   };
   Attrs exact;
   exact.flag = false;
@@ -308,10 +311,21 @@ TEST(FunctorSpecials, GeluForms) {
     EXPECT_LT(f(-7.f), 0.f) << tanh_form;
     EXPECT_GT(f(-7.f), -1e-9f) << tanh_form;
   }
+  // The exact form keeps the sign of zero, and results down in the subnormals.
+  EXPECT_TRUE(std::signbit(fn::Gelu{}(-0.f)));
+  EXPECT_FALSE(std::signbit(fn::Gelu{}(0.f)));
+  EXPECT_LT(fn::Gelu{}(-13.5f), 0.f);
+  EXPECT_GT(fn::Gelu{}(-13.5f), -FLT_MIN);
+  EXPECT_TRUE(std::isnan(fn::Gelu{}(-kNaNF)));
   EXPECT_EQ(fn::GeluBackward{}(1.f, kInfF), 1.f);
   EXPECT_EQ(fn::GeluBackward{}(1.f, -kInfF), 0.f);
   EXPECT_TRUE(std::isnan(fn::GeluBackward{}(1.f, kNaNF)));
+  EXPECT_TRUE(std::isnan(fn::GeluBackward{}(1.f, -kNaNF)));
+  EXPECT_TRUE(std::isnan(fn::GeluBackward{}(kNaNF, 1.f)));
   EXPECT_EQ(fn::GeluBackward{}(2.f, 0.f), 1.f);
+  EXPECT_EQ(fn::GeluBackward{}(2.f, -0.f), 1.f);
+  EXPECT_EQ(fn::GeluBackward{}(3.f, 1e30f), 3.f);
+  EXPECT_LT(fn::GeluBackward{}(1.f, -14.f), 0.f);  // -|x| phi(x), subnormal
 }
 
 // float64 stays on libm.
