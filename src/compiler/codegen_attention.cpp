@@ -190,7 +190,7 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
        << "    }\n";
   } else {
     // A transpose, in blocks of 16 keys: the block's rows of k stay in L1 while every e is
-    // read from them (row by row over all keys took 15% longer at 256 keys).
+    // read from them (15% faster than row by row over all keys, at 256 keys).
     os << "    // k transposed in blocks of 16 keys\n"
        << "    for (int64_t j0 = 0; j0 < S; j0 += 16) {\n"
        << "      const int64_t j1 = j0 + 16 < S ? j0 + 16 : S;\n"
@@ -280,30 +280,30 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
   os << "          st[jj] = jj < n ? " << x << " : " << ninf << ";\n"
      << "        }\n"
      << "      }\n"
-     << "      " << T << " mx[QB], inv[QB];\n"
-     << "      for (int64_t t = 0; t < QB; ++t) {\n"
-     << "        if (t >= nq) {\n"
-     << "          mx[t] = " << T << "(0);\n"
-     << "          continue;\n"
-     << "        }\n"
-     << "        vec m = *reinterpret_cast<const vec*>(s + t * SP);\n"
-     << "        for (int64_t c = W; c < nvt; c += W) {\n"
-     << "          const vec y = *reinterpret_cast<const vec*>(s + t * SP + c);\n"
-     << "          m = m < y ? y : m;\n"
-     << "        }\n"
-     << "        mx[t] = ember_hmax_" << sfx << "(m);\n"
-     << "      }\n"
+     << "      " << T << " mx[QB], inv[QB];\n";
+  // Row t's vectors up to nvt folded into one (`fold` combines a and y), then reduced across
+  // lanes by ember_h<op>; `out` takes the result.
+  auto row_reduce = [&](const char* op, const char* fold, const std::string& out) {
+    os << "        vec a = *reinterpret_cast<const vec*>(s + t * SP);\n"
+       << "        for (int64_t c = W; c < nvt; c += W) {\n"
+       << "          const vec y = *reinterpret_cast<const vec*>(s + t * SP + c);\n"
+       << "          " << fold << ";\n"
+       << "        }\n"
+       << "        " << out << "ember_h" << op << "_" << sfx << "(a);\n";
+  };
+  os << "      for (int64_t t = nq; t < QB; ++t) mx[t] = " << T << "(0);\n"
+     << "      for (int64_t t = 0; t < nq; ++t) {\n";
+  row_reduce("max", "a = a < y ? y : a", "mx[t] = ");
+  os << "      }\n"
      << "#pragma omp simd\n"
      << "      for (int64_t j = 0; j < nvt; ++j) {\n"
      << "#pragma GCC unroll 8\n"
      << "        for (int64_t t = 0; t < QB; ++t)\n"
      << "          s[t * SP + j] = ember::fn::Exp{}(s[t * SP + j] - mx[t]);\n"
      << "      }\n"
-     << "      for (int64_t t = 0; t < nq; ++t) {\n"
-     << "        vec sum = *reinterpret_cast<const vec*>(s + t * SP);\n"
-     << "        for (int64_t c = W; c < nvt; c += W) sum += *reinterpret_cast<const vec*>(s + t * SP + c);\n"
-     << "        inv[t] = " << T << "(1) / ember_hsum_" << sfx << "(sum);\n"
-     << "      }\n"
+     << "      for (int64_t t = 0; t < nq; ++t) {\n";
+  row_reduce("sum", "a += y", "inv[t] = " + std::string(T) + "(1) / ");
+  os << "      }\n"
      << "      for (int64_t t = nq; t < QB; ++t)\n"
      << "        for (int64_t j = 0; j < jmax; ++j) s[t * SP + j] = " << T << "(0);\n";
   if (probs_out) {

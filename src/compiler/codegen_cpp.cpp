@@ -86,6 +86,14 @@ RowIndex row_index(const graph::Value& v, const Shape& out) {
   return ri;
 }
 
+void emit_functor_line(std::ostringstream& os, const graph::Node& node, const char* T,
+                       const std::string& indent) {
+  os << indent << "const " << T << " " << var(node.outputs[0]) << " = ember::fn::"
+     << fused_op_info(node)->functor << "{}(";
+  for (size_t a = 0; a < node.inputs.size(); ++a) os << (a ? ", " : "") << var(node.inputs[a]);
+  os << ");\n";
+}
+
 void emit_elementwise(std::ostringstream& os, const FusionGroup& grp,
                       const std::vector<const graph::Node*>& nodes,
                       const std::vector<std::string>& idx, const char* T, const char* indent,
@@ -99,14 +107,7 @@ void emit_elementwise(std::ostringstream& os, const FusionGroup& grp,
       os << indent << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "["
          << idx[j] << "];\n";
   }
-  for (const graph::Node* node : nodes) {
-    const FusedOpInfo* f = fused_op_info(*node);
-    os << indent << "const " << T << " " << var(node->outputs[0]) << " = ember::fn::"
-       << f->functor << "{}(";
-    for (size_t a = 0; a < node->inputs.size(); ++a)
-      os << (a ? ", " : "") << var(node->inputs[a]);
-    os << ");\n";
-  }
+  for (const graph::Node* node : nodes) emit_functor_line(os, *node, T, indent);
 }
 
 std::vector<std::string> emit_row_bases(std::ostringstream& os, const FusionGroup& grp,
@@ -176,12 +177,7 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
            << " + " << o << "_j * " << g.meta.strides.back() << "] : " << T << "(0);\n";
         continue;
       }
-      const FusedOpInfo* f = fused_op_info(*node);
-      os << in << "const " << T << " " << var(node->outputs[0]) << " = ember::fn::"
-         << f->functor << "{}(";
-      for (size_t a = 0; a < node->inputs.size(); ++a)
-        os << (a ? ", " : "") << var(node->inputs[a]);
-      os << ");\n";
+      emit_functor_line(os, *node, T, in);
     }
   };
   if (uses_row_loop(grp)) {

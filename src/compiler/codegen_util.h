@@ -31,8 +31,12 @@ std::vector<std::string> emit_row_bases(std::ostringstream& os, const FusionGrou
                                         const Shape& out, const char* indent,
                                         const std::vector<const graph::Value*>& skip = {});
 
+// One fused node as a line: `const T v<id> = ember::fn::<Functor>{}(v<a>, ...)`.
+void emit_functor_line(std::ostringstream& os, const graph::Node& node, const char* T,
+                       const std::string& indent);
+
 // Emits the loads of the group inputs that `nodes` (or also_read) read, then the nodes, one a
-// line, each as `const T v<id> = ember::fn::<Functor>{}(...)`.
+// line (emit_functor_line).
 void emit_elementwise(std::ostringstream& os, const FusionGroup& grp,
                       const std::vector<const graph::Node*>& nodes,
                       const std::vector<std::string>& idx, const char* T, const char* indent,

@@ -34,12 +34,12 @@ std::vector<int> plan_gemm_pairs(const std::vector<const graph::Node*>& steps) {
   std::vector<int> pair(steps.size(), -1);
   for (size_t s = 0; s < steps.size(); ++s) {
     if (pair[s] >= 0 || !steps[s] || !pairable_matmul(*steps[s])) continue;
-    // Values that depend on the first matmul: its result and views of it.
+    // The first matmul's results (a view of them in between ends the search).
     std::vector<const graph::Value*> tainted(steps[s]->outputs.begin(), steps[s]->outputs.end());
     for (size_t t = s + 1; t < steps.size() && t <= s + kWindow; ++t) {
       const graph::Node* n = steps[t];
       if (!n) break;  // a generated kernel: stop looking
-      if (pairable_matmul(*n) && pair[t] < 0) {
+      if (pairable_matmul(*n)) {  // the next matmul: never paired yet (pairs form forward)
         if (!reads_any(*n, tainted)) {
           pair[s] = int(t);
           pair[t] = int(s);

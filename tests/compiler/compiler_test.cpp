@@ -143,7 +143,7 @@ TEST_F(CompilerTest, ViewsOfInputsLaidOutOtherwiseThanCapturedStayCorrect) {
   }
 }
 
-TEST_F(CompilerTest, ConstantsAreComputedOnceButNeverHandedOutShared) {
+TEST_F(CompilerTest, InputFreeValuesStayRightAcrossCallsAndHandedOutOnesAreFresh) {
   // The mask depends on no input: computed by the first call, reused after. A constant the
   // graph returns is made afresh each call, so writing into it cannot leak into the next.
   auto fn = [](const Tensor& x) {
