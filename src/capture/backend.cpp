@@ -23,6 +23,7 @@ class EagerRunnable : public Runnable {
 class EagerBackend : public Backend {
  public:
   std::string name() const override { return "eager"; }
+  bool bitwise_eager() const override { return true; }
   std::shared_ptr<const Runnable> compile(std::shared_ptr<const graph::Graph> g) override {
     return std::make_shared<EagerRunnable>(std::move(g));
   }

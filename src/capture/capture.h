@@ -34,6 +34,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual std::shared_ptr<const Runnable> compile(std::shared_ptr<const graph::Graph> g) = 0;
+  // Whether the backend gives eager's results bit for bit. Graphs for such a backend are not
+  // rearranged in ways that change rounding (training.cpp).
+  virtual bool bitwise_eager() const { return false; }
 };
 // "eager" and whatever else was registered; throws for an unknown name.
 Backend& backend(const std::string& name);

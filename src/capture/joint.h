@@ -59,8 +59,10 @@ struct Partition {
 };
 
 // Splits `j`; forward values that are cheap to recompute are recomputed in the backward rather
-// than saved (the rule is documented in partition.cpp).
-Partition partition_joint(const JointGraph& j);
+// than saved (the rule is documented in partition.cpp). With `reorder_products`, transposed
+// matmul products in the backward are computed in the transposed order (Graph::
+// transpose_matmul_products), which sums in another order than eager.
+Partition partition_joint(const JointGraph& j, bool reorder_products = false);
 
 // The training form of g for inputs whose requires_grad flags are `input_rg`: forward and
 // backward compiled with `be`. Null (with `why`) when g must run with per-op autograd.

@@ -60,7 +60,7 @@ graph::Value* add_input_like(graph::Graph& dst, const graph::Value* v, graph::In
 
 }  // namespace
 
-Partition partition_joint(const JointGraph& j) {
+Partition partition_joint(const JointGraph& j, bool reorder_products) {
   const graph::Graph& J = *j.g;
   const auto& nodes = J.nodes();
   const size_t nf = j.num_forward_nodes;
@@ -189,6 +189,9 @@ Partition partition_joint(const JointGraph& j) {
   bwd->set_outputs(std::move(bouts));
   bwd->eliminate_dead_code();
   bwd->eliminate_common_subexpressions();
+  // Weight grads come out of the joint graph as transposed products; computed the other way
+  // round they are contiguous, so the grad is taken as it is rather than copied.
+  if (reorder_products) bwd->transpose_matmul_products();
   fwd->validate();
   bwd->validate();
   p.forward = std::move(fwd);

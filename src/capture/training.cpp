@@ -137,7 +137,7 @@ std::shared_ptr<const Runnable> compile_training(Backend& be, std::shared_ptr<co
   try {
     if (!build_joint(*g, input_rg, &j, why)) return nullptr;
     if (j.diff_outputs.empty()) return std::make_shared<NoHistoryRunnable>(be.compile(g));
-    plan->part = partition_joint(j);
+    plan->part = partition_joint(j, !be.bitwise_eager());
   } catch (const std::exception& e) {
     // A grad formula that fails on these shapes fails the same way under per-op autograd, at
     // backward time, as it would in eager mode.

@@ -104,6 +104,10 @@ class Graph {
   // they remove (pointers to those dangle afterwards) and renumber the rest densely.
   int eliminate_dead_code();        // returns nodes removed
   int eliminate_common_subexpressions();  // same op, attrs and inputs -> one node (not random ops)
+  // transpose(a @ b) -> b^T @ a^T when the product has no other reader: the result comes out
+  // contiguous instead of as a transposed view (a linear layer's weight grad). Returns the
+  // products rewritten.
+  int transpose_matmul_products();
 
   // Runs the graph through the full dispatcher (so autograd records when inputs require
   // grad); applies mutations by copy_ into the given input tensors. Returns the outputs.

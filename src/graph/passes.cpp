@@ -1,4 +1,5 @@
-// Graph cleanup passes: dead code elimination and common subexpression elimination.
+// Graph cleanup passes: dead code elimination, common subexpression elimination, and
+// transposed matmul products computed in the transposed order.
 #include <algorithm>
 #include <unordered_map>
 
@@ -19,6 +20,19 @@ size_t node_key(const Node& n) {
 bool same_computation(const Node& a, const Node& b) {
   return a.op == b.op && a.no_grad == b.no_grad && a.inputs == b.inputs &&
          same_attrs(a.op, a.attrs, b.attrs);
+}
+
+// The permutation that swaps the last two of nd dims.
+Shape swap_last_two(size_t nd) {
+  Shape dims(nd);
+  for (size_t k = 0; k < nd; ++k) dims[k] = int64_t(k);
+  std::swap(dims[nd - 2], dims[nd - 1]);
+  return dims;
+}
+
+bool swaps_last_two(const Node& n) {
+  return n.op == OpId::permute && n.attrs.dims.size() >= 2 &&
+         n.attrs.dims == swap_last_two(n.attrs.dims.size());
 }
 
 }  // namespace
@@ -122,6 +136,83 @@ int Graph::eliminate_common_subexpressions() {
   nodes_ = std::move(kept);
   renumber();
   return removed;
+}
+
+int Graph::transpose_matmul_products() {
+  std::vector<int> readers(values_.size(), 0);
+  // Values a view reads: the view's layout was derived from theirs, so they keep it.
+  std::vector<char> viewed(values_.size(), 0);
+  for (const auto& n : nodes_)
+    for (const Value* v : n->inputs) {
+      ++readers[size_t(v->id)];
+      viewed[size_t(v->id)] |= op_info(n->op).kind == OpKind::View;
+    }
+  for (const Value* v : outputs_) ++readers[size_t(v->id)];
+  for (const Mutation& m : mutations_) readers[size_t(m.target->id)] = readers[size_t(m.value->id)] = 2;
+
+  std::vector<Value*> replace(values_.size(), nullptr);
+  std::vector<std::vector<std::unique_ptr<Node>>> after(nodes_.size());
+  int rewritten = 0;
+  const size_t original = nodes_.size();
+  for (size_t i = 0; i < original; ++i) {
+    const Node& t = *nodes_[i];
+    if (!swaps_last_two(t)) continue;
+    const Value* product = t.inputs[0];
+    const Node* mm = product->producer;
+    if (!mm || mm->op != OpId::matmul || readers[size_t(product->id)] != 1 ||
+        viewed[size_t(t.outputs[0]->id)] ||
+        mm->no_grad != t.no_grad || t.attrs.dims.size() != product->meta.sizes.size())
+      continue;
+    Value* a = mm->inputs[0];
+    Value* b = mm->inputs[1];
+    if (a->meta.sizes.size() < 2 || b->meta.sizes.size() < 2) continue;
+    // The transpose of an operand: the permute's input when the operand is one, else a new
+    // (free) transposed view.
+    auto transposed = [&](Value* v) -> Value* {
+      if (v->producer && swaps_last_two(*v->producer)) return v->producer->inputs[0];
+      Attrs attrs;
+      attrs.dims = swap_last_two(v->meta.sizes.size());
+      return add_node(OpId::permute, {v}, attrs, {}, t.loc)->outputs[0];
+    };
+    Value* bt = transposed(b);
+    Value* at = transposed(a);
+    Node* swapped = add_node(OpId::matmul, {bt, at}, Attrs{}, {}, mm->loc);
+    if (swapped->outputs[0]->meta.sizes != t.outputs[0]->meta.sizes) {
+      // Batch dims broadcast differently in the swapped product: leave this one alone (the
+      // nodes just added are dead and go below).
+      continue;
+    }
+    replace[size_t(t.outputs[0]->id)] = swapped->outputs[0];
+    ++rewritten;
+    // The added nodes (at the end of nodes_) move to just after t, past their inputs.
+    for (size_t k = original; k < nodes_.size(); ++k) after[i].push_back(std::move(nodes_[k]));
+    nodes_.resize(original);
+  }
+  // Nodes added for a rewrite that was given up on.
+  for (size_t k = original; k < nodes_.size(); ++k) after[original - 1].push_back(std::move(nodes_[k]));
+  nodes_.resize(original);
+  if (rewritten == 0) {
+    for (auto& extra : after)
+      for (auto& n : extra) nodes_.push_back(std::move(n));
+    if (nodes_.size() > original) eliminate_dead_code();
+    return 0;
+  }
+  auto resolve = [&](Value* v) {
+    return size_t(v->id) < replace.size() && replace[size_t(v->id)] ? replace[size_t(v->id)] : v;
+  };
+  std::vector<std::unique_ptr<Node>> order;
+  for (size_t i = 0; i < original; ++i) {
+    order.push_back(std::move(nodes_[i]));
+    for (auto& n : after[i]) order.push_back(std::move(n));
+  }
+  for (auto& n : order)
+    for (Value*& v : n->inputs) v = resolve(v);
+  for (Value*& v : outputs_) v = resolve(v);
+  for (Mutation& m : mutations_) m.value = resolve(m.value);
+  nodes_ = std::move(order);
+  renumber();
+  eliminate_dead_code();
+  return rewritten;
 }
 
 }  // namespace ember::graph

@@ -392,6 +392,63 @@ TEST(Graph, CommonSubexpressionsRewireEveryOutputOfAMultiOutputNode) {
   expect_bit_equal(before[1], after[1]);
 }
 
+// A weight grad's shape: t(x^T @ dy) becomes dy^T @ x, contiguous, with the same values; a
+// product with a second reader, and a transpose that a view reads, stay as they are.
+TEST(Graph, TransposedMatmulProductsAreComputedInTheOtherOrder) {
+  Graph g;
+  Value* x = g.add_input(meta({3, 5, 8}), kCPU, InputKind::Argument, "x");
+  Value* dy = g.add_input(meta({3, 5, 6}), kCPU, InputKind::Argument, "dy");
+  Attrs flat_x, flat_dy, t2, t3;
+  flat_x.shape = {15, 8};
+  flat_dy.shape = {15, 6};
+  t2.dims = {1, 0};
+  t3.dims = {0, 2, 1};
+  Value* xf = g.add_node(OpId::view, {x}, flat_x, {})->outputs[0];
+  Value* dyf = g.add_node(OpId::view, {dy}, flat_dy, {})->outputs[0];
+  Value* xt = g.add_node(OpId::permute, {xf}, t2, {})->outputs[0];
+  Value* prod = g.add_node(OpId::matmul, {xt, dyf}, {}, {})->outputs[0];  // [8, 6]
+  Value* grad = g.add_node(OpId::permute, {prod}, t2, {})->outputs[0];    // [6, 8], strided
+  // Batched, with a second reader of the product: kept.
+  Value* xtb = g.add_node(OpId::permute, {x}, t3, {})->outputs[0];        // [3, 8, 5]
+  Value* pb = g.add_node(OpId::matmul, {xtb, dy}, {}, {})->outputs[0];    // [3, 8, 6]
+  Value* pbt = g.add_node(OpId::permute, {pb}, t3, {})->outputs[0];
+  Value* other = g.add_node(OpId::neg, {pb}, {}, {})->outputs[0];
+  // Batched, transpose read by a view: kept.
+  Value* pc = g.add_node(OpId::matmul, {xtb, dy}, {}, {})->outputs[0];
+  Value* pct = g.add_node(OpId::permute, {pc}, t3, {})->outputs[0];
+  Attrs same;
+  same.shape = {3, 6, 8};
+  Value* pcv = g.add_node(OpId::view, {pct}, same, {})->outputs[0];
+  // Batched with one reader: rewritten, through the batch dims.
+  Value* pd = g.add_node(OpId::matmul, {xtb, dy}, {}, {})->outputs[0];
+  Value* pdt = g.add_node(OpId::permute, {pd}, t3, {})->outputs[0];
+  Value* pde = g.add_node(OpId::exp, {pdt}, {}, {})->outputs[0];
+  g.set_outputs({grad, pbt, other, pcv, pde});
+  EXPECT_EQ(grad->meta.strides, (Shape{1, 6}));
+
+  const Tensor xv = randn({3, 5, 8}), dyv = randn({3, 5, 6});
+  const std::vector<Tensor> before = g.interpret({xv, dyv});
+  EXPECT_EQ(g.transpose_matmul_products(), 2);
+  g.validate();
+  const Value* out = g.outputs()[0];
+  ASSERT_EQ(out->producer->op, OpId::matmul);
+  EXPECT_EQ(out->meta.sizes, (Shape{6, 8}));
+  EXPECT_EQ(out->meta.strides, (Shape{8, 1}));
+  // x^T's transpose is x's flat view again, not a permute of a permute.
+  EXPECT_EQ(out->producer->inputs[1]->producer->op, OpId::view);
+  EXPECT_EQ(g.outputs()[1]->producer->op, OpId::permute);
+  EXPECT_EQ(g.outputs()[4]->producer->inputs[0]->producer->op, OpId::matmul);
+  const std::vector<Tensor> after = g.interpret({xv, dyv});
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) {
+    // Sums of 5 or 15 products in another order: within a few float roundings.
+    const double diff = (after[i].to(DType::Float64) - before[i].to(DType::Float64)).abs().amax().item();
+    EXPECT_LT(diff, 1e-5) << "output " << i;
+  }
+  EXPECT_TRUE(after[0].is_contiguous());
+  EXPECT_EQ(g.transpose_matmul_products(), 0);
+}
+
 TEST(Graph, CommonSubexpressionsKeepDistinctOutputsAndRandomDraws) {
   Graph g;
   Value* x = g.add_input(meta({5}), kCPU, InputKind::Argument, "x");
