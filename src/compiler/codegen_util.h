@@ -47,6 +47,9 @@ void emit_attention_helpers(std::ostringstream& os);
 // An attention group's kernel (see FusionGroup::attn_qk).
 void emit_attention_kernel(std::ostringstream& os, const std::string& name,
                            const FusionGroup& grp);
+// An attention backward group's kernel (see FusionGroup::attn_bwd).
+void emit_attention_backward_kernel(std::ostringstream& os, const std::string& name,
+                                    const FusionGroup& grp);
 // A column group's kernel (see FusionGroup::col).
 void emit_column_kernel(std::ostringstream& os, const std::string& name, const FusionGroup& grp);
 

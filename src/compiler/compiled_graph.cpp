@@ -210,9 +210,14 @@ std::vector<Tensor> CompiledGraph::execute(const std::vector<Tensor>& inputs,
   // From here on, inputs are read through env only (a graph without write-backs has no
   // in-place targets), and each is released after its last reader.
   if (owned) owned->clear();
+  if (step_profile_enabled())
+    std::call_once(step_names_once_, [&] {
+      for (size_t s = 0; s < steps_.size(); ++s) step_names_.push_back(describe_step(s));
+    });
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& st = steps_[s];
-    StepTimer timer([&, s] { return describe_step(s); });
+    StepTimer timer(
+        [&, s] { return s < step_names_.size() ? step_names_[s] : describe_step(s); });
     if (pair_of_[s] > int(s)) {
       // The views between the pair first (they do not need the first matmul), then both.
       const size_t s2 = size_t(pair_of_[s]);
@@ -327,8 +332,9 @@ std::string CompiledGraph::describe_step(size_t s) const {
            value_type_str(*st.node->outputs[0]);
   auto kernel = [&](int k) {
     const FusionGroup& g = plan_.groups[size_t(k)];
-    std::string d = g.col       ? "columns"
-                    : g.attn_qk ? "attention"
+    std::string d = g.col        ? "columns"
+                    : g.attn_qk  ? "attention"
+                    : g.attn_bwd ? "attention backward"
                     : g.gemm    ? "gemm + epilogue"
                     : g.row     ? "row"
                                 : "pointwise";
@@ -361,7 +367,8 @@ void CompiledGraph::plan_in_place_writes(const std::vector<StepIO>& io) {
         at = s;
     if (at == io.size() || steps_[at].kernel < 0) continue;
     const FusionGroup& grp = plan_.groups[size_t(steps_[at].kernel)];
-    if (grp.row || grp.gemm || grp.attn_qk || grp.col || grp.output != m.value) continue;
+    if (grp.row || grp.gemm || grp.attn_qk || grp.attn_bwd || grp.col || grp.output != m.value)
+      continue;
     // Nothing reads the old contents afterwards, and the kernel reads the target only
     // directly (a view of it would be read at other elements than the one written).
     bool conflict = false;
@@ -450,7 +457,8 @@ std::vector<KernelBatch> CompiledGraph::plan_batches() {
   auto plain = [&](size_t s) {
     if (steps_[s].kernel < 0) return false;
     const FusionGroup& grp = plan_.groups[size_t(steps_[s].kernel)];
-    return !grp.row && !grp.gemm && !grp.attn_qk && !grp.col && grp.extra_outputs.empty();
+    return !grp.row && !grp.gemm && !grp.attn_qk && !grp.attn_bwd && !grp.col &&
+           grp.extra_outputs.empty();
   };
   // Whether v is read element for element by a kernel over n elements.
   auto identity = [](const graph::Value* v, const FusionGroup& reader) {

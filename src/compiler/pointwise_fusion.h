@@ -7,6 +7,7 @@
 // feeding its input and those consuming its output run in the same per-row kernel. An
 // attention group is a softmax row group with the matmuls around it (see attn_qk).
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,28 @@ struct FusionGroup {
   // A column group: `col` is a sum or mean over every dim but the last of a contiguous float
   // tensor (a bias grad), the group's only node; the kernel sums each column over the rows.
   const graph::Node* col = nullptr;
+  // An attention backward group: the grads of q, k and v through p = softmax(q k^T * scale + mask)
+  // and y = p @ v, from y's grad g and the saved p, each batch matrix in one pass with
+  // everything in cache (the traced backward's four matmuls and the softmax grad):
+  //   dp = g @ v^T,  ds = p * (dp - rowsum(dp * p)) * scale,
+  //   dv = p^T @ g,  dq = ds @ k,  dk^T = q^T @ ds.
+  // inputs are {g [.., T, D], v^T [.., D, T], p [.., T, T], k [.., T, D], q}, q being q^T
+  // [.., D, T] when k's grad is computed as dk^T = q^T @ ds, or q [.., T, D] when as
+  // dk = ds^T @ q (`dk_transposed` says which); the results are the values of dq, dk (or dk^T)
+  // and dv, `output` the last of them in graph order and extra_outputs the other two. Work past a row's last nonzero probability (a causal mask's
+  // zeros) is skipped.
+  // When the three grads are only merged back into one [B, T, 3 * H * D] grad of the packed
+  // qkv (heads moved next to each other, each placed by a slice_backward, the three added),
+  // the group takes those nodes too: `output` is the merged grad, which the kernel writes
+  // directly (merged_start: where q's, k's and v's columns start), with no extra outputs.
+  struct AttentionBackward {
+    const graph::Node *dp = nullptr, *dv = nullptr, *dq = nullptr, *dk = nullptr;
+    bool dk_transposed = true;
+    double scale = 1;
+    const graph::Value* merged = nullptr;
+    int64_t merged_start[3] = {0, 0, 0};  // q, k, v
+  };
+  std::optional<AttentionBackward> attn_bwd;
 };
 
 // Whether n is a row op the compiler generates: softmax, log_softmax or layer_norm over the
