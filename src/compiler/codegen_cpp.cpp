@@ -466,7 +466,7 @@ std::string batch_name(size_t b) { return "batch_" + std::to_string(b); }
 
 bool uses_row_loop(const FusionGroup& grp) {
   const Shape& out = grp.output->meta.sizes;
-  if (grp.row || grp.attn_qk || grp.attn_bwd) return false;
+  if (grp.row || grp.attn_qk || grp.attn_bwd || grp.ln_bwd) return false;
   for (const graph::Node* n : grp.nodes)
     if (n->op == OpId::slice_backward) return true;  // its select needs the column
   if (out.size() < 2 || out.back() < 16) return false;
@@ -520,6 +520,8 @@ std::string generate_cpp(const FusionPlan& plan, const std::vector<KernelBatch>&
       emit_column_kernel(os, kernel_name(k), plan.groups[k]);
     else if (plan.groups[k].attn_bwd)
       emit_attention_backward_kernel(os, kernel_name(k), plan.groups[k]);
+    else if (plan.groups[k].ln_bwd)
+      emit_layer_norm_backward_kernel(os, kernel_name(k), plan.groups[k]);
     else if (plan.groups[k].attn_qk)
       emit_attention_kernel(os, kernel_name(k), plan.groups[k]);
     else if (plan.groups[k].row)

@@ -50,6 +50,9 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
 // An attention backward group's kernel (see FusionGroup::attn_bwd).
 void emit_attention_backward_kernel(std::ostringstream& os, const std::string& name,
                                     const FusionGroup& grp);
+// A layer_norm backward group's kernel (see FusionGroup::ln_bwd).
+void emit_layer_norm_backward_kernel(std::ostringstream& os, const std::string& name,
+                                     const FusionGroup& grp);
 // A column group's kernel (see FusionGroup::col).
 void emit_column_kernel(std::ostringstream& os, const std::string& name, const FusionGroup& grp);
 

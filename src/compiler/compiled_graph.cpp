@@ -335,6 +335,7 @@ std::string CompiledGraph::describe_step(size_t s) const {
     std::string d = g.col        ? "columns"
                     : g.attn_qk  ? "attention"
                     : g.attn_bwd ? "attention backward"
+                    : g.ln_bwd   ? "layer_norm backward"
                     : g.gemm    ? "gemm + epilogue"
                     : g.row     ? "row"
                                 : "pointwise";
@@ -367,7 +368,8 @@ void CompiledGraph::plan_in_place_writes(const std::vector<StepIO>& io) {
         at = s;
     if (at == io.size() || steps_[at].kernel < 0) continue;
     const FusionGroup& grp = plan_.groups[size_t(steps_[at].kernel)];
-    if (grp.row || grp.gemm || grp.attn_qk || grp.attn_bwd || grp.col || grp.output != m.value)
+    if (grp.row || grp.gemm || grp.attn_qk || grp.attn_bwd || grp.ln_bwd || grp.col ||
+        grp.output != m.value)
       continue;
     // Nothing reads the old contents afterwards, and the kernel reads the target only
     // directly (a view of it would be read at other elements than the one written).
@@ -457,7 +459,7 @@ std::vector<KernelBatch> CompiledGraph::plan_batches() {
   auto plain = [&](size_t s) {
     if (steps_[s].kernel < 0) return false;
     const FusionGroup& grp = plan_.groups[size_t(steps_[s].kernel)];
-    return !grp.row && !grp.gemm && !grp.attn_qk && !grp.attn_bwd && !grp.col &&
+    return !grp.row && !grp.gemm && !grp.attn_qk && !grp.attn_bwd && !grp.ln_bwd && !grp.col &&
            grp.extra_outputs.empty();
   };
   // Whether v is read element for element by a kernel over n elements.

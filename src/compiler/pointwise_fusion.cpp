@@ -3,11 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_map>
 
 #include "compiler/decompositions.h"
+#include "compiler/pattern_groups.h"
 #include "core/shape.h"
-#include "graph/graph_util.h"
 
 namespace ember::compiler {
 
@@ -91,9 +90,6 @@ bool has_slice_backward(const FusionGroup& grp) {
   return false;
 }
 
-bool contiguous(const graph::Value& v) {
-  return v.meta.offset == 0 && v.meta.strides == contiguous_strides(v.meta.sizes);
-}
 
 // Whether n is a matmul the compiler runs as a gemm accumulating onto its consumer's other
 // terms: float32/float64 matrices on the CPU with a contiguous result.
@@ -199,213 +195,11 @@ void try_attention(FusionGroup& grp, const std::vector<int>& uses,
   }
 }
 
-// Whether v = permute(of) swapping of's last two dims.
-bool transpose_of(const graph::Value* v, const graph::Value* of) {
-  const graph::Node* n = v->producer;
-  if (!n || n->op != OpId::permute || n->inputs[0] != of) return false;
-  const Shape& d = n->attrs.dims;
-  const size_t nd = d.size();
-  if (nd < 2 || d[nd - 2] != int64_t(nd) - 1 || d[nd - 1] != int64_t(nd) - 2) return false;
-  for (size_t k = 0; k + 2 < nd; ++k)
-    if (d[k] != int64_t(k)) return false;
-  return true;
-}
-
-// Where the view and clone nodes between `src` and `x` put src's elements: whether x[b, t, c]
-// is src's element (b, h, t, d) with c = h * D + d, for src [B, H, T, D] contiguous, or, with
-// `transposed`, src [B, H, D, T] holding element (b, h, t, d) at (b, h, d, t). Checked
-// element by element by walking each of x's positions back through the buffers it views.
-bool merges_heads(const graph::Value* src, const graph::Value* x, bool transposed) {
-  const Shape& s = src->meta.sizes;
-  const Shape& xs = x->meta.sizes;
-  if (s.size() != 4 || xs.size() != 3) return false;
-  const int64_t B = s[0], H = s[1], T = transposed ? s[3] : s[2], D = transposed ? s[2] : s[3];
-  if (xs[0] != B || xs[1] != T || xs[2] != H * D) return false;
-  std::vector<int64_t> idx(3);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t c = 0; c < H * D; ++c) {
-        // The position in the buffer x views, then up through each clone to the buffer its
-        // input views, until src's own buffer.
-        const graph::Value* v = x;
-        int64_t p = v->meta.offset + b * v->meta.strides[0] + t * v->meta.strides[1] +
-                    c * v->meta.strides[2];
-        for (;;) {
-          const graph::Value* root = graph::view_root(v);
-          if (root == src) break;
-          const graph::Node* n = root->producer;
-          if (!n || n->op != OpId::clone) return false;
-          v = n->inputs[0];
-          int64_t q = v->meta.offset, rest = p;
-          for (size_t k = v->meta.sizes.size(); k-- > 0;) {
-            q += rest % v->meta.sizes[k] * v->meta.strides[k];
-            rest /= v->meta.sizes[k];
-          }
-          p = q;
-        }
-        const int64_t h = c / D, d = c % D;
-        const int64_t want = transposed ? ((b * H + h) * D + d) * T + t : ((b * H + h) * T + t) * D + d;
-        if (p != want) return false;
-      }
-  return true;
-}
-
-// The attention backward around a row sum s = sum(dp * p, last dim, keepdim) (FusionGroup::
-// attn_bwd): fills `out` and returns the nodes it fuses, or nothing. `pos` gives each node's
-// position in the graph.
-std::vector<const graph::Node*> match_attention_backward(
-    const graph::Node& s, const std::vector<int>& uses,
-    const std::vector<std::vector<const graph::Node*>>& readers,
-    const std::unordered_map<const graph::Node*, size_t>& pos,
-    FusionGroup::AttentionBackward* out) {
-  auto only_reader = [&](const graph::Value* v) -> const graph::Node* {
-    return uses[size_t(v->id)] == 1 && readers[size_t(v->id)].size() == 1 ? readers[size_t(v->id)][0]
-                                                                        : nullptr;
-  };
-  if (s.op != OpId::sum || s.inputs.size() != 1) return {};
-  const graph::Value* x = s.inputs[0];
-  const size_t nd = x->meta.sizes.size();
-  if (!s.attrs.keepdim || nd < 2 || s.attrs.dims != Shape{int64_t(nd) - 1})
-    return {};
-  const graph::Node* m1 = x->producer;
-  if (!m1 || m1->op != OpId::mul || uses[size_t(x->id)] != 1) return {};
-  // m1 = dp * p (either order), dp a matmul's product read by m1 and d = dp - s only.
-  const bool dp_first = m1->inputs[0]->producer && m1->inputs[0]->producer->op == OpId::matmul;
-  const graph::Value* dp = m1->inputs[dp_first ? 0 : 1];
-  const graph::Value* p = m1->inputs[dp_first ? 1 : 0];
-  if (!dp->producer || dp->producer->op != OpId::matmul || uses[size_t(dp->id)] != 2) return {};
-  const graph::Node* d = only_reader(s.outputs[0]);
-  if (!d || d->op != OpId::sub || d->inputs[0] != dp || d->inputs[1] != s.outputs[0]) return {};
-  const graph::Node* m2 = only_reader(d->outputs[0]);
-  if (!m2 || m2->op != OpId::mul ||
-      !((m2->inputs[0] == p && m2->inputs[1] == d->outputs[0]) ||
-        (m2->inputs[1] == p && m2->inputs[0] == d->outputs[0])))
-    return {};
-  std::vector<const graph::Node*> nodes = {dp->producer, m1, &s, d, m2};
-  // An optional scale: ds = m2 * c, c a scalar constant.
-  const graph::Value* ds = m2->outputs[0];
-  double scale = 1;
-  if (const graph::Node* m3 = only_reader(ds); m3 && m3->op == OpId::mul) {
-    const graph::Value* c = m3->inputs[m3->inputs[0] == ds ? 1 : 0];
-    if (!c->meta.sizes.empty() || !c->producer || c->producer->op != OpId::full) return {};
-    scale = c->producer->attrs.value;
-    ds = m3->outputs[0];
-    nodes.push_back(m3);
-  }
-  if (uses[size_t(ds->id)] != 2 || readers[size_t(ds->id)].size() != 2) return {};
-  // dq = ds @ k, and dk^T = q^T @ ds or dk = ds^T @ q.
-  const graph::Node* dq = nullptr;
-  const graph::Node* dkt = nullptr;
-  const graph::Node* dst = nullptr;  // the permute making ds^T, in the second form
-  for (const graph::Node* r : readers[size_t(ds->id)]) {
-    if (r->op == OpId::matmul && r->inputs[0] == ds && r->inputs[1] != ds) dq = r;
-    if (r->op == OpId::matmul && r->inputs[1] == ds && r->inputs[0] != ds) dkt = r;
-    if (transpose_of(r->outputs[0], ds)) {
-      const graph::Node* m = only_reader(r->outputs[0]);
-      if (m && m->op == OpId::matmul && m->inputs[0] == r->outputs[0] && m->inputs[1] != ds) {
-        dst = r;
-        dkt = m;
-      }
-    }
-  }
-  const bool dk_transposed = !dst;
-  const graph::Node* dpm = dp->producer;
-  const graph::Value* g = dpm->inputs[0];
-  const graph::Node* dv = nullptr;
-  for (const graph::Node* r : readers[size_t(g->id)])
-    if (r->op == OpId::matmul && r->inputs[1] == g && transpose_of(r->inputs[0], p)) dv = r;
-  if (!dq || !dkt || !dv) return {};
-  // Shapes: p [.., T, T], g and k [.., T, D], v^T and q^T [.., D, T], one batch, float32.
-  const Shape& ps = p->meta.sizes;
-  const int64_t t = ps[nd - 1], dd = g->meta.sizes.back();
-  if (ps[nd - 2] != t || t % 16 || dd % 16 || t > 512 || dd > 256) return {};
-  const graph::Value* ins[] = {g, dpm->inputs[1], p, dq->inputs[1],
-                               dkt->inputs[dk_transposed ? 0 : 1]};
-  const Shape batch(ps.begin(), ps.end() - 2);
-  const bool rows_td[] = {true, false, true, true, !dk_transposed};
-  for (size_t i = 0; i < 5; ++i) {
-    const graph::Value& v = *ins[i];
-    if (v.meta.dtype != DType::Float32 || v.device != kCPU || v.meta.sizes.size() != nd ||
-        !std::equal(batch.begin(), batch.end(), v.meta.sizes.begin()))
-      return {};
-    const int64_t r = v.meta.sizes[nd - 2], c = v.meta.sizes[nd - 1];
-    if (i == 2 ? (r != t || c != t || v.meta.strides[nd - 1] != 1)
-               : rows_td[i] ? (r != t || c != dd) : (r != dd || c != t))
-      return {};
-  }
-  for (const graph::Node* m : {dq, dkt, dv})
-    if (!contiguous(*m->outputs[0])) return {};
-  nodes.insert(nodes.end(), {dv, dq, dkt});
-  if (dst) nodes.push_back(dst);
-  // The kernel runs at the last of its nodes: the results' readers must all come after it.
-  size_t last = 0;
-  for (const graph::Node* n : nodes) last = std::max(last, pos.at(n));
-  bool readers_after = true;
-  for (const graph::Node* m : {dq, dkt, dv})
-    for (const graph::Node* r : readers[size_t(m->outputs[0]->id)])
-      readers_after = readers_after && pos.at(r) > last;
-  *out = {dpm, dv, dq, dkt, dk_transposed, scale};
-  // The head merge: each result through single-reader views and clones to a slice_backward
-  // along the last dim, the three slices adding up to one value.
-  const graph::Node* slices[3] = {nullptr, nullptr, nullptr};
-  std::vector<const graph::Node*> chain;
-  const graph::Node* results[3] = {dq, dkt, dv};
-  for (int r = 0; r < 3; ++r) {
-    const graph::Value* v = results[r]->outputs[0];
-    const graph::Node* n = only_reader(v);
-    while (n && (n->op == OpId::view || n->op == OpId::permute || n->op == OpId::clone)) {
-      chain.push_back(n);
-      v = n->outputs[0];
-      n = only_reader(v);
-    }
-    if (!n || n->op != OpId::slice_backward || n->attrs.step != 1 || n->attrs.dim != 2 ||
-        !merges_heads(results[r]->outputs[0], v, r == 1 && dk_transposed))
-      return readers_after ? nodes : std::vector<const graph::Node*>{};
-    slices[r] = n;
-  }
-  // add(add(s1, s2), s3) in any order, over slices that tile the last dim.
-  const graph::Node* a1 = only_reader(slices[0]->outputs[0]);
-  const graph::Node* a2 = nullptr;
-  auto sum_of = [&](const graph::Node* a, const graph::Node* x, const graph::Node* y) {
-    return a && a->op == OpId::add &&
-           ((a->inputs[0] == x->outputs[0] && a->inputs[1] == y->outputs[0]) ||
-            (a->inputs[1] == x->outputs[0] && a->inputs[0] == y->outputs[0]));
-  };
-  for (int first = 0; first < 3 && !a2; ++first)
-    for (int second = 0; second < 3 && !a2; ++second) {
-      if (first == second) continue;
-      const int third = 3 - first - second;
-      const graph::Node* inner = only_reader(slices[first]->outputs[0]);
-      if (!sum_of(inner, slices[first], slices[second])) continue;
-      const graph::Node* outer = only_reader(inner->outputs[0]);
-      if (outer && outer->op == OpId::add &&
-          ((outer->inputs[0] == inner->outputs[0] && outer->inputs[1] == slices[third]->outputs[0]) ||
-           (outer->inputs[1] == inner->outputs[0] && outer->inputs[0] == slices[third]->outputs[0]))) {
-        a1 = inner;
-        a2 = outer;
-      }
-    }
-  const std::vector<const graph::Node*> unmerged =
-      readers_after ? nodes : std::vector<const graph::Node*>{};
-  if (!a2 || !contiguous(*a2->outputs[0])) return unmerged;
-  const int64_t width = a2->outputs[0]->meta.sizes.back();
-  std::vector<std::pair<int64_t, int64_t>> spans;
-  for (const graph::Node* sl : slices) {
-    if (sl->outputs[0]->meta.sizes != a2->outputs[0]->meta.sizes) return unmerged;
-    spans.push_back({sl->attrs.start, sl->attrs.end});
-  }
-  std::sort(spans.begin(), spans.end());
-  if (spans[0].first != 0 || spans[0].second != spans[1].first ||
-      spans[1].second != spans[2].first || spans[2].second != width)
-    return unmerged;
-  nodes.insert(nodes.end(), chain.begin(), chain.end());
-  nodes.insert(nodes.end(), {slices[0], slices[1], slices[2], a1, a2});
-  out->merged = a2->outputs[0];
-  for (int r = 0; r < 3; ++r) out->merged_start[r] = slices[r]->attrs.start;
-  return nodes;
-}
-
 }  // namespace
+
+bool contiguous(const graph::Value& v) {
+  return v.meta.offset == 0 && v.meta.strides == contiguous_strides(v.meta.sizes);
+}
 
 bool can_fuse_row(const graph::Node& n) {
   if (!row_decomposition(n)) return false;  // the table says which ops are row ops
@@ -479,23 +273,9 @@ FusionPlan plan_fusion(const graph::Graph& g) {
   for (const auto& n : nodes)
     for (const graph::Value* v : n->inputs) readers[size_t(v->id)].push_back(n.get());
 
-  // Attention backward groups first: their nodes are taken out of the greedy grouping below.
-  std::unordered_map<const graph::Node*, size_t> pos;
-  for (size_t i = 0; i < nodes.size(); ++i) pos[nodes[i].get()] = i;
+  // Groups for known subgraphs first: their nodes are taken out of the greedy grouping below.
   std::vector<char> taken(nodes.size(), 0);
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    FusionGroup::AttentionBackward ab;
-    std::vector<const graph::Node*> fused =
-        match_attention_backward(*nodes[i], uses, readers, pos, &ab);
-    bool free = !fused.empty();
-    for (const graph::Node* n : fused) free = free && !taken[pos.at(n)];
-    if (!free) continue;
-    for (const graph::Node* n : fused) taken[pos.at(n)] = 1;
-    FusionGroup group;
-    group.nodes = std::move(fused);
-    group.attn_bwd = ab;
-    plan.groups.push_back(std::move(group));
-  }
+  plan_pattern_groups(g, uses, readers, taken, plan.groups);
 
   for (size_t i = 0; i < nodes.size(); ++i) {
     const graph::Node& n = *nodes[i];
@@ -582,22 +362,7 @@ FusionPlan plan_fusion(const graph::Graph& g) {
           grp.inputs.push_back(v);
     for (const graph::Node* n : grp.nodes)
       plan.group_of_node[size_t(index_of[size_t(n->outputs[0]->id)])] = int(kept.size());
-    if (grp.attn_bwd) {  // fixed arguments; the results in graph order, the last one the root
-      const FusionGroup::AttentionBackward& ab = *grp.attn_bwd;
-      grp.inputs = {ab.dp->inputs[0], ab.dp->inputs[1], ab.dv->inputs[0]->producer->inputs[0],
-                    ab.dq->inputs[1], ab.dk->inputs[ab.dk_transposed ? 0 : 1]};
-      std::vector<const graph::Value*> res = {ab.dq->outputs[0], ab.dk->outputs[0],
-                                              ab.dv->outputs[0]};
-      std::sort(res.begin(), res.end(), [&](const graph::Value* a, const graph::Value* b) {
-        return index_of[size_t(a->id)] < index_of[size_t(b->id)];
-      });
-      grp.output = res.back();
-      grp.extra_outputs = {res[0], res[1]};
-      if (ab.merged) {
-        grp.output = ab.merged;
-        grp.extra_outputs.clear();
-      }
-    }
+    finish_pattern_group(grp, index_of);
     if (grp.gemm)
       plan.group_of_node[size_t(index_of[size_t(grp.gemm->outputs[0]->id)])] = int(kept.size());
     kept.push_back(std::move(grp));

@@ -78,12 +78,27 @@ struct FusionGroup {
     int64_t merged_start[3] = {0, 0, 0};  // q, k, v
   };
   std::optional<AttentionBackward> attn_bwd;
+  // A layer_norm backward group (pattern_groups.cpp): dx, and the weight and bias grads when
+  // the graph has them, in one pass over the rows. inputs are {x, mean, rstd, g, w} and, when
+  // dx is added to another grad r, r; the kernel writes dx (or r + dx), and sums g * xhat and g
+  // over the rows per thread, in blocks of 32 rows, adding the threads' sums in thread order.
+  struct LayerNormBackward {
+    const graph::Node* dx = nullptr;   // rstd * centered
+    const graph::Node* add = nullptr;  // r + dx, or null
+    const graph::Node* dw = nullptr;   // sum of g * xhat over the leading dims, or null
+    const graph::Node* db = nullptr;   // sum of g over the leading dims, or null
+    const graph::Value *x = nullptr, *mean = nullptr, *rstd = nullptr, *g = nullptr,
+                       *w = nullptr, *r = nullptr;
+  };
+  std::optional<LayerNormBackward> ln_bwd;
 };
 
 // Whether n is a row op the compiler generates: softmax, log_softmax or layer_norm over the
 // last dim of a float32/float64 CPU tensor (layer_norm's weight and bias contiguous, of x's
 // dtype); decompositions.h says how each decomposes.
 bool can_fuse_row(const graph::Node& n);
+// Whether v is laid out contiguously from its buffer's start.
+bool contiguous(const graph::Value& v);
 // Whether n is a column reduction the compiler generates (FusionGroup::col).
 bool can_fuse_columns(const graph::Node& n);
 
