@@ -139,13 +139,35 @@ constexpr const char* kBody = R"(extern "C" void @NAME@(void* const* args) {
   const float* __restrict K = static_cast<const float*>(args[3]);   // @VK@
   const float* __restrict QT = static_cast<const float*>(args[4]);  // @VQT@
 @OUTS@  constexpr int64_t NB = @NB@;
+  // The input matrices of batch entry bh: g, v^T, p, k, q^T (or q).
+  auto locate = [&](int64_t bh, const float** m) {
+@OFFSETS@  };
 #pragma omp parallel if (NB > 1)
   {
     Buf* bp = static_cast<Buf*>(::operator new(sizeof(Buf), std::align_val_t(64)));
     Buf& b = *bp;
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < NB; ++bh) {
-@OFFSETS@
+      const float* mats[5];
+      locate(bh, mats);
+      const float* __restrict g = mats[0];
+      const float* __restrict vt = mats[1];
+      const float* __restrict p = mats[2];
+      const float* __restrict k = mats[3];
+      const float* __restrict qt = mats[4];
+      if (bh + 1 < NB) {  // the next entry's inputs, fetched while this one computes
+        const float* nx[5];
+        locate(bh + 1, nx);
+        for (int64_t i = 0; i < T; ++i) {
+          for (int64_t c = 0; c < T; c += W) __builtin_prefetch(nx[2] + i * @PR@ + c);
+          for (int64_t d = 0; d < D; d += W) {
+            __builtin_prefetch(nx[0] + i * @GR@ + d * @GC@);
+            __builtin_prefetch(nx[1] + d * @VR@ + i * @VC@);
+            __builtin_prefetch(nx[3] + i * @KR@ + d * @KC@);
+            __builtin_prefetch(nx[4] + d * @QR@ + i * @QC@);
+          }
+        }
+      }
       for (int64_t i = 0; i < T; ++i)
         for (int64_t d = 0; d < D; ++d) {
           b.g[i][d] = g[i * @GR@ + d * @GC@];
@@ -210,18 +232,17 @@ void emit_attention_backward_kernel(std::ostringstream& os, const std::string& n
   };
   // Each input's offset for batch matrix bh: its batch indices times its batch strides.
   std::ostringstream off;
-  off << "      int64_t rest = bh;\n";
+  off << "    int64_t rest = bh;\n";
   std::vector<std::string> idx(batch.size());
   for (size_t k = batch.size(); k-- > 0;) {
     idx[k] = "bi" + std::to_string(k);
-    off << "      const int64_t " << idx[k] << " = rest % " << batch[k] << ";\n"
-        << "      rest /= " << batch[k] << ";\n";
+    off << "    const int64_t " << idx[k] << " = rest % " << batch[k] << ";\n"
+        << "    rest /= " << batch[k] << ";\n";
   }
-  off << "      (void)rest;\n";
-  const char* names[5] = {"g", "vt", "p", "k", "qt"};
+  off << "    (void)rest;\n";
   const char* bases[5] = {"G", "VT", "P", "K", "QT"};
   for (size_t a = 0; a < 5; ++a) {
-    off << "      const float* __restrict " << names[a] << " = " << bases[a];
+    off << "    m[" << a << "] = " << bases[a];
     for (size_t k = 0; k < batch.size(); ++k)
       if (batch[k] > 1) off << " + " << idx[k] << " * " << stride(in[a], k);
     off << ";\n";
