@@ -16,22 +16,23 @@
 namespace ember::test {
 namespace {
 
-void follow_eager(double dropout) {
+void follow_eager(const nn::GPTConfig& cfg, const CompileOptions& opts) {
   CacheDir dir(kSharedCompilerCache);
   reset_compile_caches();
   manual_seed(3);
-  auto eager = std::make_shared<nn::GPT>(tiny_gpt(dropout));
+  auto eager = std::make_shared<nn::GPT>(cfg);
   manual_seed(3);
-  auto model = std::make_shared<nn::GPT>(tiny_gpt(dropout));
+  auto model = std::make_shared<nn::GPT>(cfg);
   auto loss_fn = compile([m = model](const Tensor& x, const Tensor& y) { return m->loss(x, y); },
-                         compiler_opts());
+                         opts);
   optim::AdamW opt_e(optim::decay_groups(*eager, 0.1), 3e-3);
   optim::AdamW opt_c(optim::decay_groups(*model, 0.1), 3e-3);
   constexpr int kSteps = 20;
   manual_seed(5);
   std::vector<std::pair<Tensor, Tensor>> batches;
   for (int s = 0; s < kSteps; ++s)
-    batches.push_back({randint(0, 11, {4, 8}), randint(0, 11, {4, 8})});
+    batches.push_back({randint(0, cfg.vocab_size, {4, cfg.block_size}),
+                       randint(0, cfg.vocab_size, {4, cfg.block_size})});
   auto train = [&](auto&& loss_of, optim::AdamW& opt) {
     std::vector<double> losses;
     manual_seed(9);
@@ -92,11 +93,22 @@ TEST(GPTTrainingCompile, ModuleWrapperForwardTrains) {
 }
 
 TEST(GPTTrainingCompile, CompilerFollowsEager) {
-  follow_eager(0.0);
+  follow_eager(tiny_gpt(0.0), compiler_opts());
 }
 
 TEST(GPTTrainingCompile, CompilerWithDropoutFollowsEager) {
-  follow_eager(0.1);
+  follow_eager(tiny_gpt(0.1), compiler_opts());
+}
+
+// Heads of 16 over 16 positions: the backward runs the attention and layer_norm backward
+// kernels, and still follows eager.
+TEST(GPTTrainingCompile, CompilerFollowsEagerThroughTheBackwardKernels) {
+  nn::GPTConfig cfg = tiny_gpt(0.0);
+  cfg.block_size = 16;
+  cfg.n_embd = 32;
+  follow_eager(cfg, spy_opts());
+  EXPECT_TRUE(has(all_sources(), "attention backward over 8 matrices of 16 x 16"));
+  EXPECT_TRUE(has(all_sources(), "layer_norm backward over 64 rows of 32"));
 }
 
 }  // namespace
