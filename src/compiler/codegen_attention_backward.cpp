@@ -265,8 +265,8 @@ void emit_attention_backward_kernel(std::ostringstream& os, const std::string& n
     for (int r = 0; r < 3; ++r) {
       outs << "  float* __restrict " << vars[r] << " = static_cast<float*>(args[" << slot(res[r])
            << "]);  // " << value_type_str(*res[r]->outputs[0]) << "\n";
-      results << "      float* __restrict " << locals[r] << " = " << vars[r] << " + bh * "
-              << t * d << ";\n";
+      results << "      float* __restrict " << locals[r] << " = " << vars[r] << " + bh * " << t * d
+              << ";\n";
     }
   }
   std::ostringstream scale;
@@ -302,8 +302,8 @@ void emit_attention_backward_kernel(std::ostringstream& os, const std::string& n
       {"VQT", value_type_str(*in[4])},
       {"OFFSETS", off.str()},
   };
-  os << "// " << name << ": attention backward over " << shape_numel(batch) << " matrices of "
-     << t << " x " << t << " probabilities, head size " << d << "; fuses\n";
+  os << "// " << name << ": attention backward over " << shape_numel(batch) << " matrices of " << t
+     << " x " << t << " probabilities, head size " << d << "; fuses\n";
   for (const graph::Node* n : grp.nodes) os << "//   " << node_str(*n) << "\n";
   os << fill(kHelpers, keys) << fill(kBody, keys);
 }

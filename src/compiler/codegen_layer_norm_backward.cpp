@@ -36,8 +36,8 @@ void emit_layer_norm_backward_kernel(std::ostringstream& os, const std::string& 
   for (size_t i = 0; i < nin; ++i)
     os << "  const " << T << "* __restrict " << in_names[i] << " = static_cast<const " << T
        << "*>(args[" << i << "]);  // " << value_type_str(*grp.inputs[i]) << "\n";
-  os << "  " << T << "* __restrict dx = static_cast<" << T << "*>(args[" << slot(dxn)
-     << "]);  // " << value_type_str(*dxn->outputs[0]) << "\n";
+  os << "  " << T << "* __restrict dx = static_cast<" << T << "*>(args[" << slot(dxn) << "]);  // "
+     << value_type_str(*dxn->outputs[0]) << "\n";
   if (lb.dw)
     os << "  " << T << "* __restrict dw = static_cast<" << T << "*>(args[" << slot(lb.dw)
        << "]);\n";
@@ -98,8 +98,7 @@ void emit_layer_norm_backward_kernel(std::ostringstream& os, const std::string& 
        << "        sb += part[2 * C * t + C + j];\n"
        << "      }\n"
        << (lb.dw ? "      dw[j] = sw;\n" : "") << (lb.db ? "      db[j] = sb;\n" : "")
-       << (lb.dw ? "" : "      (void)sw;\n") << (lb.db ? "" : "      (void)sb;\n")
-       << "    }\n";
+       << (lb.dw ? "" : "      (void)sw;\n") << (lb.db ? "" : "      (void)sb;\n") << "    }\n";
   os << "  }\n";
   if (sums) os << "  ::operator delete(part, std::align_val_t(64));\n";
   os << "}\n\n";

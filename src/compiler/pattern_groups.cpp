@@ -60,7 +60,8 @@ bool merges_heads(const graph::Value* src, const graph::Value* x, bool transpose
           p = q;
         }
         const int64_t h = c / D, d = c % D;
-        const int64_t want = transposed ? ((b * H + h) * D + d) * T + t : ((b * H + h) * T + t) * D + d;
+        const int64_t want =
+            transposed ? ((b * H + h) * D + d) * T + t : ((b * H + h) * T + t) * D + d;
         if (p != want) return false;
       }
   return true;
@@ -75,14 +76,14 @@ std::vector<const graph::Node*> match_attention_backward(const graph::Node& s,
                                                          const Positions& pos,
                                                          FusionGroup::AttentionBackward* out) {
   auto only_reader = [&](const graph::Value* v) -> const graph::Node* {
-    return uses[size_t(v->id)] == 1 && readers[size_t(v->id)].size() == 1 ? readers[size_t(v->id)][0]
-                                                                        : nullptr;
+    return uses[size_t(v->id)] == 1 && readers[size_t(v->id)].size() == 1
+               ? readers[size_t(v->id)][0]
+               : nullptr;
   };
   if (s.op != OpId::sum || s.inputs.size() != 1) return {};
   const graph::Value* x = s.inputs[0];
   const size_t nd = x->meta.sizes.size();
-  if (!s.attrs.keepdim || nd < 2 || s.attrs.dims != Shape{int64_t(nd) - 1})
-    return {};
+  if (!s.attrs.keepdim || nd < 2 || s.attrs.dims != Shape{int64_t(nd) - 1}) return {};
   const graph::Node* m1 = x->producer;
   if (!m1 || m1->op != OpId::mul || uses[size_t(x->id)] != 1) return {};
   // m1 = dp * p (either order), dp a matmul's product read by m1 and d = dp - s only.
@@ -145,8 +146,9 @@ std::vector<const graph::Node*> match_attention_backward(const graph::Node& s,
         !std::equal(batch.begin(), batch.end(), v.meta.sizes.begin()))
       return {};
     const int64_t r = v.meta.sizes[nd - 2], c = v.meta.sizes[nd - 1];
-    if (i == 2 ? (r != t || c != t || v.meta.strides[nd - 1] != 1)
-               : rows_td[i] ? (r != t || c != dd) : (r != dd || c != t))
+    if (i == 2       ? (r != t || c != t || v.meta.strides[nd - 1] != 1)
+        : rows_td[i] ? (r != t || c != dd)
+                     : (r != dd || c != t))
       return {};
   }
   for (const graph::Node* m : {dq, dkt, dv})
@@ -180,7 +182,7 @@ std::vector<const graph::Node*> match_attention_backward(const graph::Node& s,
     slices[r] = n;
   }
   // add(add(s1, s2), s3) in any order, over slices that tile the last dim.
-  const graph::Node* a1 = only_reader(slices[0]->outputs[0]);
+  const graph::Node* a1 = nullptr;
   const graph::Node* a2 = nullptr;
   auto sum_of = [&](const graph::Node* a, const graph::Node* x, const graph::Node* y) {
     return a && a->op == OpId::add &&
@@ -194,9 +196,7 @@ std::vector<const graph::Node*> match_attention_backward(const graph::Node& s,
       const graph::Node* inner = only_reader(slices[first]->outputs[0]);
       if (!sum_of(inner, slices[first], slices[second])) continue;
       const graph::Node* outer = only_reader(inner->outputs[0]);
-      if (outer && outer->op == OpId::add &&
-          ((outer->inputs[0] == inner->outputs[0] && outer->inputs[1] == slices[third]->outputs[0]) ||
-           (outer->inputs[1] == inner->outputs[0] && outer->inputs[0] == slices[third]->outputs[0]))) {
+      if (sum_of(outer, inner, slices[third])) {
         a1 = inner;
         a2 = outer;
       }
@@ -220,7 +220,6 @@ std::vector<const graph::Node*> match_attention_backward(const graph::Node& s,
   for (int r = 0; r < 3; ++r) out->merged_start[r] = slices[r]->attrs.start;
   return nodes;
 }
-
 
 // The layer_norm backward ending in dx = mul(rstd, centered) (FusionGroup::ln_bwd), as
 // grad_layer_norm (ops/norm_ops.cpp) traces it with a weight:
@@ -320,8 +319,7 @@ std::vector<const graph::Node*> match_layer_norm_backward(const graph::Node& dx,
     for (const graph::Node* r : readers[size_t(res->outputs[0]->id)])
       if (r != add && pos.at(r) < end) return {};
   }
-  const graph::Value* r =
-      add ? add->inputs[add->inputs[0] == dx.outputs[0] ? 1 : 0] : nullptr;
+  const graph::Value* r = add ? add->inputs[add->inputs[0] == dx.outputs[0] ? 1 : 0] : nullptr;
   *out = {&dx, add, dw, db, x, mean, rstd, g, w, r};
   return nodes;
 }

@@ -16,16 +16,6 @@ namespace {
 
 using capture::Partition;
 
-// |a - b| <= atol + rtol |b| elementwise, same shapes.
-::testing::AssertionResult close(const Tensor& a, const Tensor& b, double rtol, double atol) {
-  if (a.sizes() != b.sizes()) return ::testing::AssertionFailure() << "shapes differ";
-  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
-  for (size_t i = 0; i < x.size(); ++i)
-    if (!(std::abs(x[i] - y[i]) <= atol + rtol * std::abs(y[i])))
-      return ::testing::AssertionFailure() << "element " << i << ": " << x[i] << " vs " << y[i];
-  return ::testing::AssertionSuccess();
-}
-
 class Training : public ::testing::Test {
  protected:
   void SetUp() override { reset_compile_caches(); }

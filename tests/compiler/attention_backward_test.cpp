@@ -20,12 +20,7 @@ using test::spy_opts;
 
 // Float32 grads summed in another order than OpenBLAS's: within rtol 1e-4, atol 1e-5.
 ::testing::AssertionResult close(const Tensor& a, const Tensor& b) {
-  if (a.sizes() != b.sizes()) return ::testing::AssertionFailure() << "shapes differ";
-  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
-  for (size_t i = 0; i < x.size(); ++i)
-    if (!(std::abs(x[i] - y[i]) <= 1e-5 + 1e-4 * std::abs(y[i])))
-      return ::testing::AssertionFailure() << "element " << i << ": " << x[i] << " vs " << y[i];
-  return ::testing::AssertionSuccess();
+  return test::close(a, b, 1e-4, 1e-5);
 }
 
 // y = attention over the heads of a packed [B, T, 3 * H * D] qkv, heads merged back, weighted
@@ -81,7 +76,8 @@ TEST_F(AttentionBackwardTest, SeparateHeadsAndMasksWithZerosInsideRows) {
   std::vector<float> m(size_t(T * T), 0.f);
   for (int64_t i = 0; i < T; ++i)
     for (int64_t j = 0; j < T; ++j)
-      if (((i + 2 * j) % 5 == 0 && j != i) || (i % 3 == 0 && j > i)) m[size_t(i * T + j)] = -INFINITY;
+      if (((i + 2 * j) % 5 == 0 && j != i) || (i % 3 == 0 && j > i))
+        m[size_t(i * T + j)] = -INFINITY;
   const Tensor mask = from_vector(m, {T, T});
   auto loss = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& r) {
     Tensor p = (q.matmul(k.transpose(-2, -1)) * (1 / std::sqrt(double(D))) + mask).softmax(-1);
@@ -117,7 +113,8 @@ TEST_F(AttentionBackwardTest, SeparateHeadsAndMasksWithZerosInsideRows) {
   }
   loss_t(e[0], e[1], e[2], r).backward();
   ft(c[0], c[1], c[2], r).backward();
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(close(c[i].grad(), e[i].grad())) << names[i] << " (k^T given)";
+  for (int i = 0; i < 3; ++i)
+    EXPECT_TRUE(close(c[i].grad(), e[i].grad())) << names[i] << " (k^T given)";
   src = test::all_sources();
   EXPECT_TRUE(has(src, "attention backward over 4 matrices of 32")) << src;
   EXPECT_TRUE(has(src, "constexpr bool kDkRows = false;"));
@@ -126,7 +123,8 @@ TEST_F(AttentionBackwardTest, SeparateHeadsAndMasksWithZerosInsideRows) {
 TEST_F(AttentionBackwardTest, Float64AndOddHeadSizesStayWithTheGeneralPath) {
   // The kernel takes float32 with sequence length and head size multiples of 16; other
   // attention backwards run as before and still match eager.
-  for (auto [t, D] : {std::pair{DType::Float64, int64_t(16)}, std::pair{DType::Float32, int64_t(8)}}) {
+  for (auto [t, D] :
+       {std::pair{DType::Float64, int64_t(16)}, std::pair{DType::Float32, int64_t(8)}}) {
     auto loss = [](const Tensor& qkv, const Tensor& r) {
       return packed_attention_loss(qkv, r, 2, true);
     };

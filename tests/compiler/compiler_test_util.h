@@ -4,6 +4,7 @@
 #include <mutex>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -11,8 +12,22 @@
 #include "capture/capture.h"
 #include "compiler/compiled_graph.h"
 #include "ember/compile.h"
+#include "ember/tensor.h"
 
 namespace ember::test {
+
+// |a - b| <= atol + rtol |b| elementwise, same shapes; NaN matches NaN.
+inline ::testing::AssertionResult close(const Tensor& a, const Tensor& b, double rtol,
+                                        double atol) {
+  if (a.sizes() != b.sizes()) return ::testing::AssertionFailure() << "shapes differ";
+  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) && std::isnan(y[i])) continue;
+    if (!(std::abs(x[i] - y[i]) <= atol + rtol * std::abs(y[i])))
+      return ::testing::AssertionFailure() << "element " << i << ": " << x[i] << " vs " << y[i];
+  }
+  return ::testing::AssertionSuccess();
+}
 
 // Every compiler test compiles into this directory (kept between runs, so reruns hit the
 // cache) unless it sets a fresh one for itself.

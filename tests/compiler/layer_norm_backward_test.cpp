@@ -18,16 +18,6 @@ using test::CacheDir;
 using test::has;
 using test::spy_opts;
 
-// |a - b| <= atol + rtol |b| elementwise.
-::testing::AssertionResult near(const Tensor& a, const Tensor& b, double rtol, double atol) {
-  if (a.sizes() != b.sizes()) return ::testing::AssertionFailure() << "shapes differ";
-  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
-  for (size_t i = 0; i < x.size(); ++i)
-    if (!(std::abs(x[i] - y[i]) <= atol + rtol * std::abs(y[i])))
-      return ::testing::AssertionFailure() << "element " << i << ": " << x[i] << " vs " << y[i];
-  return ::testing::AssertionSuccess();
-}
-
 class LayerNormBackwardTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(compiler::compiler_available()); }
@@ -62,20 +52,20 @@ TEST_F(LayerNormBackwardTest, GradsMatchEagerWithAndWithoutTheResidualAndAffineG
     bool residual, affine;
   };
   // 3 x 5 rows: one thread; 40 x 33 rows: threads with partial blocks of 32.
-  for (const Case& c : {Case{{3, 5, 16}, true, true}, Case{{40, 33, 48}, true, true},
-                        Case{{40, 33, 48}, false, true}, Case{{7, 64}, true, false},
-                        Case{{7, 64}, false, false}}) {
+  for (const Case& c :
+       {Case{{3, 5, 16}, true, true}, Case{{40, 33, 48}, true, true},
+        Case{{40, 33, 48}, false, true}, Case{{7, 64}, true, false}, Case{{7, 64}, false, false}}) {
     const int64_t C = c.shape.back();
     Tensor x = randn(c.shape) * 3.0 + 1.0, w = randn({C}), b = randn({C});
     Tensor r1 = randn(c.shape), r2 = c.residual ? randn(c.shape) : Tensor();
     Grads e = grads(false, x, w, b, r1, r2, c.affine);
     Grads k = grads(true, x, w, b, r1, r2, c.affine);
-    const std::string what = shape_str(c.shape) + (c.residual ? " residual" : "") +
-                             (c.affine ? " affine" : "");
-    EXPECT_TRUE(near(k.x, e.x, 1e-4, 1e-5)) << what;
+    const std::string what =
+        shape_str(c.shape) + (c.residual ? " residual" : "") + (c.affine ? " affine" : "");
+    EXPECT_TRUE(test::close(k.x, e.x, 1e-4, 1e-5)) << what;
     if (c.affine) {
-      EXPECT_TRUE(near(k.w, e.w, 1e-4, 1e-4)) << what;
-      EXPECT_TRUE(near(k.b, e.b, 1e-4, 1e-4)) << what;
+      EXPECT_TRUE(test::close(k.w, e.w, 1e-4, 1e-4)) << what;
+      EXPECT_TRUE(test::close(k.b, e.b, 1e-4, 1e-4)) << what;
     }
     EXPECT_TRUE(has(test::all_sources(), "layer_norm backward over")) << what;
     EXPECT_EQ(has(test::all_sources(), "dr[j] = rr[j] + d;"), c.residual) << what;
@@ -92,9 +82,9 @@ TEST_F(LayerNormBackwardTest, Float32ColumnSumsStayCloseToFloat64) {
   Grads ref = grads(false, f64(x), f64(w), f64(b), f64(r1), Tensor(), true);
   // Each term is within a few float roundings of its float64 value; the sum of 8192 of them,
   // of size ~1, is within 1e-3 absolute of the exact one when summed in blocks.
-  EXPECT_TRUE(near(k.w, ref.w, 0, 1e-3));
-  EXPECT_TRUE(near(k.b, ref.b, 0, 1e-3));
-  EXPECT_TRUE(near(k.x, ref.x, 1e-4, 1e-5));
+  EXPECT_TRUE(test::close(k.w, ref.w, 0, 1e-3));
+  EXPECT_TRUE(test::close(k.b, ref.b, 0, 1e-3));
+  EXPECT_TRUE(test::close(k.x, ref.x, 1e-4, 1e-5));
   EXPECT_TRUE(has(test::all_sources(), "layer_norm backward over 8192 rows of 64"));
 }
 
@@ -105,9 +95,9 @@ TEST_F(LayerNormBackwardTest, Float64GradsMatchEagerClosely) {
   Tensor r1 = randn(s, o), r2 = randn(s, o);
   Grads e = grads(false, x, w, b, r1, r2, true);
   Grads k = grads(true, x, w, b, r1, r2, true);
-  EXPECT_TRUE(near(k.x, e.x, 1e-11, 1e-13));
-  EXPECT_TRUE(near(k.w, e.w, 1e-11, 1e-12));
-  EXPECT_TRUE(near(k.b, e.b, 1e-11, 1e-12));
+  EXPECT_TRUE(test::close(k.x, e.x, 1e-11, 1e-13));
+  EXPECT_TRUE(test::close(k.w, e.w, 1e-11, 1e-12));
+  EXPECT_TRUE(test::close(k.b, e.b, 1e-11, 1e-12));
   EXPECT_TRUE(has(test::all_sources(), "layer_norm backward over 60 rows of 24"));
 }
 

@@ -31,14 +31,7 @@ using test::spy_opts;
     return ::testing::AssertionFailure() << "metadata differs: " << a.shape_str() << " vs "
                                          << b.shape_str();
   const bool f64 = a.dtype() == DType::Float64;
-  const double rtol = f64 ? 1e-11 : 1e-4, atol = f64 ? 1e-13 : 1e-5;
-  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (std::isnan(x[i]) && std::isnan(y[i])) continue;
-    if (!(std::abs(x[i] - y[i]) <= atol + rtol * std::abs(y[i])))
-      return ::testing::AssertionFailure() << "element " << i << ": " << x[i] << " vs " << y[i];
-  }
-  return ::testing::AssertionSuccess();
+  return test::close(a, b, f64 ? 1e-11 : 1e-4, f64 ? 1e-13 : 1e-5);
 }
 
 class MatmulFusionTest : public ::testing::Test {
