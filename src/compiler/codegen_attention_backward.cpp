@@ -30,6 +30,7 @@ std::string fill(std::string text, const std::vector<std::pair<std::string, std:
 constexpr const char* kHelpers = R"(namespace @NAME@_impl {
 constexpr int64_t T = @T@, D = @D@, W = 16, DV = D / W;
 constexpr int64_t ORS = @ORS@;  // row stride of the results dq, dv (and dk when kDkRows)
+constexpr bool kMask = @MASK@;  // under attention dropout: p * m in dv, dp * m in ds
 constexpr bool kDkRows = @DKROWS@;  // dk written as rows; otherwise as dk^T [D][T] after the rest
 constexpr float kScale = @SCALE@;
 typedef float vec __attribute__((vector_size(64)));
@@ -67,7 +68,7 @@ inline void dp_block(Buf& b, int64_t i0, int64_t j0) {
 }
 // ds rows i0 .. i0 + R.
 template <int R>
-inline void ds_rows(Buf& b, const float* __restrict p, int64_t i0) {
+inline void ds_rows(Buf& b, const float* __restrict p, const float* __restrict msk, int64_t i0) {
   const int64_t n = (widest(b, i0, R) + W - 1) / W * W;
   int64_t j0 = 0;
   for (; j0 + 4 * W <= n; j0 += 4 * W) dp_block<R, 4>(b, i0, j0);
@@ -75,8 +76,13 @@ inline void ds_rows(Buf& b, const float* __restrict p, int64_t i0) {
   for (int r = 0; r < R; ++r) {
     const int64_t i = i0 + r, m = b.nz[i];
     const float* __restrict pr = p + i * @PR@;
-    const float* __restrict dp = b.dp[r];
+    float* __restrict dp = b.dp[r];
     float* __restrict ds = b.ds[i];
+    if (kMask) {
+      const float* __restrict mr = msk + i * @MR@;
+#pragma omp simd
+      for (int64_t j = 0; j < m; ++j) dp[j] *= mr[j];
+    }
     float s = 0;
 #pragma omp simd reduction(+ : s)
     for (int64_t j = 0; j < m; ++j) s += dp[j] * pr[j];
@@ -87,19 +93,20 @@ inline void ds_rows(Buf& b, const float* __restrict p, int64_t i0) {
 }
 // dv and dk rows j0 .. j0 + R (columns of p and ds), over the rows that reach them.
 template <int R>
-inline void dvdk_rows(Buf& b, const float* __restrict p, int64_t j0, float* __restrict dv,
-                      float* __restrict dk) {
+inline void dvdk_rows(Buf& b, const float* __restrict p, const float* __restrict msk, int64_t j0,
+                      float* __restrict dv, float* __restrict dk) {
   vec av[R][DV] = {}, ak[R][DV] = {};
   for (int64_t i = 0; i < T; ++i) {
     if (b.nz[i] <= j0) continue;
     const float* __restrict pr = p + i * @PR@ + j0;
+    const float* __restrict mr = kMask ? msk + i * @MR@ + j0 : pr;
     vec gv[DV], qv[DV];
     for (int u = 0; u < DV; ++u) {
       gv[u] = load(&b.g[i][u * W]);
       qv[u] = load(&b.q[i][u * W]);
     }
     for (int r = 0; r < R; ++r) {
-      const float pij = pr[r], sij = b.ds[i][j0 + r];
+      const float pij = kMask ? pr[r] * mr[r] : pr[r], sij = b.ds[i][j0 + r];
       for (int u = 0; u < DV; ++u) {
         av[r][u] += pij * gv[u];
         ak[r][u] += sij * qv[u];
@@ -139,7 +146,8 @@ constexpr const char* kBody = R"(extern "C" void @NAME@(void* const* args) {
   const float* __restrict K = static_cast<const float*>(args[3]);   // @VK@
   const float* __restrict QT = static_cast<const float*>(args[4]);  // @VQT@
 @OUTS@  constexpr int64_t NB = @NB@;
-  // The input matrices of batch entry bh: g, v^T, p, k, q^T (or q).
+  const float* __restrict M = @MASKARG@;
+  // The input matrices of batch entry bh: g, v^T, p, k, q^T (or q), and the mask.
   auto locate = [&](int64_t bh, const float** m) {
 @OFFSETS@  };
 #pragma omp parallel if (NB > 1)
@@ -148,18 +156,22 @@ constexpr const char* kBody = R"(extern "C" void @NAME@(void* const* args) {
     Buf& b = *bp;
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < NB; ++bh) {
-      const float* mats[5];
+      const float* mats[6];
       locate(bh, mats);
       const float* __restrict g = mats[0];
       const float* __restrict vt = mats[1];
       const float* __restrict p = mats[2];
       const float* __restrict k = mats[3];
       const float* __restrict qt = mats[4];
+      const float* __restrict msk = mats[5];
       if (bh + 1 < NB) {  // the next entry's inputs, fetched while this one computes
-        const float* nx[5];
+        const float* nx[6];
         locate(bh + 1, nx);
         for (int64_t i = 0; i < T; ++i) {
-          for (int64_t c = 0; c < T; c += W) __builtin_prefetch(nx[2] + i * @PR@ + c);
+          for (int64_t c = 0; c < T; c += W) {
+            __builtin_prefetch(nx[2] + i * @PR@ + c);
+            if (kMask) __builtin_prefetch(nx[5] + i * @MR@ + c);
+          }
           for (int64_t d = 0; d < D; d += W) {
             __builtin_prefetch(nx[0] + i * @GR@ + d * @GC@);
             __builtin_prefetch(nx[1] + d * @VR@ + i * @VC@);
@@ -188,12 +200,12 @@ constexpr const char* kBody = R"(extern "C" void @NAME@(void* const* args) {
         b.nz[i] = m;
       }
       int64_t i0 = 0;
-      for (; i0 + @RP@ <= T; i0 += @RP@) ds_rows<@RP@>(b, p, i0);
-      for (; i0 < T; ++i0) ds_rows<1>(b, p, i0);
+      for (; i0 + @RP@ <= T; i0 += @RP@) ds_rows<@RP@>(b, p, msk, i0);
+      for (; i0 < T; ++i0) ds_rows<1>(b, p, msk, i0);
 @RESULTS@
       int64_t j0 = 0;
-      for (; j0 + @RKV@ <= T; j0 += @RKV@) dvdk_rows<@RKV@>(b, p, j0, dv, dk);
-      for (; j0 < T; ++j0) dvdk_rows<1>(b, p, j0, dv, dk);
+      for (; j0 + @RKV@ <= T; j0 += @RKV@) dvdk_rows<@RKV@>(b, p, msk, j0, dv, dk);
+      for (; j0 < T; ++j0) dvdk_rows<1>(b, p, msk, j0, dv, dk);
       for (i0 = 0; i0 + @RQ@ <= T; i0 += @RQ@) dq_rows<@RQ@>(b, i0, dq);
       for (; i0 < T; ++i0) dq_rows<1>(b, i0, dq);
       if (!kDkRows)
@@ -211,8 +223,12 @@ constexpr const char* kBody = R"(extern "C" void @NAME@(void* const* args) {
 void emit_attention_backward_kernel(std::ostringstream& os, const std::string& name,
                                     const FusionGroup& grp) {
   const FusionGroup::AttentionBackward& ab = *grp.attn_bwd;
-  const graph::Value* in[5] = {grp.inputs[0], grp.inputs[1], grp.inputs[2], grp.inputs[3],
-                               grp.inputs[4]};  // g, v^T, p, k, q^T (or q)
+  const graph::Value* in[6] = {grp.inputs[0],
+                               grp.inputs[1],
+                               grp.inputs[2],
+                               grp.inputs[3],
+                               grp.inputs[4],  // g, v^T, p, k, q^T (or q)
+                               ab.mask ? grp.inputs[5] : nullptr};
   const size_t nd = in[2]->meta.sizes.size();
   const int64_t t = in[2]->meta.sizes[nd - 1], d = in[0]->meta.sizes[nd - 1];
   const Shape batch(in[2]->meta.sizes.begin(), in[2]->meta.sizes.end() - 2);
@@ -220,11 +236,12 @@ void emit_attention_backward_kernel(std::ostringstream& os, const std::string& n
   // Register tiles: at most 24 accumulators of AVX-512's 32 vector registers.
   const int64_t rp = 6, rkv = std::max<int64_t>(1, 12 / dv), rq = std::max<int64_t>(1, 24 / dv);
   // Argument slots of the three results: the group's output, then its extra outputs.
+  const size_t nin = grp.inputs.size();
   auto slot = [&](const graph::Node* n) {
     const graph::Value* v = n->outputs[0];
-    if (v == grp.output) return std::string("5");
+    if (v == grp.output) return std::to_string(nin);
     for (size_t e = 0; e < grp.extra_outputs.size(); ++e)
-      if (grp.extra_outputs[e] == v) return std::to_string(6 + e);
+      if (grp.extra_outputs[e] == v) return std::to_string(nin + 1 + e);
     return std::string("?");
   };
   auto stride = [&](const graph::Value* v, size_t dim) {
@@ -240,8 +257,12 @@ void emit_attention_backward_kernel(std::ostringstream& os, const std::string& n
         << "    rest /= " << batch[k] << ";\n";
   }
   off << "    (void)rest;\n";
-  const char* bases[5] = {"G", "VT", "P", "K", "QT"};
-  for (size_t a = 0; a < 5; ++a) {
+  const char* bases[6] = {"G", "VT", "P", "K", "QT", "M"};
+  for (size_t a = 0; a < 6; ++a) {
+    if (a == 5 && !ab.mask) {
+      off << "    m[5] = nullptr;\n";
+      break;
+    }
     off << "    m[" << a << "] = " << bases[a];
     for (size_t k = 0; k < batch.size(); ++k)
       if (batch[k] > 1) off << " + " << idx[k] << " * " << stride(in[a], k);
@@ -251,7 +272,7 @@ void emit_attention_backward_kernel(std::ostringstream& os, const std::string& n
   std::ostringstream outs, results;
   if (ab.merged) {
     const int64_t heads = batch.back(), rs = ab.merged->meta.sizes.back();
-    outs << "  float* __restrict OUT = static_cast<float*>(args[5]);  // "
+    outs << "  float* __restrict OUT = static_cast<float*>(args[" << nin << "]);  // "
          << value_type_str(*ab.merged) << "\n";
     const char* vars[3] = {"dq", "dk", "dv"};
     results << "      const int64_t hb = bh / " << heads << ", hh = bh % " << heads << ";\n";
@@ -291,6 +312,9 @@ void emit_attention_backward_kernel(std::ostringstream& os, const std::string& n
       // q^T [D][T] as given, or q [T][D] read through swapped strides.
       {"QR", stride(in[4], ab.dk_transposed ? nd - 2 : nd - 1)},
       {"QC", stride(in[4], ab.dk_transposed ? nd - 1 : nd - 2)},
+      {"MASK", ab.mask ? "true" : "false"},
+      {"MR", ab.mask ? stride(in[5], nd - 2) : "0"},
+      {"MASKARG", ab.mask ? "static_cast<const float*>(args[5])" : "nullptr"},
       {"ORS", std::to_string(ab.merged ? ab.merged->meta.sizes.back() : d)},
       {"DKROWS", ab.merged || !ab.dk_transposed ? "true" : "false"},
       {"OUTS", outs.str()},

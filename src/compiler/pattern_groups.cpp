@@ -86,11 +86,26 @@ std::vector<const graph::Node*> match_attention_backward(const graph::Node& s,
   if (!s.attrs.keepdim || nd < 2 || s.attrs.dims != Shape{int64_t(nd) - 1}) return {};
   const graph::Node* m1 = x->producer;
   if (!m1 || m1->op != OpId::mul || uses[size_t(x->id)] != 1) return {};
-  // m1 = dp * p (either order), dp a matmul's product read by m1 and d = dp - s only.
-  const bool dp_first = m1->inputs[0]->producer && m1->inputs[0]->producer->op == OpId::matmul;
+  // m1 = dp * p (either order), dp read by m1 and d = dp - s only: a matmul's product, or,
+  // under attention dropout, that product times the dropout's scaled mask.
+  const graph::Value* mask = nullptr;
+  auto product_of = [&](const graph::Value* v) -> const graph::Node* {
+    const graph::Node* n = v->producer;
+    if (n && n->op == OpId::matmul) return n;
+    if (!n || n->op != OpId::mul) return nullptr;
+    const graph::Value* a = n->inputs[0];
+    if (!a->producer || a->producer->op != OpId::matmul || uses[size_t(a->id)] != 1 ||
+        n->inputs[1]->meta.sizes != v->meta.sizes)
+      return nullptr;
+    mask = n->inputs[1];
+    return a->producer;
+  };
+  const bool dp_first = product_of(m1->inputs[0]) != nullptr;
   const graph::Value* dp = m1->inputs[dp_first ? 0 : 1];
   const graph::Value* p = m1->inputs[dp_first ? 1 : 0];
-  if (!dp->producer || dp->producer->op != OpId::matmul || uses[size_t(dp->id)] != 2) return {};
+  mask = nullptr;
+  const graph::Node* dpm = product_of(dp);
+  if (!dpm || uses[size_t(dp->id)] != 2) return {};
   const graph::Node* d = only_reader(s.outputs[0]);
   if (!d || d->op != OpId::sub || d->inputs[0] != dp || d->inputs[1] != s.outputs[0]) return {};
   const graph::Node* m2 = only_reader(d->outputs[0]);
@@ -98,7 +113,8 @@ std::vector<const graph::Node*> match_attention_backward(const graph::Node& s,
       !((m2->inputs[0] == p && m2->inputs[1] == d->outputs[0]) ||
         (m2->inputs[1] == p && m2->inputs[0] == d->outputs[0])))
     return {};
-  std::vector<const graph::Node*> nodes = {dp->producer, m1, &s, d, m2};
+  std::vector<const graph::Node*> nodes = {dpm, m1, &s, d, m2};
+  if (mask) nodes.push_back(dp->producer);
   // An optional scale: ds = m2 * c, c a scalar constant.
   const graph::Value* ds = m2->outputs[0];
   double scale = 1;
@@ -126,12 +142,31 @@ std::vector<const graph::Node*> match_attention_backward(const graph::Node& s,
     }
   }
   const bool dk_transposed = !dst;
-  const graph::Node* dpm = dp->producer;
   const graph::Value* g = dpm->inputs[0];
+  // dv = p^T @ g, or (p * m)^T @ g under dropout (the product p * m and its transpose taken in).
   const graph::Node* dv = nullptr;
-  for (const graph::Node* r : readers[size_t(g->id)])
-    if (r->op == OpId::matmul && r->inputs[1] == g && transpose_of(r->inputs[0], p)) dv = r;
+  const graph::Node* pm = nullptr;
+  for (const graph::Node* r : readers[size_t(g->id)]) {
+    if (r->op != OpId::matmul || r->inputs[1] != g || !r->inputs[0]->producer) continue;
+    const graph::Value* src =
+        r->inputs[0]->producer->inputs.empty() ? nullptr : r->inputs[0]->producer->inputs[0];
+    if (!src || !transpose_of(r->inputs[0], src)) continue;
+    if (!mask && src == p) dv = r;
+    const graph::Node* n = src->producer;
+    if (mask && n && n->op == OpId::mul && n->inputs[0] == p && n->inputs[1] == mask &&
+        only_reader(src) == r->inputs[0]->producer && only_reader(r->inputs[0]) == r) {
+      dv = r;
+      pm = n;
+    }
+  }
   if (!dq || !dkt || !dv) return {};
+  if (mask) {
+    const graph::Value& m = *mask;
+    if (m.meta.dtype != DType::Float32 || m.device != kCPU || m.meta.sizes != p->meta.sizes ||
+        m.meta.strides.back() != 1)
+      return {};
+    nodes.insert(nodes.end(), {pm, dv->inputs[0]->producer});
+  }
   // Shapes: p [.., T, T], g and k [.., T, D], v^T and q^T [.., D, T], one batch, float32.
   const Shape& ps = p->meta.sizes;
   const int64_t t = ps[nd - 1], dd = g->meta.sizes.back();
@@ -162,7 +197,7 @@ std::vector<const graph::Node*> match_attention_backward(const graph::Node& s,
   for (const graph::Node* m : {dq, dkt, dv})
     for (const graph::Node* r : readers[size_t(m->outputs[0]->id)])
       readers_after = readers_after && pos.at(r) > last;
-  *out = {dpm, dv, dq, dkt, dk_transposed, scale};
+  *out = {dpm, dv, dq, dkt, dk_transposed, p, mask, scale};
   // The head merge: each result through single-reader views and clones to a slice_backward
   // along the last dim, the three slices adding up to one value.
   const graph::Node* slices[3] = {nullptr, nullptr, nullptr};
@@ -355,8 +390,9 @@ void finish_pattern_group(FusionGroup& grp, const std::vector<int>& index_of) {
   std::vector<const graph::Value*> res;
   if (grp.attn_bwd) {
     const FusionGroup::AttentionBackward& ab = *grp.attn_bwd;
-    grp.inputs = {ab.dp->inputs[0], ab.dp->inputs[1], ab.dv->inputs[0]->producer->inputs[0],
-                  ab.dq->inputs[1], ab.dk->inputs[ab.dk_transposed ? 0 : 1]};
+    grp.inputs = {ab.dp->inputs[0], ab.dp->inputs[1], ab.p, ab.dq->inputs[1],
+                  ab.dk->inputs[ab.dk_transposed ? 0 : 1]};
+    if (ab.mask) grp.inputs.push_back(ab.mask);
     if (ab.merged)
       res = {ab.merged};
     else

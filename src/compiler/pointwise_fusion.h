@@ -73,6 +73,10 @@ struct FusionGroup {
   struct AttentionBackward {
     const graph::Node *dp = nullptr, *dv = nullptr, *dq = nullptr, *dk = nullptr;
     bool dk_transposed = true;
+    const graph::Value* p = nullptr;  // the saved probabilities
+    // Under attention dropout, the dropout's scaled mask m: the kernel uses p * m where the
+    // forward used the dropped probabilities, and the grad of p is dp * m (a 6th input).
+    const graph::Value* mask = nullptr;
     double scale = 1;
     const graph::Value* merged = nullptr;
     int64_t merged_start[3] = {0, 0, 0};  // q, k, v

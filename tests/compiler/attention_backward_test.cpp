@@ -25,11 +25,12 @@ using test::spy_opts;
 
 // y = attention over the heads of a packed [B, T, 3 * H * D] qkv, heads merged back, weighted
 // by r: the loss a GPT layer's attention contributes.
-Tensor packed_attention_loss(const Tensor& qkv, const Tensor& r, int64_t heads, bool causal) {
+Tensor packed_attention_loss(const Tensor& qkv, const Tensor& r, int64_t heads, bool causal,
+                             double dropout = 0) {
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / heads;
   std::vector<Tensor> p = qkv.split(C, 2);
   auto split = [&](const Tensor& t) { return t.view({B, T, heads, D}).transpose(1, 2); };
-  Tensor y = scaled_dot_product_attention(split(p[0]), split(p[1]), split(p[2]), causal);
+  Tensor y = scaled_dot_product_attention(split(p[0]), split(p[1]), split(p[2]), causal, dropout);
   return (y.transpose(1, 2).contiguous().view({B, T, C}) * r).sum();
 }
 
@@ -67,6 +68,26 @@ TEST_F(AttentionBackwardTest, PackedCausalHeadsGiveEagersQkvGrad) {
       EXPECT_TRUE(has(src, "constexpr bool kDkRows = true;"));  // the merged qkv grad
     }
   }
+}
+
+TEST_F(AttentionBackwardTest, AttentionDropoutUsesTheSameMaskAsEager) {
+  // Dropout on the probabilities: the backward's dv reads p * m and the softmax grad dp * m,
+  // m the forward's scaled mask; from the same seed compiled and eager draw the same masks.
+  auto loss = [](const Tensor& qkv, const Tensor& r) {
+    return packed_attention_loss(qkv, r, 2, true, 0.25);
+  };
+  auto f = compile(loss, spy_opts());
+  for (int call = 0; call < 2; ++call) {
+    Tensor qkv = randn({2, 32, 3 * 2 * 16}), r = randn({2, 32, 2 * 16});
+    Tensor xe = qkv.detach().clone().requires_grad_(true);
+    Tensor xc = qkv.detach().clone().requires_grad_(true);
+    manual_seed(11 + call);
+    loss(xe, r).backward();
+    manual_seed(11 + call);
+    f(xc, r).backward();
+    EXPECT_TRUE(close(xc.grad(), xe.grad())) << "call " << call;
+  }
+  EXPECT_TRUE(has(test::all_sources(), "constexpr bool kMask = true;")) << test::all_sources();
 }
 
 TEST_F(AttentionBackwardTest, SeparateHeadsAndMasksWithZerosInsideRows) {
