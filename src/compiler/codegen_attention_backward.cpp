@@ -8,6 +8,8 @@
 // past each row's last nonzero probability (under a causal mask, half of them). dp and ds never
 // leave the thread's buffers.
 #include <algorithm>
+#include <cstdio>
+#include <functional>
 
 #include "compiler/codegen_util.h"
 #include "graph/graph_util.h"
@@ -26,8 +28,9 @@ std::string fill(std::string text, const std::vector<std::pair<std::string, std:
   return text;
 }
 
-// The helpers and buffers of one kernel, in a namespace of its own.
-constexpr const char* kHelpers = R"(namespace @NAME@_impl {
+// The helpers and buffers of a kernel, in a namespace named for their text: kernels of the same
+// shape and form (a model's layers) share one copy, so the compiler builds it once.
+constexpr const char* kHelpers = R"(namespace @NS@ {
 constexpr int64_t T = @T@, D = @D@, W = 16, DV = D / W;
 constexpr int64_t ORS = @ORS@;  // row stride of the results dq, dv (and dk when kDkRows)
 constexpr bool kMask = @MASK@;  // under attention dropout: p * m in dv, dp * m in ds
@@ -135,11 +138,11 @@ inline void dq_rows(Buf& b, int64_t i0, float* __restrict dq) {
   for (int r = 0; r < R; ++r)
     for (int u = 0; u < DV; ++u) store(dq + (i0 + r) * ORS + u * W, aq[r][u]);
 }
-}  // namespace @NAME@_impl
+}  // namespace @NS@
 )";
 
 constexpr const char* kBody = R"(extern "C" void @NAME@(void* const* args) {
-  using namespace @NAME@_impl;
+  using namespace @NS@;
   const float* __restrict G = static_cast<const float*>(args[0]);   // @VG@
   const float* __restrict VT = static_cast<const float*>(args[1]);  // @VVT@
   const float* __restrict P = static_cast<const float*>(args[2]);   // @VP@
@@ -221,7 +224,8 @@ constexpr const char* kBody = R"(extern "C" void @NAME@(void* const* args) {
 }  // namespace
 
 void emit_attention_backward_kernel(std::ostringstream& os, const std::string& name,
-                                    const FusionGroup& grp) {
+                                    const FusionGroup& grp,
+                                    std::set<std::string>& emitted_helpers) {
   const FusionGroup::AttentionBackward& ab = *grp.attn_bwd;
   const graph::Value* in[6] = {grp.inputs[0],
                                grp.inputs[1],
@@ -329,7 +333,11 @@ void emit_attention_backward_kernel(std::ostringstream& os, const std::string& n
   os << "// " << name << ": attention backward over " << shape_numel(batch) << " matrices of " << t
      << " x " << t << " probabilities, head size " << d << "; fuses\n";
   for (const graph::Node* n : grp.nodes) os << "//   " << node_str(*n) << "\n";
-  os << fill(kHelpers, keys) << fill(kBody, keys);
+  std::string helpers = fill(kHelpers, keys);
+  char ns[40];
+  std::snprintf(ns, sizeof ns, "ember_attn_bwd_%016zx", std::hash<std::string>{}(helpers));
+  if (emitted_helpers.insert(ns).second) os << fill(helpers, {{"NS", ns}});
+  os << fill(fill(kBody, keys), {{"NS", ns}});
 }
 
 }  // namespace ember::compiler

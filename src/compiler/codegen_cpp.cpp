@@ -515,11 +515,20 @@ std::string generate_cpp(const FusionPlan& plan, const std::vector<KernelBatch>&
       emit_attention_helpers(os);
       break;
     }
+  // A kernel run in a batch is written only there (its comment stays): a batch whose layout
+  // check fails runs its groups eagerly instead. Half the code for the compiler to build.
+  std::vector<char> batched(plan.groups.size(), 0);
+  for (const KernelBatch& b : batches)
+    for (int k : b.kernels) batched[size_t(k)] = 1;
+  std::set<std::string> attention_backward_helpers;
   for (size_t k = 0; k < plan.groups.size(); ++k) {
-    if (plan.groups[k].col)
+    if (batched[k])
+      emit_kernel_comment(os, k, plan.groups[k]);
+    else if (plan.groups[k].col)
       emit_column_kernel(os, kernel_name(k), plan.groups[k]);
     else if (plan.groups[k].attn_bwd)
-      emit_attention_backward_kernel(os, kernel_name(k), plan.groups[k]);
+      emit_attention_backward_kernel(os, kernel_name(k), plan.groups[k],
+                                     attention_backward_helpers);
     else if (plan.groups[k].ln_bwd)
       emit_layer_norm_backward_kernel(os, kernel_name(k), plan.groups[k]);
     else if (plan.groups[k].attn_qk)

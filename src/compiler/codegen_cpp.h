@@ -17,6 +17,7 @@ size_t kernel_arg_count(const FusionGroup& grp);
 // Horizontal fusion: consecutive pointwise kernels run in one parallel region (one fork and
 // join instead of one per kernel). A kernel that reads a result of an earlier kernel of the
 // batch other than element for element at the same size waits at a barrier first.
+// Kernels in a batch get no function of their own (generate_cpp), only their part of the batch.
 struct KernelBatch {
   std::vector<int> kernels;         // group indices, in run order
   std::vector<bool> barrier_before;  // per kernel

@@ -1,6 +1,7 @@
 // Pieces of C++ generation shared by the kernel emitters (codegen_cpp.cpp,
 // codegen_attention.cpp and codegen_columns.cpp): element types, value names, index arithmetic, fused node lines.
 #pragma once
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -47,9 +48,11 @@ void emit_attention_helpers(std::ostringstream& os);
 // An attention group's kernel (see FusionGroup::attn_qk).
 void emit_attention_kernel(std::ostringstream& os, const std::string& name,
                            const FusionGroup& grp);
-// An attention backward group's kernel (see FusionGroup::attn_bwd).
+// An attention backward group's kernel (see FusionGroup::attn_bwd). Its helpers are written
+// once per translation unit for kernels of the same form: `emitted_helpers` keeps those written.
 void emit_attention_backward_kernel(std::ostringstream& os, const std::string& name,
-                                    const FusionGroup& grp);
+                                    const FusionGroup& grp,
+                                    std::set<std::string>& emitted_helpers);
 // A layer_norm backward group's kernel (see FusionGroup::ln_bwd).
 void emit_layer_norm_backward_kernel(std::ostringstream& os, const std::string& name,
                                      const FusionGroup& grp);

@@ -138,9 +138,15 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
   if (plan_.groups.empty()) return;
   source_ = generate_cpp(plan_, plan_batches());
   log(logs().output_code, "output_code", "\n" + source_);
-  lib_ = load_source(source_, kernel_name(0));
+  std::vector<char> batched(plan_.groups.size(), 0);  // written only inside their batch
+  for (const Batch& b : batches_)
+    for (size_t s = b.first; s <= b.last; ++s) batched[size_t(steps_[s].kernel)] = 1;
+  // The library is checked for one function it must have: the first kernel or batch.
+  const size_t first = size_t(std::find(batched.begin(), batched.end(), 0) - batched.begin());
+  lib_ = load_source(source_, first < batched.size() ? kernel_name(first) : batch_name(0));
   for (size_t k = 0; k < plan_.groups.size(); ++k)
-    kernels_.push_back(reinterpret_cast<KernelFn>(lib_->symbol(kernel_name(k))));
+    kernels_.push_back(batched[k] ? nullptr
+                                  : reinterpret_cast<KernelFn>(lib_->symbol(kernel_name(k))));
   for (size_t b = 0; b < batches_.size(); ++b)
     batches_[b].fn = reinterpret_cast<KernelFn>(lib_->symbol(batch_name(b)));
 }
@@ -425,7 +431,8 @@ void CompiledGraph::run_kernel(const Step& st, const std::vector<Tensor>& inputs
                                std::vector<Tensor>& env) const {
   std::vector<void*> args;
   std::vector<Tensor> outs;
-  if (!prepare_kernel(st, inputs, env, args, outs)) {
+  // A batched kernel has no function of its own: when its batch could not run, nor can it.
+  if (!kernels_[size_t(st.kernel)] || !prepare_kernel(st, inputs, env, args, outs)) {
     run_group_eagerly(plan_.groups[size_t(st.kernel)], env);
     return;
   }
