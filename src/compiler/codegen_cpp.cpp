@@ -4,13 +4,15 @@
 // horizontal batches, and the shared prelude. The math is done by the fn:: functors the eager
 // kernels call; fused float code may still round differently (FMA contraction, sum order).
 #include "compiler/codegen_cpp.h"
-#include "compiler/codegen_util.h"
-#include "compiler/decompositions.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
+#include "compiler/codegen_util.h"
+#include "compiler/decompositions.h"
 #include "core/shape.h"
 #include "graph/graph_util.h"
 #include "kernels/cpu/loops.h"
@@ -19,11 +21,16 @@ namespace ember::compiler {
 
 const char* c_type(DType t) {
   switch (t) {
-    case DType::Float32: return "float";
-    case DType::Float64: return "double";
-    case DType::Int32: return "int32_t";
-    case DType::Int64: return "int64_t";
-    default: EMBER_FAIL("compiler: no C++ element type for ", dtype_name(t));
+    case DType::Float32:
+      return "float";
+    case DType::Float64:
+      return "double";
+    case DType::Int32:
+      return "int32_t";
+    case DType::Int64:
+      return "int64_t";
+    default:
+      EMBER_FAIL("compiler: no C++ element type for ", dtype_name(t));
   }
 }
 
@@ -88,8 +95,8 @@ RowIndex row_index(const graph::Value& v, const Shape& out) {
 
 void emit_functor_line(std::ostringstream& os, const graph::Node& node, const char* T,
                        const std::string& indent) {
-  os << indent << "const " << T << " " << var(node.outputs[0]) << " = ember::fn::"
-     << fused_op_info(node)->functor << "{}(";
+  os << indent << "const " << T << " " << var(node.outputs[0])
+     << " = ember::fn::" << fused_op_info(node)->functor << "{}(";
   for (size_t a = 0; a < node.inputs.size(); ++a) os << (a ? ", " : "") << var(node.inputs[a]);
   os << ");\n";
 }
@@ -104,8 +111,8 @@ void emit_elementwise(std::ostringstream& os, const FusionGroup& grp,
     for (const graph::Node* node : nodes)
       for (const graph::Value* v : node->inputs) read |= v == grp.inputs[j];
     if (read)
-      os << indent << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "["
-         << idx[j] << "];\n";
+      os << indent << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "[" << idx[j]
+         << "];\n";
   }
   for (const graph::Node* node : nodes) emit_functor_line(os, *node, T, indent);
 }
@@ -143,8 +150,8 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
     os << ind << "const " << T << "* __restrict in" << j << " = static_cast<const " << T
        << "*>(args[" << base + j << "]);  // " << var(grp.inputs[j]) << " "
        << value_type_str(*grp.inputs[j]) << "\n";
-  os << ind << T << "* __restrict out = static_cast<" << T << "*>(args["
-     << base + grp.inputs.size() << "]);  // " << var(&out) << "\n";
+  os << ind << T << "* __restrict out = static_cast<" << T << "*>(args[" << base + grp.inputs.size()
+     << "]);  // " << var(&out) << "\n";
   // The output only ever adds the product, so the kernel sums the other terms (the product
   // taken as zero) and the gemm accumulates the product onto them.
   if (grp.gemm)
@@ -164,8 +171,8 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
           os << in << "const " << T << " " << o << " = " << T << "(0);\n";
           continue;
         }
-        const size_t k = size_t(std::find(grp.inputs.begin(), grp.inputs.end(), &g) -
-                                grp.inputs.begin());
+        const size_t k =
+            size_t(std::find(grp.inputs.begin(), grp.inputs.end(), &g) - grp.inputs.begin());
         os << in << "const bool " << o << "_in = j >= " << a.start << " && j < " << a.end
            << (a.step > 1 ? " && (j - " + std::to_string(a.start) + ") % " +
                                 std::to_string(a.step) + " == 0"
@@ -173,8 +180,8 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
            << ";\n"
            << in << "const int64_t " << o << "_j = " << o << "_in ? (j - " << a.start << ")"
            << (a.step > 1 ? " / " + std::to_string(a.step) : std::string()) << " : 0;\n"
-           << in << "const " << T << " " << o << " = " << o << "_in ? in" << k << "[s" << k
-           << " + " << o << "_j * " << g.meta.strides.back() << "] : " << T << "(0);\n";
+           << in << "const " << T << " " << o << " = " << o << "_in ? in" << k << "[s" << k << " + "
+           << o << "_j * " << g.meta.strides.back() << "] : " << T << "(0);\n";
         continue;
       }
       emit_functor_line(os, *node, T, in);
@@ -198,8 +205,8 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
         emit_row_bases(os, grp, out.meta.sizes, in1.c_str(), sliced);
     for (const graph::Value* g : sliced) {
       if (shape_numel(g->meta.sizes) == 0) continue;
-      const size_t k = size_t(std::find(grp.inputs.begin(), grp.inputs.end(), g) -
-                              grp.inputs.begin());
+      const size_t k =
+          size_t(std::find(grp.inputs.begin(), grp.inputs.end(), g) - grp.inputs.begin());
       const RowIndex ri = row_index(*g, g->meta.sizes);  // g's rows are the output's rows
       os << in1 << "const int64_t s" << k << " = " << (ri.row.empty() ? "0" : ri.row) << ";\n";
     }
@@ -208,8 +215,8 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
        << in1 << "for (int64_t j = 0; j < cols; ++j) {\n";
     for (size_t j = 0; j < grp.inputs.size(); ++j)
       if (!bases[j].empty())
-        os << in2 << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "["
-           << bases[j] << "];\n";
+        os << in2 << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "[" << bases[j]
+           << "];\n";
     emit_nodes(in2);
     os << in2 << "orow[j] = " << var(&out) << ";\n" << in1 << "}\n" << ind << "}\n";
     return;
@@ -223,7 +230,8 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
     const int64_t chunk = 256 / esize;
     const std::string in1 = std::string(ind) + "  ", in2 = in1 + "  ", in3 = in2 + "  ";
     os << ind << "constexpr int64_t chunk = " << chunk << ";\n"
-       << "#pragma omp parallel\n" << ind << "{\n"
+       << "#pragma omp parallel\n"
+       << ind << "{\n"
        << "#pragma omp for schedule(static)\n"
        << in1 << "for (int64_t i0 = 0; i0 < n; i0 += chunk) {\n"
        << in2 << "alignas(64) " << T << " buf[chunk];\n"
@@ -236,9 +244,12 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
         os << in3 << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "["
            << index_expr(*grp.inputs[j], out.meta.sizes) << "];\n";
     emit_nodes(in3);
-    os << in3 << "buf[l] = " << var(&out) << ";\n" << in2 << "}\n"
-       << in2 << "ember_stream(out + i0, buf, sizeof(" << T << ") * cn);\n" << in1 << "}\n"
-       << in1 << "ember_fence();\n" << ind << "}\n";
+    os << in3 << "buf[l] = " << var(&out) << ";\n"
+       << in2 << "}\n"
+       << in2 << "ember_stream(out + i0, buf, sizeof(" << T << ") * cn);\n"
+       << in1 << "}\n"
+       << in1 << "ember_fence();\n"
+       << ind << "}\n";
     return;
   }
   if (in_region)
@@ -259,8 +270,7 @@ void emit_kernel_comment(std::ostringstream& os, size_t k, const FusionGroup& gr
   const graph::Value& out = *grp.output;
   os << "// " << kernel_name(k) << ": " << grp.nodes.size() << " node"
      << (grp.nodes.size() == 1 ? "" : "s") << " fused, output " << value_type_str(out) << "\n";
-  if (grp.gemm)
-    os << "// then a gemm adds " << node_str(*grp.gemm) << " onto the output\n";
+  if (grp.gemm) os << "// then a gemm adds " << node_str(*grp.gemm) << " onto the output\n";
   for (const graph::Node* node : grp.nodes) os << "//   " << node_str(*node) << "\n";
 }
 
@@ -269,6 +279,31 @@ void emit_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   os << "extern \"C\" void " << kernel_name(k) << "(void* const* args) {\n";
   emit_pointwise_body(os, grp, 0, false, "  ");
   os << "}\n\n";
+}
+
+// `text` with each value name (v<id>) renamed t0, t1, ... in order of first appearance: the
+// same loop over other values reads the same.
+std::string canonical_names(const std::string& text) {
+  std::map<std::string, std::string> names;
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    const bool starts =
+        text[i] == 'v' &&
+        (i == 0 || !(std::isalnum(static_cast<unsigned char>(text[i - 1])) || text[i - 1] == '_'));
+    size_t j = i + 1;
+    while (starts && j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
+    const bool ends =
+        j == text.size() || !(std::isalnum(static_cast<unsigned char>(text[j])) || text[j] == '_');
+    if (starts && j > i + 1 && ends) {
+      auto [it, fresh] = names.emplace(text.substr(i, j - i), "");
+      if (fresh) it->second = "t" + std::to_string(names.size() - 1);
+      out += it->second;
+      i = j;
+    } else {
+      out += text[i++];
+    }
+  }
+  return out;
 }
 
 // `text` with every `from` replaced by `to`.
@@ -296,8 +331,8 @@ std::string indent(const std::string& text, const std::string& extra) {
 // registers; long rows are cut into four quarters reduced in the same loop, so four
 // independent accumulators hide the add latency (one chain would cap an L1-resident pass at
 // one vector per add latency). The partials fold in a fixed order at the end.
-void emit_reduce(std::ostringstream& os, const char* T, int64_t n, const std::string& acc,
-                 bool max, const std::string& body, const std::string& value) {
+void emit_reduce(std::ostringstream& os, const char* T, int64_t n, const std::string& acc, bool max,
+                 const std::string& body, const std::string& value) {
   const std::string init =
       max ? "-std::numeric_limits<" + std::string(T) + ">::infinity()" : std::string(T) + "(0)";
   auto combine = [&](const std::string& a, const std::string& v) {
@@ -311,10 +346,10 @@ void emit_reduce(std::ostringstream& os, const char* T, int64_t n, const std::st
        << body << "      " << combine(acc, value) << "\n    }\n";
     return;
   }
-  os << "    " << T << " " << acc << "0 = " << init << ", " << acc << "1 = " << init << ", "
-     << acc << "2 = " << init << ", " << acc << "3 = " << init << ";\n"
-     << "#pragma omp simd reduction(" << op << " : " << acc << "0, " << acc << "1, " << acc
-     << "2, " << acc << "3)\n"
+  os << "    " << T << " " << acc << "0 = " << init << ", " << acc << "1 = " << init << ", " << acc
+     << "2 = " << init << ", " << acc << "3 = " << init << ";\n"
+     << "#pragma omp simd reduction(" << op << " : " << acc << "0, " << acc << "1, " << acc << "2, "
+     << acc << "3)\n"
      << "    for (int64_t jq = 0; jq < n / 4; ++jq) {\n";
   for (int k = 0; k < 4; ++k) {
     const std::string part = acc + std::to_string(k);
@@ -357,17 +392,16 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
     if (node != &row && std::find(pre.begin(), pre.end(), node) == pre.end()) post.push_back(node);
 
   os << "// " << kernel_name(k) << ": " << op_name(row.op) << " over the rows of "
-     << value_type_str(*row.outputs[0]) << ", " << pre.size() << " producer(s) and "
-     << post.size() << " consumer(s) fused\n";
+     << value_type_str(*row.outputs[0]) << ", " << pre.size() << " producer(s) and " << post.size()
+     << " consumer(s) fused\n";
   for (const graph::Node* node : grp.nodes) os << "//   " << node_str(*node) << "\n";
   os << "extern \"C\" void " << kernel_name(k) << "(void* const* args) {\n";
   for (size_t j = 0; j < grp.inputs.size(); ++j)
-    os << "  const " << T << "* __restrict in" << j << " = static_cast<const " << T
-       << "*>(args[" << j << "]);  // " << var(grp.inputs[j]) << " "
-       << value_type_str(*grp.inputs[j]) << "\n";
+    os << "  const " << T << "* __restrict in" << j << " = static_cast<const " << T << "*>(args["
+       << j << "]);  // " << var(grp.inputs[j]) << " " << value_type_str(*grp.inputs[j]) << "\n";
   size_t arg = grp.inputs.size();
-  os << "  " << T << "* __restrict out = static_cast<" << T << "*>(args[" << arg++
-     << "]);  // " << var(&out) << "\n";
+  os << "  " << T << "* __restrict out = static_cast<" << T << "*>(args[" << arg++ << "]);  // "
+     << var(&out) << "\n";
   for (size_t e = 0; e < grp.extra_outputs.size(); ++e)
     os << "  " << T << "* __restrict stat" << e << " = static_cast<" << T << "*>(args[" << arg++
        << "]);  // " << var(grp.extra_outputs[e]) << "\n";
@@ -387,8 +421,8 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   // the first pass fills.
   std::string src = "row";
   if (pre.empty()) {
-    const size_t k = size_t(std::find(grp.inputs.begin(), grp.inputs.end(), row.inputs[0]) -
-                            grp.inputs.begin());
+    const size_t k =
+        size_t(std::find(grp.inputs.begin(), grp.inputs.end(), row.inputs[0]) - grp.inputs.begin());
     const RowIndex ri = row_index(*row.inputs[0], shape);
     if (k < grp.inputs.size() && ri.col == "j") {
       src = "src";
@@ -412,8 +446,8 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
     e = replace_all(e, "$T", T);
     e = replace_all(e, "$n", std::to_string(n));
     for (const auto& [name, input] : dec->row_vectors) {
-      const size_t k = size_t(std::find(grp.inputs.begin(), grp.inputs.end(),
-                                        row.inputs[input]) - grp.inputs.begin());
+      const size_t k = size_t(std::find(grp.inputs.begin(), grp.inputs.end(), row.inputs[input]) -
+                              grp.inputs.begin());
       e = replace_all(e, name, "in" + std::to_string(k) + "[j]");
     }
     return e;
@@ -461,8 +495,12 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
 
 }  // namespace
 
-std::string kernel_name(size_t k) { return "kernel_" + std::to_string(k); }
-std::string batch_name(size_t b) { return "batch_" + std::to_string(b); }
+std::string kernel_name(size_t k) {
+  return "kernel_" + std::to_string(k);
+}
+std::string batch_name(size_t b) {
+  return "batch_" + std::to_string(b);
+}
 
 bool uses_row_loop(const FusionGroup& grp) {
   const Shape& out = grp.output->meta.sizes;
@@ -538,8 +576,25 @@ std::string generate_cpp(const FusionPlan& plan, const std::vector<KernelBatch>&
     else
       emit_kernel(os, k, plan.groups[k]);
   }
+  // A batch calls each kernel's part as a function of its own arguments, and kernels that
+  // differ only in their values' names (an optimizer's update of same-shaped parameters) share
+  // one function: the compiler builds each distinct loop once.
+  std::map<std::string, std::string> part_names;  // body with canonical names -> function
   for (size_t b = 0; b < batches.size(); ++b) {
     const KernelBatch& batch = batches[b];
+    std::vector<std::string> calls;
+    for (size_t i = 0; i < batch.kernels.size(); ++i) {
+      const size_t k = size_t(batch.kernels[i]);
+      std::ostringstream body;
+      emit_pointwise_body(body, plan.groups[k], 0, true, "  ");
+      const std::string canonical = canonical_names(body.str());
+      auto [it, fresh] = part_names.emplace(canonical, "part_" + std::to_string(part_names.size()));
+      if (fresh)
+        os << "// a batch's part: " << kernel_name(k) << " and those like it\n"
+           << "static __attribute__((noinline)) void " << it->second << "(void* const* args) {\n"
+           << canonical << "}\n\n";
+      calls.push_back(it->second);
+    }
     os << "// " << batch_name(b) << ": kernels " << batch.kernels.front() << " to "
        << batch.kernels.back() << " in one parallel region (horizontal fusion)\n"
        << "extern \"C\" void " << batch_name(b) << "(void* const* args) {\n"
@@ -548,9 +603,7 @@ std::string generate_cpp(const FusionPlan& plan, const std::vector<KernelBatch>&
     for (size_t i = 0; i < batch.kernels.size(); ++i) {
       const size_t k = size_t(batch.kernels[i]);
       if (batch.barrier_before[i]) os << "#pragma omp barrier\n";
-      os << "    {  // " << kernel_name(k) << "\n";
-      emit_pointwise_body(os, plan.groups[k], base, true, "      ");
-      os << "    }\n";
+      os << "    " << calls[i] << "(args + " << base << ");  // " << kernel_name(k) << "\n";
       base += kernel_arg_count(plan.groups[k]);
     }
     os << "  }\n}\n\n";
