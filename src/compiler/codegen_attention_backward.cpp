@@ -20,11 +20,7 @@ namespace {
 
 // Replaces each "@KEY@" in text by its value.
 std::string fill(std::string text, const std::vector<std::pair<std::string, std::string>>& keys) {
-  for (const auto& [k, v] : keys) {
-    const std::string pat = "@" + k + "@";
-    for (size_t at = text.find(pat); at != std::string::npos; at = text.find(pat, at + v.size()))
-      text.replace(at, pat.size(), v);
-  }
+  for (const auto& [k, v] : keys) text = replace_all(std::move(text), "@" + k + "@", v);
   return text;
 }
 

@@ -306,13 +306,6 @@ std::string canonical_names(const std::string& text) {
   return out;
 }
 
-// `text` with every `from` replaced by `to`.
-std::string replace_all(std::string text, const std::string& from, const std::string& to) {
-  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
-    text.replace(at, from.size(), to);
-  return text;
-}
-
 // `text` with `extra` put before each line.
 std::string indent(const std::string& text, const std::string& extra) {
   std::string r;
@@ -494,6 +487,12 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
 }
 
 }  // namespace
+
+std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  return text;
+}
 
 std::string kernel_name(size_t k) {
   return "kernel_" + std::to_string(k);

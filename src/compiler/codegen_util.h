@@ -12,6 +12,8 @@
 namespace ember::compiler {
 
 const char* c_type(DType t);
+// `text` with every `from` replaced by `to`.
+std::string replace_all(std::string text, const std::string& from, const std::string& to);
 std::string var(const graph::Value* v);  // "v12": the C++ name of a value
 // The offset of input `v`'s element read by flat output element `i` (v broadcast to `out`,
 // strides baked in), or "" when v is one element.
