@@ -6,7 +6,9 @@
 //   dq rows:      dq[i] = sum_j ds[i][j] k[j]
 // with register tiles of GCC vectors (16 floats) as in the forward kernel, skipping the terms
 // past each row's last nonzero probability (under a causal mask, half of them). dp and ds never
-// leave the thread's buffers.
+// leave the thread's buffers. Under attention dropout, dp is multiplied by the scaled mask m
+// before the softmax grad and dv sums (p * m)[i][j] g[i]. While one batch matrix is computed,
+// the next one's inputs are prefetched.
 #include <algorithm>
 #include <cstdio>
 #include <functional>
