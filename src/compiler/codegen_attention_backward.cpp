@@ -92,32 +92,37 @@ inline void ds_rows(Buf& b, const float* __restrict p, const float* __restrict m
     for (int64_t j = m; j < T; ++j) ds[j] = 0;
   }
 }
-// dv and dk rows j0 .. j0 + R (columns of p and ds), over the rows that reach them.
-template <int R>
+// dv rows (PART & 1) and dk rows (PART & 2) j0 .. j0 + R (columns of p and ds), over the rows
+// that reach them. Wide heads take the two in separate passes, each with more columns at once.
+template <int R, int PART>
 inline void dvdk_rows(Buf& b, const float* __restrict p, const float* __restrict msk, int64_t j0,
                       float* __restrict dv, float* __restrict dk) {
-  vec av[R][DV] = {}, ak[R][DV] = {};
+  constexpr bool kV = PART & 1, kK = PART & 2;
+  vec av[kV ? R : 1][DV] = {}, ak[kK ? R : 1][DV] = {};
   for (int64_t i = 0; i < T; ++i) {
     if (b.nz[i] <= j0) continue;
     const float* __restrict pr = p + i * @PR@ + j0;
     const float* __restrict mr = kMask ? msk + i * @MR@ + j0 : pr;
     vec gv[DV], qv[DV];
     for (int u = 0; u < DV; ++u) {
-      gv[u] = load(&b.g[i][u * W]);
-      qv[u] = load(&b.q[i][u * W]);
+      if (kV) gv[u] = load(&b.g[i][u * W]);
+      if (kK) qv[u] = load(&b.q[i][u * W]);
     }
     for (int r = 0; r < R; ++r) {
-      const float pij = kMask ? pr[r] * mr[r] : pr[r], sij = b.ds[i][j0 + r];
-      for (int u = 0; u < DV; ++u) {
-        av[r][u] += pij * gv[u];
-        ak[r][u] += sij * qv[u];
+      if (kV) {
+        const float pij = kMask ? pr[r] * mr[r] : pr[r];
+        for (int u = 0; u < DV; ++u) av[r][u] += pij * gv[u];
+      }
+      if (kK) {
+        const float sij = b.ds[i][j0 + r];
+        for (int u = 0; u < DV; ++u) ak[r][u] += sij * qv[u];
       }
     }
   }
   for (int r = 0; r < R; ++r)
     for (int u = 0; u < DV; ++u) {
-      store(dv + (j0 + r) * ORS + u * W, av[r][u]);
-      store(kDkRows ? dk + (j0 + r) * ORS + u * W : &b.dk[j0 + r][u * W], ak[r][u]);
+      if (kV) store(dv + (j0 + r) * ORS + u * W, av[r][u]);
+      if (kK) store(kDkRows ? dk + (j0 + r) * ORS + u * W : &b.dk[j0 + r][u * W], ak[r][u]);
     }
 }
 // dq rows i0 .. i0 + R.
@@ -205,8 +210,7 @@ constexpr const char* kBody = R"(extern "C" void @NAME@(void* const* args) {
       for (; i0 < T; ++i0) ds_rows<1>(b, p, msk, i0);
 @RESULTS@
       int64_t j0 = 0;
-      for (; j0 + @RKV@ <= T; j0 += @RKV@) dvdk_rows<@RKV@>(b, p, msk, j0, dv, dk);
-      for (; j0 < T; ++j0) dvdk_rows<1>(b, p, msk, j0, dv, dk);
+@DVDK@
       for (i0 = 0; i0 + @RQ@ <= T; i0 += @RQ@) dq_rows<@RQ@>(b, i0, dq);
       for (; i0 < T; ++i0) dq_rows<1>(b, i0, dq);
       if (!kDkRows)
@@ -237,6 +241,18 @@ void emit_attention_backward_kernel(std::ostringstream& os, const std::string& n
   const int64_t dv = d / 16;
   // Register tiles: at most 24 accumulators of AVX-512's 32 vector registers.
   const int64_t rp = 6, rkv = std::max<int64_t>(1, 12 / dv), rq = std::max<int64_t>(1, 24 / dv);
+  // dv and dk together (one pass over the rows), or, from heads of 64 on, in two passes of
+  // twice the columns each.
+  std::ostringstream dvdk;
+  const int64_t passes = dv >= 4 ? 2 : 1, rows = passes == 2 ? rq : rkv;
+  for (int64_t part = passes == 2 ? 1 : 3; part <= 3; part += 1) {
+    if (passes == 2 && part == 3) break;
+    const std::string args = "(b, p, msk, j0, dv, dk);\n";
+    dvdk << "      j0 = 0;\n"
+         << "      for (; j0 + " << rows << " <= T; j0 += " << rows << ") dvdk_rows<" << rows
+         << ", " << part << ">" << args << "      for (; j0 < T; ++j0) dvdk_rows<1, " << part << ">"
+         << args;
+  }
   // Argument slots of the three results: the group's output, then its extra outputs.
   const size_t nin = grp.inputs.size();
   auto slot = [&](const graph::Node* n) {
@@ -317,6 +333,7 @@ void emit_attention_backward_kernel(std::ostringstream& os, const std::string& n
       {"MASK", ab.mask ? "true" : "false"},
       {"MR", ab.mask ? stride(in[5], nd - 2) : "0"},
       {"MASKARG", ab.mask ? "static_cast<const float*>(args[5])" : "nullptr"},
+      {"DVDK", dvdk.str()},
       {"ORS", std::to_string(ab.merged ? ab.merged->meta.sizes.back() : d)},
       {"DKROWS", ab.merged || !ab.dk_transposed ? "true" : "false"},
       {"OUTS", outs.str()},
