@@ -10,8 +10,6 @@
 // before the softmax grad and dv sums (p * m)[i][j] g[i]. While one batch matrix is computed,
 // the next one's inputs are prefetched.
 #include <algorithm>
-#include <cstdio>
-#include <functional>
 
 #include "compiler/codegen_util.h"
 #include "graph/graph_util.h"
@@ -26,8 +24,8 @@ std::string fill(std::string text, const std::vector<std::pair<std::string, std:
   return text;
 }
 
-// The helpers and buffers of a kernel, in a namespace named for their text: kernels of the same
-// shape and form (a model's layers) share one copy, so the compiler builds it once.
+// The helpers and buffers of a kernel, in a namespace of their own that kernels of the same
+// shape and form (a model's layers) share (SharedCode), so the compiler builds them once.
 constexpr const char* kHelpers = R"(namespace @NS@ {
 constexpr int64_t T = @T@, D = @D@, W = 16, DV = D / W;
 constexpr int64_t ORS = @ORS@;  // row stride of the results dq, dv (and dk when kDkRows)
@@ -226,8 +224,7 @@ constexpr const char* kBody = R"(extern "C" void @NAME@(void* const* args) {
 }  // namespace
 
 void emit_attention_backward_kernel(std::ostringstream& os, const std::string& name,
-                                    const FusionGroup& grp,
-                                    std::set<std::string>& emitted_helpers) {
+                                    const FusionGroup& grp, SharedCode& shared) {
   const FusionGroup::AttentionBackward& ab = *grp.attn_bwd;
   const graph::Value* in[6] = {grp.inputs[0],
                                grp.inputs[1],
@@ -244,9 +241,9 @@ void emit_attention_backward_kernel(std::ostringstream& os, const std::string& n
   // dv and dk together (one pass over the rows), or, from heads of 64 on, in two passes of
   // twice the columns each.
   std::ostringstream dvdk;
-  const int64_t passes = dv >= 4 ? 2 : 1, rows = passes == 2 ? rq : rkv;
-  for (int64_t part = passes == 2 ? 1 : 3; part <= 3; part += 1) {
-    if (passes == 2 && part == 3) break;
+  const bool two_passes = dv >= 4;
+  const int64_t rows = two_passes ? rq : rkv;
+  for (int part : two_passes ? std::vector<int>{1, 2} : std::vector<int>{3}) {
     const std::string args = "(b, p, msk, j0, dv, dk);\n";
     dvdk << "      j0 = 0;\n"
          << "      for (; j0 + " << rows << " <= T; j0 += " << rows << ") dvdk_rows<" << rows
@@ -317,7 +314,6 @@ void emit_attention_backward_kernel(std::ostringstream& os, const std::string& n
       {"D", std::to_string(d)},
       {"SCALE", scale.str()},
       {"RP", std::to_string(rp)},
-      {"RKV", std::to_string(rkv)},
       {"RQ", std::to_string(rq)},
       {"NB", std::to_string(shape_numel(batch))},
       {"PR", stride(in[2], nd - 2)},
@@ -348,11 +344,8 @@ void emit_attention_backward_kernel(std::ostringstream& os, const std::string& n
   os << "// " << name << ": attention backward over " << shape_numel(batch) << " matrices of " << t
      << " x " << t << " probabilities, head size " << d << "; fuses\n";
   for (const graph::Node* n : grp.nodes) os << "//   " << node_str(*n) << "\n";
-  std::string helpers = fill(kHelpers, keys);
-  char ns[40];
-  std::snprintf(ns, sizeof ns, "ember_attn_bwd_%016zx", std::hash<std::string>{}(helpers));
-  if (emitted_helpers.insert(ns).second) os << fill(helpers, {{"NS", ns}});
-  os << fill(fill(kBody, keys), {{"NS", ns}});
+  const std::string ns = shared.use(os, fill(kHelpers, keys), "attention_backward_");
+  os << replace_all(fill(kBody, keys), "@NS@", ns);
 }
 
 }  // namespace ember::compiler

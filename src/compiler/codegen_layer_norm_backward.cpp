@@ -30,8 +30,7 @@ void emit_layer_norm_backward_kernel(std::ostringstream& os, const std::string& 
   const graph::Node* dxn = lb.add ? lb.add : lb.dx;
   os << "// " << name << ": layer_norm backward over " << R << " rows of " << C << "; fuses\n";
   for (const graph::Node* n : grp.nodes) os << "//   " << node_str(*n) << "\n";
-  os << "#include <omp.h>\n"
-     << "extern \"C\" void " << name << "(void* const* args) {\n";
+  os << "extern \"C\" void " << name << "(void* const* args) {\n";
   const char* in_names[6] = {"x", "mean", "rstd", "g", "w", "r"};
   for (size_t i = 0; i < nin; ++i)
     os << "  const " << T << "* __restrict " << in_names[i] << " = static_cast<const " << T

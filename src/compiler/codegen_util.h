@@ -1,7 +1,8 @@
 // Pieces of C++ generation shared by the kernel emitters (codegen_cpp.cpp,
-// codegen_attention.cpp and codegen_columns.cpp): element types, value names, index arithmetic, fused node lines.
+// codegen_attention.cpp and codegen_columns.cpp): element types, value names, index arithmetic,
+// fused node lines.
 #pragma once
-#include <set>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -14,6 +15,18 @@ namespace ember::compiler {
 const char* c_type(DType t);
 // `text` with every `from` replaced by `to`.
 std::string replace_all(std::string text, const std::string& from, const std::string& to);
+
+// Code that kernels of one translation unit share, written once: by its text, the name it got.
+class SharedCode {
+ public:
+  // The name of `text`, whose "@NS@" stands for it. On the first use of a text the name is
+  // fresh (`prefix` and a number) and `comment` then the text are written to os.
+  std::string use(std::ostringstream& os, const std::string& text, const std::string& prefix,
+                  const std::string& comment = "");
+
+ private:
+  std::map<std::string, std::string> names_;
+};
 std::string var(const graph::Value* v);  // "v12": the C++ name of a value
 // The offset of input `v`'s element read by flat output element `i` (v broadcast to `out`,
 // strides baked in), or "" when v is one element.
@@ -48,13 +61,11 @@ void emit_elementwise(std::ostringstream& os, const FusionGroup& grp,
 // The reduction helpers the attention kernels call, once per translation unit that has any.
 void emit_attention_helpers(std::ostringstream& os);
 // An attention group's kernel (see FusionGroup::attn_qk).
-void emit_attention_kernel(std::ostringstream& os, const std::string& name,
-                           const FusionGroup& grp);
-// An attention backward group's kernel (see FusionGroup::attn_bwd). Its helpers are written
-// once per translation unit for kernels of the same form: `emitted_helpers` keeps those written.
+void emit_attention_kernel(std::ostringstream& os, const std::string& name, const FusionGroup& grp);
+// An attention backward group's kernel (see FusionGroup::attn_bwd). Its helpers are shared
+// by the kernels of the same form (a model's layers).
 void emit_attention_backward_kernel(std::ostringstream& os, const std::string& name,
-                                    const FusionGroup& grp,
-                                    std::set<std::string>& emitted_helpers);
+                                    const FusionGroup& grp, SharedCode& shared);
 // A layer_norm backward group's kernel (see FusionGroup::ln_bwd).
 void emit_layer_norm_backward_kernel(std::ostringstream& os, const std::string& name,
                                      const FusionGroup& grp);

@@ -8,9 +8,9 @@
 
 #include <algorithm>
 #include <climits>
-#include <map>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -19,8 +19,8 @@
 #include "compiler/memory_plan.h"
 #include "compiler/step_profile.h"
 #include "core/logs.h"
-#include "core/shape.h"
 #include "core/make_tensor.h"
+#include "core/shape.h"
 #include "ember/autograd.h"
 #include "ember/ops.h"
 #include "graph/graph_util.h"
@@ -81,8 +81,9 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
   // A kernel's buffer arguments, fixed once here: the run reads them without building lists.
   for (const FusionGroup& grp : plan_.groups) {
     std::vector<const graph::Value*> args = grp.inputs;
-    if (grp.attn_qk) args.insert(args.end(), {grp.attn_qk->inputs[0], grp.attn_qk->inputs[1],
-                                              grp.attn_pv->inputs[1]});
+    if (grp.attn_qk)
+      args.insert(args.end(),
+                  {grp.attn_qk->inputs[0], grp.attn_qk->inputs[1], grp.attn_pv->inputs[1]});
     kernel_args_.push_back(std::move(args));
   }
   std::vector<StepIO> io(steps_.size());
@@ -127,14 +128,15 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
     for (const auto& [op, c] : eager_ops) by_count.push_back({-c, op});
     std::sort(by_count.begin(), by_count.end());
     std::string list;
-    for (const auto& [c, op] : by_count) list += (list.empty() ? "" : ", ") + op + " x" + std::to_string(-c);
+    for (const auto& [c, op] : by_count)
+      list += (list.empty() ? "" : ", ") + op + " x" + std::to_string(-c);
     if (!list.empty()) log(true, "compiler", "eager nodes: " + list);
   }
   log(logs().decisions, "compiler",
       std::to_string(plan_.groups.size()) + " fused kernel(s), " +
           std::to_string(steps_.size() - plan_.groups.size()) + " eager node(s); peak " +
-          std::to_string(peak_bytes_) + " bytes of intermediates (eager: " +
-          std::to_string(eager_peak_bytes_) + ")");
+          std::to_string(peak_bytes_) +
+          " bytes of intermediates (eager: " + std::to_string(eager_peak_bytes_) + ")");
   if (plan_.groups.empty()) return;
   source_ = generate_cpp(plan_, plan_batches());
   log(logs().output_code, "output_code", "\n" + source_);
@@ -216,14 +218,14 @@ std::vector<Tensor> CompiledGraph::execute(const std::vector<Tensor>& inputs,
   // From here on, inputs are read through env only (a graph without write-backs has no
   // in-place targets), and each is released after its last reader.
   if (owned) owned->clear();
-  if (step_profile_enabled())
-    std::call_once(step_names_once_, [&] {
-      for (size_t s = 0; s < steps_.size(); ++s) step_names_.push_back(describe_step(s));
-    });
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& st = steps_[s];
-    StepTimer timer(
-        [&, s] { return s < step_names_.size() ? step_names_[s] : describe_step(s); });
+    StepTimer timer([&, s]() -> const std::string& {
+      std::call_once(step_names_once_, [&] {
+        for (size_t k = 0; k < steps_.size(); ++k) step_names_.push_back(describe_step(k));
+      });
+      return step_names_[s];
+    });
     if (pair_of_[s] > int(s)) {
       // The views between the pair first (they do not need the first matmul), then both.
       const size_t s2 = size_t(pair_of_[s]);
@@ -342,9 +344,9 @@ std::string CompiledGraph::describe_step(size_t s) const {
                     : g.attn_qk  ? "attention"
                     : g.attn_bwd ? "attention backward"
                     : g.ln_bwd   ? "layer_norm backward"
-                    : g.gemm    ? "gemm + epilogue"
-                    : g.row     ? "row"
-                                : "pointwise";
+                    : g.gemm     ? "gemm + epilogue"
+                    : g.row      ? "row"
+                                 : "pointwise";
     d += " (";
     for (size_t i = 0; i < g.nodes.size(); ++i)
       d += (i ? ", " : "") + std::string(op_name(g.nodes[i]->op));
@@ -374,9 +376,7 @@ void CompiledGraph::plan_in_place_writes(const std::vector<StepIO>& io) {
         at = s;
     if (at == io.size() || steps_[at].kernel < 0) continue;
     const FusionGroup& grp = plan_.groups[size_t(steps_[at].kernel)];
-    if (grp.row || grp.gemm || grp.attn_qk || grp.attn_bwd || grp.ln_bwd || grp.col ||
-        grp.output != m.value)
-      continue;
+    if (!grp.elementwise() || grp.gemm || grp.output != m.value) continue;
     // Nothing reads the old contents afterwards, and the kernel reads the target only
     // directly (a view of it would be read at other elements than the one written).
     bool conflict = false;
@@ -466,8 +466,7 @@ std::vector<KernelBatch> CompiledGraph::plan_batches() {
   auto plain = [&](size_t s) {
     if (steps_[s].kernel < 0) return false;
     const FusionGroup& grp = plan_.groups[size_t(steps_[s].kernel)];
-    return !grp.row && !grp.gemm && !grp.attn_qk && !grp.attn_bwd && !grp.ln_bwd && !grp.col &&
-           grp.extra_outputs.empty();
+    return grp.elementwise() && !grp.gemm && grp.extra_outputs.empty();
   };
   // Whether v is read element for element by a kernel over n elements.
   auto identity = [](const graph::Value* v, const FusionGroup& reader) {
@@ -486,11 +485,10 @@ std::vector<KernelBatch> CompiledGraph::plan_batches() {
           const FusionGroup& gj = plan_.groups[size_t(steps_[u].kernel)];
           // Same range and same loop shape: each thread gets the same elements in both.
           const bool rows_i = row_loop[size_t(steps_[t].kernel)];
-          const bool same_n = shape_numel(gi.output->meta.sizes) ==
-                                  shape_numel(gj.output->meta.sizes) &&
-                              rows_i == row_loop[size_t(steps_[u].kernel)] &&
-                              (!rows_i ||
-                               gi.output->meta.sizes.back() == gj.output->meta.sizes.back());
+          const bool same_n =
+              shape_numel(gi.output->meta.sizes) == shape_numel(gj.output->meta.sizes) &&
+              rows_i == row_loop[size_t(steps_[u].kernel)] &&
+              (!rows_i || gi.output->meta.sizes.back() == gj.output->meta.sizes.back());
           // Reads of an earlier kernel's result: safe without a barrier only element for
           // element over the same range (a static schedule gives each thread the same slice).
           for (const graph::Value* v : gi.inputs)
@@ -519,13 +517,13 @@ namespace {
 class CompilerBackend : public capture::Backend {
  public:
   std::string name() const override { return "compiler"; }
-  std::shared_ptr<const capture::Runnable> compile(
-      std::shared_ptr<const graph::Graph> g) override {
+  std::shared_ptr<const capture::Runnable> compile(std::shared_ptr<const graph::Graph> g) override {
     if (!compiler_available()) {
       static std::once_flag once;
       std::call_once(once, [] {
-        capture::warn("backend \"compiler\": no C++ compiler found ($CXX or c++); graphs run "
-                      "through eager interpretation");
+        capture::warn(
+            "backend \"compiler\": no C++ compiler found ($CXX or c++); graphs run "
+            "through eager interpretation");
       });
       return capture::backend("eager").compile(std::move(g));
     }

@@ -82,8 +82,8 @@ class CompiledGraph : public capture::Runnable {
   // give the same values every call: computed by the first call, then reused (results of at
   // most 4 MiB that the graph does not hand out).
   std::vector<char> constant_step_;
-  // describe_step of every step, built at the first profiled run (EMBER_PROFILE): profiling
-  // then costs a clock read and a table lookup per step, not string building.
+  // describe_step of every step, built when the first step is profiled (EMBER_PROFILE):
+  // profiling then costs a clock read and a table lookup per step, not string building.
   mutable std::once_flag step_names_once_;
   mutable std::vector<std::string> step_names_;
   mutable std::once_flag constants_once_;

@@ -4,9 +4,9 @@
 #include "compiler/pattern_groups.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <unordered_map>
 
-#include "graph/graph_util.h"
 
 namespace ember::compiler {
 
@@ -27,43 +27,42 @@ bool transpose_of(const graph::Value* v, const graph::Value* of) {
   return true;
 }
 
-// Where the view and clone nodes between `src` and `x` put src's elements: whether x[b, t, c]
-// is src's element (b, h, t, d) with c = h * D + d, for src [B, H, T, D] contiguous, or, with
-// `transposed`, src [B, H, D, T] holding element (b, h, t, d) at (b, h, d, t). Checked
-// element by element by walking each of x's positions back through the buffers it views.
-bool merges_heads(const graph::Value* src, const graph::Value* x, bool transposed) {
-  const Shape& s = src->meta.sizes;
-  const Shape& xs = x->meta.sizes;
-  if (s.size() != 4 || xs.size() != 3) return false;
-  const int64_t B = s[0], H = s[1], T = transposed ? s[3] : s[2], D = transposed ? s[2] : s[3];
-  if (xs[0] != B || xs[1] != T || xs[2] != H * D) return false;
-  std::vector<int64_t> idx(3);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t c = 0; c < H * D; ++c) {
-        // The position in the buffer x views, then up through each clone to the buffer its
-        // input views, until src's own buffer.
-        const graph::Value* v = x;
-        int64_t p = v->meta.offset + b * v->meta.strides[0] + t * v->meta.strides[1] +
-                    c * v->meta.strides[2];
-        for (;;) {
-          const graph::Value* root = graph::view_root(v);
-          if (root == src) break;
-          const graph::Node* n = root->producer;
-          if (!n || n->op != OpId::clone) return false;
-          v = n->inputs[0];
-          int64_t q = v->meta.offset, rest = p;
-          for (size_t k = v->meta.sizes.size(); k-- > 0;) {
-            q += rest % v->meta.sizes[k] * v->meta.strides[k];
-            rest /= v->meta.sizes[k];
-          }
-          p = q;
-        }
-        const int64_t h = c / D, d = c % D;
-        const int64_t want =
-            transposed ? ((b * H + h) * D + d) * T + t : ((b * H + h) * T + t) * D + d;
-        if (p != want) return false;
-      }
+// Whether the chain of single-reader permutes and clones ending in one view, from a 4-D src,
+// moves the heads next to each other: the chain's result x[b, t, h * D + d] is src[b, h, t, d]
+// (src [B, H, T, D]) or, with `transposed`, src[b, h, d, t] (src [B, H, D, T]). Views keep
+// the logical (row-major) order of elements whatever the strides, and clones copy it, so the
+// chain is followed on logical indices: permutes compose, and the view must merge the last two
+// dims of a [B, T, H, D] order into one.
+bool merges_heads(const std::vector<const graph::Node*>& chain, bool transposed) {
+  if (chain.empty() || chain.back()->op != OpId::view) return false;
+  std::vector<int64_t> order = {0, 1, 2, 3};  // the src dim at each position
+  for (size_t i = 0; i + 1 < chain.size(); ++i) {
+    const graph::Node& n = *chain[i];
+    if (n.op == OpId::clone) continue;
+    if (n.op != OpId::permute || n.attrs.dims.size() != 4) return false;
+    std::vector<int64_t> next(4);
+    for (size_t k = 0; k < 4; ++k) next[k] = order[size_t(n.attrs.dims[k])];
+    order = next;
+  }
+  const Shape& in = chain.back()->inputs[0]->meta.sizes;
+  const Shape& out = chain.back()->outputs[0]->meta.sizes;
+  const std::vector<int64_t> want =
+      transposed ? std::vector<int64_t>{0, 3, 1, 2} : std::vector<int64_t>{0, 2, 1, 3};
+  return order == want && in.size() == 4 && out == Shape{in[0], in[1], in[2] * in[3]};
+}
+
+// Whether every reader of the results (first outputs of `results`, null ones skipped) outside
+// `nodes` comes after the last of `nodes`: the group's kernel runs there.
+bool read_after(const std::vector<const graph::Node*>& nodes,
+                std::initializer_list<const graph::Node*> results, const Readers& readers,
+                const Positions& pos) {
+  size_t last = 0;
+  for (const graph::Node* n : nodes) last = std::max(last, pos.at(n));
+  for (const graph::Node* res : results) {
+    if (!res) continue;
+    for (const graph::Node* r : readers[size_t(res->outputs[0]->id)])
+      if (pos.at(r) < last && std::find(nodes.begin(), nodes.end(), r) == nodes.end()) return false;
+  }
   return true;
 }
 
@@ -88,7 +87,7 @@ std::vector<const graph::Node*> match_attention_backward(const graph::Node& s,
   if (!m1 || m1->op != OpId::mul || uses[size_t(x->id)] != 1) return {};
   // m1 = dp * p (either order), dp read by m1 and d = dp - s only: a matmul's product, or,
   // under attention dropout, that product times the dropout's scaled mask.
-  const graph::Value* mask = nullptr;
+  const graph::Value* mask = nullptr;  // set by product_of when it finds one
   auto product_of = [&](const graph::Value* v) -> const graph::Node* {
     const graph::Node* n = v->producer;
     if (n && n->op == OpId::matmul) return n;
@@ -100,11 +99,11 @@ std::vector<const graph::Node*> match_attention_backward(const graph::Node& s,
     mask = n->inputs[1];
     return a->producer;
   };
-  const bool dp_first = product_of(m1->inputs[0]) != nullptr;
+  const graph::Node* dpm = product_of(m1->inputs[0]);
+  const bool dp_first = dpm != nullptr;
+  if (!dp_first) dpm = product_of(m1->inputs[1]);
   const graph::Value* dp = m1->inputs[dp_first ? 0 : 1];
   const graph::Value* p = m1->inputs[dp_first ? 1 : 0];
-  mask = nullptr;
-  const graph::Node* dpm = product_of(dp);
   if (!dpm || uses[size_t(dp->id)] != 2) return {};
   const graph::Node* d = only_reader(s.outputs[0]);
   if (!d || d->op != OpId::sub || d->inputs[0] != dp || d->inputs[1] != s.outputs[0]) return {};
@@ -190,31 +189,27 @@ std::vector<const graph::Node*> match_attention_backward(const graph::Node& s,
     if (!contiguous(*m->outputs[0])) return {};
   nodes.insert(nodes.end(), {dv, dq, dkt});
   if (dst) nodes.push_back(dst);
-  // The kernel runs at the last of its nodes: the results' readers must all come after it.
-  size_t last = 0;
-  for (const graph::Node* n : nodes) last = std::max(last, pos.at(n));
-  bool readers_after = true;
-  for (const graph::Node* m : {dq, dkt, dv})
-    for (const graph::Node* r : readers[size_t(m->outputs[0]->id)])
-      readers_after = readers_after && pos.at(r) > last;
   *out = {dpm, dv, dq, dkt, dk_transposed, p, mask, scale};
+  // Without the head merge, the three results are the group's: their readers must follow it.
+  const std::vector<const graph::Node*> unmerged =
+      read_after(nodes, {dq, dkt, dv}, readers, pos) ? nodes : std::vector<const graph::Node*>{};
   // The head merge: each result through single-reader views and clones to a slice_backward
   // along the last dim, the three slices adding up to one value.
   const graph::Node* slices[3] = {nullptr, nullptr, nullptr};
-  std::vector<const graph::Node*> chain;
+  std::vector<const graph::Node*> chains;
   const graph::Node* results[3] = {dq, dkt, dv};
   for (int r = 0; r < 3; ++r) {
-    const graph::Value* v = results[r]->outputs[0];
-    const graph::Node* n = only_reader(v);
+    std::vector<const graph::Node*> chain;
+    const graph::Node* n = only_reader(results[r]->outputs[0]);
     while (n && (n->op == OpId::view || n->op == OpId::permute || n->op == OpId::clone)) {
       chain.push_back(n);
-      v = n->outputs[0];
-      n = only_reader(v);
+      n = only_reader(n->outputs[0]);
     }
     if (!n || n->op != OpId::slice_backward || n->attrs.step != 1 || n->attrs.dim != 2 ||
-        !merges_heads(results[r]->outputs[0], v, r == 1 && dk_transposed))
-      return readers_after ? nodes : std::vector<const graph::Node*>{};
+        !merges_heads(chain, r == 1 && dk_transposed))
+      return unmerged;
     slices[r] = n;
+    chains.insert(chains.end(), chain.begin(), chain.end());
   }
   // add(add(s1, s2), s3) in any order, over slices that tile the last dim.
   const graph::Node* a1 = nullptr;
@@ -236,8 +231,6 @@ std::vector<const graph::Node*> match_attention_backward(const graph::Node& s,
         a2 = outer;
       }
     }
-  const std::vector<const graph::Node*> unmerged =
-      readers_after ? nodes : std::vector<const graph::Node*>{};
   if (!a2 || !contiguous(*a2->outputs[0])) return unmerged;
   const int64_t width = a2->outputs[0]->meta.sizes.back();
   std::vector<std::pair<int64_t, int64_t>> spans;
@@ -249,7 +242,7 @@ std::vector<const graph::Node*> match_attention_backward(const graph::Node& s,
   if (spans[0].first != 0 || spans[0].second != spans[1].first ||
       spans[1].second != spans[2].first || spans[2].second != width)
     return unmerged;
-  nodes.insert(nodes.end(), chain.begin(), chain.end());
+  nodes.insert(nodes.end(), chains.begin(), chains.end());
   nodes.insert(nodes.end(), {slices[0], slices[1], slices[2], a1, a2});
   out->merged = a2->outputs[0];
   for (int r = 0; r < 3; ++r) out->merged_start[r] = slices[r]->attrs.start;
@@ -346,14 +339,7 @@ std::vector<const graph::Node*> match_layer_norm_backward(const graph::Node& dx,
   }
   if (add) nodes.push_back(add);
   if (!contiguous(*(add ? add : &dx)->outputs[0])) return {};
-  // The kernel runs at the last of its nodes: the results' readers must come after it.
-  size_t end = 0;
-  for (const graph::Node* n : nodes) end = std::max(end, pos.at(n));
-  for (const graph::Node* res : {add ? add : &dx, dw, db}) {
-    if (!res) continue;
-    for (const graph::Node* r : readers[size_t(res->outputs[0]->id)])
-      if (r != add && pos.at(r) < end) return {};
-  }
+  if (!read_after(nodes, {add ? add : &dx, dw, db}, readers, pos)) return {};
   const graph::Value* r = add ? add->inputs[add->inputs[0] == dx.outputs[0] ? 1 : 0] : nullptr;
   *out = {&dx, add, dw, db, x, mean, rstd, g, w, r};
   return nodes;

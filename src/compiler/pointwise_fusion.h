@@ -95,6 +95,10 @@ struct FusionGroup {
                        *w = nullptr, *r = nullptr;
   };
   std::optional<LayerNormBackward> ln_bwd;
+
+  // Whether the kernel is one loop over the output's elements (a pointwise group, or a gemm
+  // group's epilogue): not a row, attention, column or pattern kernel.
+  bool elementwise() const { return !row && !attn_qk && !col && !attn_bwd && !ln_bwd; }
 };
 
 // Whether n is a row op the compiler generates: softmax, log_softmax or layer_norm over the

@@ -174,29 +174,17 @@ int Graph::transpose_matmul_products() {
       attrs.dims = swap_last_two(v->meta.sizes.size());
       return add_node(OpId::permute, {v}, attrs, {}, t.loc)->outputs[0];
     };
+    // Batch dims broadcast alike either way round, so the product has t's sizes.
     Value* bt = transposed(b);
     Value* at = transposed(a);
     Node* swapped = add_node(OpId::matmul, {bt, at}, Attrs{}, {}, mm->loc);
-    if (swapped->outputs[0]->meta.sizes != t.outputs[0]->meta.sizes) {
-      // Batch dims broadcast differently in the swapped product: leave this one alone (the
-      // nodes just added are dead and go below).
-      continue;
-    }
     replace[size_t(t.outputs[0]->id)] = swapped->outputs[0];
     ++rewritten;
     // The added nodes (at the end of nodes_) move to just after t, past their inputs.
     for (size_t k = original; k < nodes_.size(); ++k) after[i].push_back(std::move(nodes_[k]));
     nodes_.resize(original);
   }
-  // Nodes added for a rewrite that was given up on.
-  for (size_t k = original; k < nodes_.size(); ++k) after[original - 1].push_back(std::move(nodes_[k]));
-  nodes_.resize(original);
-  if (rewritten == 0) {
-    for (auto& extra : after)
-      for (auto& n : extra) nodes_.push_back(std::move(n));
-    if (nodes_.size() > original) eliminate_dead_code();
-    return 0;
-  }
+  if (rewritten == 0) return 0;
   auto resolve = [&](Value* v) {
     return size_t(v->id) < replace.size() && replace[size_t(v->id)] ? replace[size_t(v->id)] : v;
   };
