@@ -138,6 +138,13 @@ std::vector<std::string> emit_row_bases(std::ostringstream& os, const FusionGrou
 
 namespace {
 
+// Row kernels with large outputs build each row in a stack buffer of the thread (up to this
+// size) and stream it out, and fetch the next row's input ahead when a row is at most
+// kPrefetchRowBytes: the current row, its buffer and the next row then share L1 (48 KiB on the
+// machines measured in docs/bench.md).
+constexpr int64_t kRowBufferBytes = int64_t(64) << 10;
+constexpr int64_t kPrefetchRowBytes = int64_t(16) << 10;
+
 // The body of a pointwise kernel, its arguments read from args[base ...]: pointers, one-element
 // inputs loaded once, the loop. Inside a batch's parallel region (in_region) the loop is a
 // worksharing loop without a barrier at its end.
@@ -306,57 +313,61 @@ std::string canonical_names(const std::string& text) {
   return out;
 }
 
-// `text` with `extra` put before each line.
+// `text` with `extra` put before each line but pragmas.
 std::string indent(const std::string& text, const std::string& extra) {
   std::string r;
   size_t start = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);
     end = end == std::string::npos ? text.size() : end + 1;
-    r += extra + text.substr(start, end - start);
+    if (text[start] != '#') r += extra;  // preprocessor lines stay in the first column
+    r += text.substr(start, end - start);
     start = end;
   }
   return r;
 }
 
+// In a pass over a row in blocks of 256 bytes (block start jb): asks for the next row's cache
+// lines at these offsets (in elements) from the block's start, so the next row's first pass finds
+// its input in cache instead of waiting on memory. The lines of a block are shared out over the
+// passes after the first, which spreads the memory traffic over the row's whole time.
+void emit_prefetch(std::ostringstream& os, const std::vector<int64_t>& ahead) {
+  for (int64_t q : ahead) os << "      __builtin_prefetch(next + jb + " << q << ");\n";
+}
+
 // Emits a reduction over the row's n columns into `acc`: `body` (lines using j) computes
-// `value`, combined by max or +. An OpenMP simd reduction keeps partial results in vector
-// registers; long rows are cut into four quarters reduced in the same loop, so four
-// independent accumulators hide the add latency (one chain would cap an L1-resident pass at
-// one vector per add latency). The partials fold in a fixed order at the end.
-void emit_reduce(std::ostringstream& os, const char* T, int64_t n, const std::string& acc, bool max,
-                 const std::string& body, const std::string& value) {
+// `value`, combined by max or +. Long rows run in blocks of 256 bytes whose lanes each keep
+// their own partial result: four vector registers of independent accumulators hide the add
+// latency (one chain would cap an L1-resident pass at one vector per add latency), and the
+// loads run along contiguous memory. The partials fold in a fixed order at the end. Each block
+// also prefetches `ahead`'s lines (see emit_prefetch).
+void emit_reduce(std::ostringstream& os, const char* T, int64_t esize, int64_t n,
+                 const std::string& acc, bool max, const std::string& body,
+                 const std::string& value, const std::vector<int64_t>& ahead) {
   const std::string init =
       max ? "-std::numeric_limits<" + std::string(T) + ">::infinity()" : std::string(T) + "(0)";
   auto combine = [&](const std::string& a, const std::string& v) {
     return max ? a + " = " + a + " < " + v + " ? " + v + " : " + a + ";" : a + " += " + v + ";";
   };
-  const char* op = max ? "max" : "+";
-  if (n % 4 != 0 || n < 256) {
+  const int64_t w = 256 / esize;
+  if (n % w != 0 || n < 4 * w) {
     os << "    " << T << " " << acc << " = " << init << ";\n"
-       << "#pragma omp simd reduction(" << op << " : " << acc << ")\n"
+       << "#pragma omp simd reduction(" << (max ? "max" : "+") << " : " << acc << ")\n"
        << "    for (int64_t j = 0; j < n; ++j) {\n"
        << body << "      " << combine(acc, value) << "\n    }\n";
     return;
   }
-  os << "    " << T << " " << acc << "0 = " << init << ", " << acc << "1 = " << init << ", " << acc
-     << "2 = " << init << ", " << acc << "3 = " << init << ";\n"
-     << "#pragma omp simd reduction(" << op << " : " << acc << "0, " << acc << "1, " << acc << "2, "
-     << acc << "3)\n"
-     << "    for (int64_t jq = 0; jq < n / 4; ++jq) {\n";
-  for (int k = 0; k < 4; ++k) {
-    const std::string part = acc + std::to_string(k);
-    os << "      {\n        const int64_t j = jq + " << k << " * (n / 4);\n"
-       << indent(body, "    ") << "        " << combine(part, value) << "\n      }\n";
-  }
-  os << "    }\n";
-  if (max) {
-    os << "    " << T << " " << acc << " = " << acc << "0;\n";
-    for (int k = 1; k < 4; ++k) os << "    " << combine(acc, acc + std::to_string(k)) << "\n";
-  } else {
-    os << "    const " << T << " " << acc << " = (" << acc << "0 + " << acc << "1) + (" << acc
-       << "2 + " << acc << "3);\n";
-  }
+  const std::string lanes = acc + "_l";
+  os << "    " << T << " " << lanes << "[" << w << "];\n"
+     << "    for (int64_t l = 0; l < " << w << "; ++l) " << lanes << "[l] = " << init << ";\n"
+     << "    for (int64_t jb = 0; jb < n; jb += " << w << ") {\n";
+  emit_prefetch(os, ahead);
+  os << "#pragma omp simd\n"
+     << "      for (int64_t l = 0; l < " << w << "; ++l) {\n"
+     << "        const int64_t j = jb + l;\n"
+     << indent(body, "    ") << "        " << combine(lanes + "[l]", value) << "\n      }\n    }\n"
+     << "    " << T << " " << acc << " = " << lanes << "[0];\n"
+     << "    for (int64_t l = 1; l < " << w << "; ++l) " << combine(acc, lanes + "[l]") << "\n";
 }
 
 // One task per row of the row op's [rows, n] output. Pass 1 computes the row op's input
@@ -402,11 +413,26 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
     if (shape_numel(grp.inputs[j]->meta.sizes) == 1)
       os << "  const " << T << " " << var(grp.inputs[j]) << " = in" << j << "[0];\n";
   os << "  constexpr int64_t rows = " << rows << ", n = " << n << ";\n";
-  if (rows > 1 && rows * n >= cpu::kParallelGrain)
+  // A large output is built row by row in the thread's buffer and streamed out past the cache,
+  // so its lines are not read from memory before being overwritten; the input of the next row
+  // is fetched while the current one is computed (rows that leave the cache room for it).
+  const int64_t esize = int64_t(dtype_size(out.meta.dtype)), row_bytes = n * esize;
+  const bool large = rows > 1 && rows * row_bytes >= cpu::kStreamBytes;
+  const bool stream = large && row_output && row_bytes % 256 == 0 && row_bytes <= kRowBufferBytes;
+  std::string ind = "  ";
+  if (stream) {
+    os << "#pragma omp parallel\n  {\n    alignas(64) " << T << " rowbuf[n];\n"
+       << "#pragma omp for schedule(static)\n";
+    ind = "    ";
+  } else if (rows > 1 && rows * n >= cpu::kParallelGrain) {
     os << "#pragma omp parallel for schedule(static)\n";
-  os << "  for (int64_t r = 0; r < rows; ++r) {\n";
+  }
+  std::ostringstream rowbody;
+  std::swap(os, rowbody);
   if (row_output)
-    os << "    " << T << "* __restrict row = out + r * n;  // built in place, in cache\n";
+    os << "    " << T << "* __restrict row = "
+       << (stream ? "rowbuf;  // built in cache, then streamed out\n"
+                  : "out + r * n;  // built in place, in cache\n");
   const std::vector<std::string> idx = emit_row_bases(os, grp, shape, "    ");
   const std::string x = var(row.inputs[0]);
   // Where later passes read the row op's input: straight from a unit-stride group input when
@@ -426,6 +452,16 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   // producers), row scalars between them, then the elementwise output.
   const std::optional<RowDecomposition> dec = row_decomposition(row);
   EMBER_CHECK(dec.has_value(), "compiler: no row decomposition for ", op_name(row.op));
+  // The next row's lines, over the second reduction (if any) and the output pass.
+  std::vector<int64_t> ahead_reduce, ahead_out;
+  if (stream && src == "src" && row_bytes <= kPrefetchRowBytes) {
+    os << "    const " << T << "* next = r + 1 < rows ? src + n : src;\n";
+    const auto reductions = std::count_if(dec->steps.begin(), dec->steps.end(),
+                                          [](const RowStep& s) { return s.kind != RowStep::Let; });
+    for (int64_t q = 0, line = 64 / esize; q < 256 / esize; q += line)
+      (reductions >= 2 && q / line % 2 == 0 ? ahead_reduce : ahead_out).push_back(q);
+  }
+  int reductions = 0;
   // Whether a step after the first, or the output, reads the input again (then the first pass
   // keeps a computed input in the row).
   bool reread = dec->out.find("$x") != std::string::npos;
@@ -464,7 +500,9 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
       value = "kept";
       kept = true;
     }
-    emit_reduce(os, T, n, step.name, step.kind == RowStep::Max, body.str(), value);
+    ++reductions;
+    emit_reduce(os, T, esize, n, step.name, step.kind == RowStep::Max, body.str(), value,
+                reductions == 2 ? ahead_reduce : std::vector<int64_t>{});
     first = false;
   }
   for (const auto& [index, name] : dec->stat_outputs)
@@ -473,17 +511,34 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
         os << "    stat" << e << "[r] = " << name << ";\n";
   const std::string value = expand(dec->out);  // the row op's output at column j
   if (!row_output) {
-    os << "    out[r] = " << value << ";\n  }\n}\n\n";
-    return;
+    os << "    out[r] = " << value << ";\n";
+  } else {
+    // Last pass: the row op's result, the fused consumers, the store (streamed out a block
+    // of 256 bytes at a time for a large output).
+    std::ostringstream last;
+    last << "      const " << T << " " << var(row.outputs[0]) << " = " << value << ";\n";
+    emit_elementwise(last, grp, post, idx, T, "      ");
+    if (stream) {
+      os << "    for (int64_t jb = 0; jb < n; jb += " << 256 / esize << ") {\n";
+      emit_prefetch(os, ahead_out);
+      os << "      alignas(64) " << T << " blk[" << 256 / esize << "];\n"
+         << "#pragma omp simd\n"
+         << "      for (int64_t l = 0; l < " << 256 / esize << "; ++l) {\n"
+         << "        const int64_t j = jb + l;\n"
+         << indent(last.str(), "  ") << "        blk[l] = " << var(&out) << ";\n      }\n"
+         << "      ember_stream(out + r * n + jb, blk, sizeof blk);\n    }\n";
+    } else {
+      os << "#pragma omp simd\n"
+         << "    for (int64_t j = 0; j < n; ++j) {\n"
+         << last.str() << "      row[j] = " << var(&out) << ";\n    }\n";
+    }
   }
-  // Last pass: the row op's result, the fused consumers, the store.
-  os << "#pragma omp simd\n"
-     << "    for (int64_t j = 0; j < n; ++j) {\n"
-     << "      const " << T << " " << var(row.outputs[0]) << " = " << value << ";\n";
-  emit_elementwise(os, grp, post, idx, T, "      ");
-  os << "      row[j] = " << var(&out) << ";\n"
-     << "    }\n";
-  os << "  }\n}\n\n";
+  std::swap(os, rowbody);
+  os << ind << "for (int64_t r = 0; r < rows; ++r) {\n"
+     << indent(rowbody.str(), ind.substr(2)) << ind << "}\n";
+  // One fence per thread orders the streaming stores before the region's closing barrier.
+  if (stream) os << "    ember_fence();\n  }\n";
+  os << "}\n\n";
 }
 
 }  // namespace

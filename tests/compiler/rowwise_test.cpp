@@ -53,8 +53,9 @@ class RowwiseTest : public ::testing::Test {
   NoGradGuard no_grad;
 };
 
-// Odd row lengths: a single column, a short row (not a multiple of the SIMD width), a long one.
-const std::vector<Shape> kShapes = {{3, 1}, {5, 7}, {4, 1000}};
+// Odd row lengths: a single column, a short row (not a multiple of the SIMD width), a long one,
+// and one of whole 256-byte blocks (reduced in blocks, one accumulator per lane).
+const std::vector<Shape> kShapes = {{3, 1}, {5, 7}, {4, 1000}, {6, 512}};
 
 TEST_F(RowwiseTest, SoftmaxMatchesEager) {
   auto fn = [](const Tensor& x) { return x.softmax(-1); };
@@ -189,6 +190,34 @@ TEST_F(RowwiseTest, FusedProducerAndConsumerMatchEager) {
   // A strided (transposed) input is read through index arithmetic.
   Tensor xt = randn({7, 5}).t();
   EXPECT_TRUE(allclose(fsm(xt), sm(xt)));
+}
+
+// Outputs of 16 MiB and more: each row is built in the thread's buffer and streamed out a block
+// at a time, and the next row's input is prefetched when rows are at most 16 KiB. Covers rows
+// read straight from the input (with prefetch: f32 rows of 4096, f64 rows of 1024; without:
+// f32 rows of 8192) and rows computed by fused producers.
+TEST_F(RowwiseTest, LargeOutputsStreamedRowByRowMatchEager) {
+  auto sm = [](const Tensor& x) { return x.softmax(-1); };
+  auto f = compile(sm, test::spy_opts());
+  Tensor x = randn({1024, 4096}) * 4.0;
+  EXPECT_TRUE(allclose(f(x), sm(x)));
+  EXPECT_TRUE(test::has(test::last_source(), "ember_stream(out + r * n + jb"));
+  EXPECT_TRUE(test::has(test::last_source(), "__builtin_prefetch(next + jb"));
+
+  auto fused = [](const Tensor& t) { return ((t * 2.0 + 1.0).softmax(-1) * 3.0).relu(); };
+  EXPECT_TRUE(allclose(compile(fused, compiler_opts())(x), fused(x)));
+
+  Tensor wide = randn({512, 8192}) * 3.0 + 1.0, w = randn({8192}), b = randn({8192});
+  auto ln = [](const Tensor& t, const Tensor& wt, const Tensor& bt) {
+    return layer_norm(t, {t.sizes().back()}, wt, bt);
+  };
+  EXPECT_TRUE(allclose(compile(ln, compiler_opts())(wide, w, b), ln(wide, w, b)));
+
+  Tensor x64 = randn({2048, 1024}, TensorOptions(DType::Float64)) * 30.0;
+  auto lsm = [](const Tensor& t) { return t.log_softmax(-1); };
+  EXPECT_TRUE(allclose(compile(lsm, compiler_opts())(x64), lsm(x64)));
+  auto ln64 = [](const Tensor& t) { return layer_norm(t, {t.sizes().back()}); };
+  EXPECT_TRUE(allclose(compile(ln64, compiler_opts())(x64), ln64(x64)));
 }
 
 // x * 2 + 1 -> softmax -> * 3 over f32[5, 7], built directly: full() nodes for the constants.
