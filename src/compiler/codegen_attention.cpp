@@ -299,7 +299,7 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
      << "      for (int64_t j = 0; j < nvt; ++j) {\n"
      << "#pragma GCC unroll 8\n"
      << "        for (int64_t t = 0; t < QB; ++t)\n"
-     << "          s[t * SP + j] = ember::fn::Exp{}(s[t * SP + j] - mx[t]);\n"
+     << "          s[t * SP + j] = ember::fn::ExpFtz{}(s[t * SP + j] - mx[t]);\n"
      << "      }\n"
      << "      for (int64_t t = 0; t < nq; ++t) {\n";
   row_reduce("sum", "a += y", "inv[t] = " + std::string(T) + "(1) / ");

@@ -14,14 +14,14 @@ std::optional<RowDecomposition> row_decomposition(const graph::Node& n) {
     case OpId::softmax:
       // The exponentials are kept in the row: the last pass only scales them.
       d.steps = {{K::Max, "mx", "$x"},
-                 {K::Sum, "sum", "ember::fn::Exp{}($x - mx)", true},
+                 {K::Sum, "sum", "ember::fn::ExpFtz{}($x - mx)", true},
                  {K::Let, "inv", "$T(1) / sum"}};
       d.out = "$kept * inv";
       return d;
     case OpId::log_softmax:
       // (x - max) - log(sum), not x - (max + log(sum)), which loses small results.
       d.steps = {{K::Max, "mx", "$x"},
-                 {K::Sum, "sum", "ember::fn::Exp{}($x - mx)"},
+                 {K::Sum, "sum", "ember::fn::ExpFtz{}($x - mx)"},
                  {K::Let, "lse", "ember::fn::Log{}(sum)"}};
       d.out = "($x - mx) - lse";
       return d;

@@ -153,6 +153,20 @@ TEST(FunctorAccuracy, Exp) {
   expect_within("exp", r, 1.0);
 }
 
+// exp_ftz: ulps for results from FLT_MIN up; below, the error as a fraction of FLT_MIN (a
+// subnormal or 0 is allowed there). No claim past x = 88.3, where it overflows early.
+double ftz_error(float x, float got, double ref) {
+  if (x > 88.3f) return 0;
+  if (!std::isnan(ref) && ref < 0x1p-126) return std::fabs(double(got) - ref) / 0x1p-126;
+  return ulp_error(x, got, ref);
+}
+
+TEST(FunctorAccuracy, ExpFtz) {
+  auto r = sweep(nullptr, [](float x) { return fn::ExpFtz{}(x); },
+                 [](double x) { return std::exp(x); }, ftz_error);
+  expect_within("exp_ftz", r, 1.25, false);
+}
+
 TEST(FunctorAccuracy, Log) {
   auto r = sweep([](const Tensor& t) { return t.log(); }, [](float x) { return fn::Log{}(x); },
                  [](double x) { return std::log(x); });
@@ -247,6 +261,23 @@ TEST(FunctorSpecials, Exp) {
   EXPECT_LT(f(-100.f), FLT_MIN);
   EXPECT_EQ(f(-104.f), 0.f);
   EXPECT_EQ(f(-1000.f), 0.f);
+}
+
+TEST(FunctorSpecials, ExpFtz) {
+  fn::ExpFtz f;
+  EXPECT_EQ(f(0.f), 1.f);
+  EXPECT_EQ(f(-0.f), 1.f);
+  EXPECT_EQ(f(-kInfF), 0.f);
+  EXPECT_TRUE(std::isnan(f(kNaNF)));
+  EXPECT_EQ(f(kInfF), kInfF);
+  // Normal results down to FLT_MIN; then a subnormal or 0, never more than FLT_MIN.
+  EXPECT_GE(f(-87.3f), FLT_MIN);
+  EXPECT_LT(f(-88.f), FLT_MIN);
+  EXPECT_EQ(f(-100.f), 0.f);
+  EXPECT_EQ(f(-1000.f), 0.f);
+  EXPECT_TRUE(std::isfinite(f(88.f)));
+  // float64 keeps libm.
+  EXPECT_EQ(fn::ExpFtz{}(-3.5), std::exp(-3.5));
 }
 
 TEST(FunctorSpecials, Log) {

@@ -87,7 +87,7 @@ struct ExpSumReducer {
   Acc init() const { return Acc(0); }
   template <class V>
   void step(Acc& a, V v, int64_t) const {
-    a += fn::Exp{}(Acc(v) - max);
+    a += fn::ExpFtz{}(Acc(v) - max);
   }
   void merge(Acc& a, const Acc& b) const { a += b; }
 };

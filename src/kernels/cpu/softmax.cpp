@@ -23,7 +23,7 @@ void softmax_row(const C* x, C* y, int64_t n, bool log) {
     for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - m) - log_sum;
     return;
   }
-  for (int64_t i = 0; i < n; ++i) y[i] = fn::Exp{}(x[i] - m);
+  for (int64_t i = 0; i < n; ++i) y[i] = fn::ExpFtz{}(x[i] - m);
   const C inv = C(1) / fold_run(y, n, SumReducer<C>{});
   for (int64_t i = 0; i < n; ++i) y[i] *= inv;
 }
@@ -46,7 +46,7 @@ void softmax_columns(const C* x, C* y, int64_t n, int64_t inner, int64_t w, bool
     const C* xr = x + k * inner;
     C* yr = y + k * inner;
     for (int64_t j = 0; j < w; ++j) {
-      C e = fn::Exp{}(xr[j] - m[j]);
+      C e = fn::ExpFtz{}(xr[j] - m[j]);
       s[j] += e;
       if (!log) yr[j] = e;
     }
