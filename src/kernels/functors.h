@@ -127,16 +127,16 @@ EMBER_FN float exp_f32(float x) {
   return e.p * e.s1 * e.s2;
 }
 
-// exp(x) where results below FLT_MIN do not matter: the softmax family's exp(v - max) (x <= 0),
-// whose terms are summed with a 1. With n >= -127 one power of two scales the polynomial, its
-// bits taken straight from the rounding shift's (t's low bits hold n, and shifting them into
-// the exponent field drops the shift itself); exp(r) is one Horner polynomial, with no
-// compensation. About half the instructions of exp_f32: for results from FLT_MIN up within
-// 0.90 ulp with FMA contraction (all float32 x in [-88, 0] checked) and 1.18 without; below, a
-// subnormal or 0 (an error under FLT_MIN). Right up to x = 88.3; inf from 88.4 on.
+// exp(x) for the softmax family's exp(v - max), x <= 0: results below FLT_MIN do not matter
+// there (the terms are summed with a 1), and nothing overflows. With n >= -127 one power of two
+// scales the polynomial, its bits taken straight from the rounding shift's (t's low bits hold
+// n, and shifting them into the exponent field drops the shift itself); exp(r) is one Horner
+// polynomial, with no compensation, and only the lower bound is clamped. About half the
+// instructions of exp_f32: for results from FLT_MIN up within 0.90 ulp with FMA contraction
+// (all float32 x in [-88, 0] checked) and 1.18 without; below, a subnormal or 0 (an error under
+// FLT_MIN). Right up to x = 88.3, not exp past it: callers pass x <= 0 (or NaN, kept).
 EMBER_FN float exp_ftz_f32(float x) {
-  x = x < -88.f ? -88.f : x;  // n >= -127 (scale 0); NaN fails the compares and stays NaN
-  x = x > 89.f ? 89.f : x;    // n <= 128 (scale inf)
+  x = x < -88.f ? -88.f : x;  // n >= -127 (scale 0); NaN fails the compare and stays NaN
   const float t = x * kLog2eF + kRoundF;
   const float n = t - kRoundF;
   const float r = (x - n * kLn2HiF) - n * kLn2LoF;
@@ -442,8 +442,9 @@ struct Exp {
   EMBER_FN float operator()(float a) const { return detail::exp_f32(a); }
   template <class T> EMBER_FN T operator()(T a) const { return std::exp(a); }
 };
-// exp for the softmax family's exp(v - max): float32 results below FLT_MIN may flush to zero
-// (see exp_ftz_f32); other types as Exp.
+// exp for the softmax family's exp(v - max), arguments <= 0: float32 results below FLT_MIN may
+// flush to zero, and arguments past 88.3 are out of its domain (see exp_ftz_f32); other types
+// as Exp.
 struct ExpFtz {
   EMBER_FN float operator()(float a) const { return detail::exp_ftz_f32(a); }
   template <class T> EMBER_FN T operator()(T a) const { return std::exp(a); }
