@@ -417,6 +417,7 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   // so its lines are not read from memory before being overwritten; the input of the next row
   // is fetched while the current one is computed (rows that leave the cache room for it).
   const int64_t esize = int64_t(dtype_size(out.meta.dtype)), row_bytes = n * esize;
+  const int64_t block = 256 / esize;  // elements in a block of the streamed last pass
   const bool large = rows > 1 && rows * row_bytes >= cpu::kStreamBytes;
   const bool stream = large && row_output && row_bytes % 256 == 0 && row_bytes <= kRowBufferBytes;
   std::string ind = "  ";
@@ -456,12 +457,12 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   std::vector<int64_t> ahead_reduce, ahead_out;
   if (stream && src == "src" && row_bytes <= kPrefetchRowBytes) {
     os << "    const " << T << "* next = r + 1 < rows ? src + n : src;\n";
-    const auto reductions = std::count_if(dec->steps.begin(), dec->steps.end(),
-                                          [](const RowStep& s) { return s.kind != RowStep::Let; });
-    for (int64_t q = 0, line = 64 / esize; q < 256 / esize; q += line)
-      (reductions >= 2 && q / line % 2 == 0 ? ahead_reduce : ahead_out).push_back(q);
+    const auto count = std::count_if(dec->steps.begin(), dec->steps.end(),
+                                     [](const RowStep& s) { return s.kind != RowStep::Let; });
+    for (int64_t q = 0, line = 64 / esize; q < block; q += line)
+      (count >= 2 && q / line % 2 == 0 ? ahead_reduce : ahead_out).push_back(q);
   }
-  int reductions = 0;
+  int reductions = 0;  // emitted so far
   // Whether a step after the first, or the output, reads the input again (then the first pass
   // keeps a computed input in the row).
   bool reread = dec->out.find("$x") != std::string::npos;
@@ -519,11 +520,11 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
     last << "      const " << T << " " << var(row.outputs[0]) << " = " << value << ";\n";
     emit_elementwise(last, grp, post, idx, T, "      ");
     if (stream) {
-      os << "    for (int64_t jb = 0; jb < n; jb += " << 256 / esize << ") {\n";
+      os << "    for (int64_t jb = 0; jb < n; jb += " << block << ") {\n";
       emit_prefetch(os, ahead_out);
-      os << "      alignas(64) " << T << " blk[" << 256 / esize << "];\n"
+      os << "      alignas(64) " << T << " blk[" << block << "];\n"
          << "#pragma omp simd\n"
-         << "      for (int64_t l = 0; l < " << 256 / esize << "; ++l) {\n"
+         << "      for (int64_t l = 0; l < " << block << "; ++l) {\n"
          << "        const int64_t j = jb + l;\n"
          << indent(last.str(), "  ") << "        blk[l] = " << var(&out) << ";\n      }\n"
          << "      ember_stream(out + r * n + jb, blk, sizeof blk);\n    }\n";
