@@ -1,7 +1,9 @@
 // The toolchain: runs the system C++ compiler on generated sources and loads the results.
 // Disk entries are named by a hash of everything that decides the machine code (source, the
 // functors header it includes, compiler version, flags) and are published by rename, so two
-// processes building one source both end up loading a complete library.
+// processes building one source both end up loading a complete library. The includes every
+// source opens with are precompiled once per cache directory, compiler, flags and functors
+// header, in the background, and passed to the builds that find the result ready.
 #include "compiler/toolchain.h"
 
 #include <dlfcn.h>
@@ -29,7 +31,8 @@ namespace ember::compiler {
 
 namespace {
 
-std::atomic<int64_t> g_compiler_runs{0}, g_disk_hits{0}, g_memory_hits{0}, g_rebuilds{0};
+std::atomic<int64_t> g_compiler_runs{0}, g_disk_hits{0}, g_memory_hits{0}, g_rebuilds{0},
+    g_precompiled{0};
 
 std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
@@ -103,7 +106,53 @@ std::string unique_suffix() {
   return ss.str();
 }
 
-// Builds source into `final_path`: compile to a private temporary, then rename over.
+std::string shell_quote(const std::string& s) { return "'" + s + "'"; }
+
+const std::string& functors_header() {
+  static const std::string h = read_file(EMBER_SRC_DIR "/kernels/functors.h");
+  return h;
+}
+
+// The precompiled includes: <cache>/pch-<key>/ember_prelude.h and its .gch, the key a hash of
+// what decides the precompiled result. Returns the header's path when its .gch is ready;
+// otherwise starts building it (once per process and directory) and returns "". The build
+// runs as a background shell job that publishes the .gch by rename, so it finishes even when
+// this process exits first, and a half-written file is never seen.
+std::string precompiled_includes() {
+  if (env_or("EMBER_PCH", "1") == "0") return "";
+  const std::string dir =
+      cache_dir() + "/pch-" +
+      hash_hex(generated_includes() + '\0' + functors_header() + '\0' + compiler_version() +
+               '\0' + compiler_flags());
+  const std::string header = dir + "/ember_prelude.h", gch = header + ".gch";
+  if (::access(gch.c_str(), R_OK) == 0) return header;
+  static std::mutex mu;
+  static std::unordered_map<std::string, bool> started;
+  std::lock_guard<std::mutex> lock(mu);
+  if (started[dir]) return "";
+  started[dir] = true;
+  make_dirs(dir);
+  const std::string tmp_header = header + ".tmp." + unique_suffix();
+  {
+    std::ofstream f(tmp_header, std::ios::binary);
+    f << generated_includes();
+    if (!f.good()) return "";
+  }
+  if (std::rename(tmp_header.c_str(), header.c_str()) != 0) return "";
+  const std::string tmp = gch + ".tmp." + unique_suffix();
+  // At the lowest priority: it must not slow down the builds that run meanwhile.
+  const std::string cmd = "( nice -n 19 " + compiler_command() + " " + compiler_flags() +
+                          " -x c++-header -I'" EMBER_SRC_DIR "' -o " + shell_quote(tmp) + " " +
+                          shell_quote(header) + " > /dev/null 2>&1 && mv -f " + shell_quote(tmp) +
+                          " " + shell_quote(gch) + " || rm -f " + shell_quote(tmp) +
+                          " ) > /dev/null 2>&1 &";
+  if (std::system(cmd.c_str()) != 0) return "";
+  return "";
+}
+
+// Builds source into `final_path`: compile to a private temporary, then rename over. With
+// the precompiled includes first; should that build fail, once more without them (a .gch
+// another compiler cannot read, say), and the .gch is dropped so that it is built again.
 void build(const std::string& source, const std::string& final_path) {
   const std::string tmp = final_path + ".tmp." + unique_suffix();
   const std::string src = tmp + ".cpp", lib = tmp + ".so", log = tmp + ".log";
@@ -112,10 +161,20 @@ void build(const std::string& source, const std::string& final_path) {
     f << source;
     EMBER_CHECK(f.good(), "compiler: cannot write ", src);
   }
-  const std::string cmd = compiler_command() + " " + compiler_flags() + " -I'" EMBER_SRC_DIR
-                          "' -o '" + lib + "' '" + src + "' > '" + log + "' 2>&1";
+  const std::string pch = precompiled_includes();
+  auto command = [&](const std::string& extra) {
+    return compiler_command() + " " + compiler_flags() + extra + " -I'" EMBER_SRC_DIR "' -o '" +
+           lib + "' '" + src + "' > '" + log + "' 2>&1";
+  };
+  std::string cmd = command(pch.empty() ? "" : " -include " + shell_quote(pch));
   ++g_compiler_runs;
-  const int status = std::system(cmd.c_str());
+  int status = std::system(cmd.c_str());
+  if (status == 0 && !pch.empty()) ++g_precompiled;
+  if (status != 0 && !pch.empty()) {
+    cmd = command("");
+    status = std::system(cmd.c_str());
+    if (status == 0) std::remove((pch + ".gch").c_str());
+  }
   if (status != 0) {
     std::string msgs = read_file(log);
     std::remove(src.c_str());
@@ -178,6 +237,14 @@ const std::string& compiler_flags() {
   return f;
 }
 
+const std::string& generated_includes() {
+  static const std::string s =
+      "#include <cstdint>\n#include <cstring>\n#include <limits>\n#include <new>\n"
+      "#include <omp.h>\n#if defined(__AVX__)\n#include <immintrin.h>\n#endif\n\n"
+      "#include \"kernels/functors.h\"\n";
+  return s;
+}
+
 std::string cache_dir() {
   const char* d = std::getenv("EMBER_CACHE_DIR");
   if (d && *d) return d;
@@ -186,9 +253,8 @@ std::string cache_dir() {
 
 std::shared_ptr<const Library> load_source(const std::string& source, const std::string& entry) {
   // The functors header is part of what the library computes: a change to it is a new entry.
-  static const std::string header = read_file(EMBER_SRC_DIR "/kernels/functors.h");
-  const std::string key =
-      hash_hex(source + '\0' + header + '\0' + compiler_version() + '\0' + compiler_flags());
+  const std::string key = hash_hex(source + '\0' + functors_header() + '\0' + compiler_version() +
+                                   '\0' + compiler_flags());
   const std::string dir = cache_dir();
   const std::string path = dir + "/" + key + ".so";
 
@@ -237,7 +303,8 @@ std::shared_ptr<const Library> load_source(const std::string& source, const std:
 }
 
 ToolchainStats toolchain_stats() {
-  return {g_compiler_runs.load(), g_disk_hits.load(), g_memory_hits.load(), g_rebuilds.load()};
+  return {g_compiler_runs.load(), g_disk_hits.load(), g_memory_hits.load(), g_rebuilds.load(),
+          g_precompiled.load()};
 }
 
 void clear_memory_cache() {

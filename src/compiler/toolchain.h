@@ -29,6 +29,7 @@ struct ToolchainStats {
   int64_t disk_hits = 0;      // libraries loaded from the disk cache
   int64_t memory_hits = 0;    // sources found already loaded in this process
   int64_t rebuilds = 0;       // disk entries that would not load and were built again
+  int64_t precompiled = 0;    // compiler runs that read the precompiled includes
 };
 
 // Whether a C++ compiler ($CXX, else c++) answers `--version`; checked once.
@@ -39,6 +40,11 @@ const std::string& compiler_version();
 const std::string& compiler_flags();
 // $EMBER_CACHE_DIR, else ~/.cache/ember; created (mode 0700) by the first build.
 std::string cache_dir();
+// The #include lines that open every generated source. Builds pass them precompiled (a header
+// kept in the cache directory per compiler, flags and functors header, built in the background
+// by the first build that finds it missing), which spares each build most of its parsing;
+// EMBER_PCH=0 turns that off.
+const std::string& generated_includes();
 
 // Compiles `source` into a shared library (or finds it in the caches) and loads it. Throws
 // Error with the compiler's messages when compilation fails. `entry` is a symbol the library

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -283,6 +284,72 @@ TEST(CompilerCache, ThreadsAskingForOneNewLibraryShareOneBuild) {
     EXPECT_TRUE(test::bits_equal(graphs[size_t(i)]->run({x})[0], relu_add_mul(x)));
   }
   graphs.clear();
+  compiler::clear_memory_cache();
+  std::filesystem::remove_all(root);
+}
+
+// The .gch of the precompiled includes in `dir`, once the background build has published it
+// (empty after two minutes without it).
+std::string wait_for_precompiled_includes(const std::string& dir) {
+  for (int i = 0; i < 1200; ++i) {
+    if (std::filesystem::exists(dir))
+      for (const auto& e : std::filesystem::directory_iterator(dir))
+        if (e.is_directory() && e.path().filename().string().rfind("pch-", 0) == 0 &&
+            std::filesystem::exists(e.path() / "ember_prelude.h.gch"))
+          return (e.path() / "ember_prelude.h.gch").string();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return "";
+}
+
+TEST(CompilerCache, PrecompiledIncludesAreBuiltOnceUsedAndReplacedWhenUnreadable) {
+  ASSERT_TRUE(compiler::compiler_available());
+  const std::string root = fresh_dir("pch");
+  CacheDir guard(root);
+  compiler::clear_memory_cache();
+  // The first build finds no precompiled includes, builds without them and starts theirs.
+  auto before = compiler::toolchain_stats();
+  auto a = compile_graph(relu_add_mul_graph({64, 8}));
+  EXPECT_EQ(compiler::toolchain_stats().precompiled, before.precompiled);
+  const std::string gch = wait_for_precompiled_includes(root);
+  ASSERT_FALSE(gch.empty()) << "no precompiled includes were built in " << root;
+  // Later builds read them, and compute the same.
+  before = compiler::toolchain_stats();
+  auto b = compile_graph(relu_add_mul_graph({32, 8}));
+  auto after = compiler::toolchain_stats();
+  EXPECT_EQ(after.compiler_runs, before.compiler_runs + 1);
+  EXPECT_EQ(after.precompiled, before.precompiled + 1);
+  Tensor x = randn({32, 8});
+  EXPECT_TRUE(test::bits_equal(b->run({x})[0], relu_add_mul(x)));
+  // A truncated .gch fails the build that reads it: that build runs again without it, and
+  // the file is removed so that a later build makes a new one.
+  std::filesystem::resize_file(gch, std::filesystem::file_size(gch) / 2);
+  before = compiler::toolchain_stats();
+  auto c = compile_graph(relu_add_mul_graph({16, 8}));
+  after = compiler::toolchain_stats();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(after.precompiled, before.precompiled);
+  EXPECT_FALSE(std::filesystem::exists(gch));
+  Tensor y = randn({16, 8});
+  EXPECT_TRUE(test::bits_equal(c->run({y})[0], relu_add_mul(y)));
+  a.reset();
+  b.reset();
+  c.reset();
+  compiler::clear_memory_cache();
+  std::filesystem::remove_all(root);
+}
+
+TEST(CompilerCache, PrecompiledIncludesCanBeTurnedOff) {
+  ASSERT_TRUE(compiler::compiler_available());
+  const std::string root = fresh_dir("nopch");
+  CacheDir guard(root);
+  test::ScopedEnv off("EMBER_PCH", "0");
+  compiler::clear_memory_cache();
+  auto g = compile_graph(relu_add_mul_graph({8, 8}));
+  ASSERT_TRUE(g);
+  for (const auto& e : std::filesystem::directory_iterator(root))
+    EXPECT_NE(e.path().filename().string().rfind("pch-", 0), 0u) << e.path();
+  g.reset();
   compiler::clear_memory_cache();
   std::filesystem::remove_all(root);
 }
