@@ -10,7 +10,7 @@
 // double inside; gelu and its gradient in float, with compensated steps (see there). float64
 // keeps std::, accuracy first. Largest errors over all float32 inputs, in ulps of the result
 // (with and without FMA contraction): exp 0.78, log 0.84, tanh 0.80, erf 0.51, gelu 1.98,
-// sigmoid 1.37, silu 2.09, and the softmax family's exp_ftz 1.18 (normal results);
+// sigmoid 1.37, silu 2.09, and the softmax family's exp_ftz 1.17 (normal results);
 // tests/kernels/functors_test.cpp asserts bounds of 1, 1.25, 1.5, 2 and 2.25 on a sweep. The
 // range reductions round with the 1.5 * 2^k shift, so this must not be compiled with
 // -ffast-math (or -fassociative-math), which would fold (y + shift) - shift back to y.
@@ -95,6 +95,13 @@ inline constexpr float kRoundF = 12582912.0f;
 struct ExpSplitF {
   float p, plo, s1, s2;
 };
+// q(r), the minimax fit of (exp(r) - 1 - r) / r^2 on [-ln2/2, ln2/2] (relative error of exp
+// below 2^-28).
+EMBER_FN float exp_q(float r) {
+  return 4.999999263e-01f +
+         r * (1.666650872e-01f +
+              r * (4.166852828e-02f + r * (8.370134807e-03f + r * 1.381166232e-03f)));
+}
 EMBER_FN ExpSplitF exp_split(float x) {
   // Past these bounds exp is 0 or inf anyway; clamping keeps n in the range the scaling handles
   // (n >= -173: both halves stay normal). NaN fails both compares and stays NaN.
@@ -107,12 +114,10 @@ EMBER_FN ExpSplitF exp_split(float x) {
   const float nl = n * kLn2LoF;
   const float r = rh - nl;
   const float rlo = (rh - r) - nl;
-  // exp(r) = 1 + r + r^2 q(r); q is the minimax fit of (exp(r) - 1 - r) / r^2 (relative error of
-  // exp below 2^-28). 1 + r is split exactly into hi + lo, and the small terms are summed before
-  // hi, so p carries little more than its own final rounding (exp within 0.8 ulp, not 1).
-  const float q = 4.999999263e-01f +
-                  r * (1.666650872e-01f +
-                       r * (4.166852828e-02f + r * (8.370134807e-03f + r * 1.381166232e-03f)));
+  // exp(r) = 1 + r + r^2 q(r). 1 + r is split exactly into hi + lo, and the small terms are
+  // summed before hi, so p carries little more than its own final rounding (exp within 0.8
+  // ulp, not 1).
+  const float q = exp_q(r);
   const float hi = 1.f + r;
   const float lo = (1.f - hi) + r;
   const float tail = lo + (rlo + (r * r) * q);
@@ -130,21 +135,17 @@ EMBER_FN float exp_f32(float x) {
 // exp(x) for the softmax family's exp(v - max), x <= 0: results below FLT_MIN do not matter
 // there (the terms are summed with a 1), and nothing overflows. With n >= -127 one power of two
 // scales the polynomial, its bits taken straight from the rounding shift's (t's low bits hold
-// n, and shifting them into the exponent field drops the shift itself); exp(r) is one Horner
-// polynomial, with no compensation, and only the lower bound is clamped. About half the
-// instructions of exp_f32: for results from FLT_MIN up within 0.90 ulp with FMA contraction
-// (all float32 x in [-88, 0] checked) and 1.18 without; below, a subnormal or 0 (an error under
+// n, and shifting them into the exponent field drops the shift itself); exp(r) = 1 + r(1 + r q(r))
+// in Horner form, with no compensation, and only the lower bound is clamped. About half the
+// instructions of exp_f32: for results from FLT_MIN up within 0.89 ulp with FMA contraction
+// (all float32 x in [-88, 0] checked) and 1.17 without; below, a subnormal or 0 (an error under
 // FLT_MIN). Right up to x = 88.3, not exp past it: callers pass x <= 0 (or NaN, kept).
 EMBER_FN float exp_ftz_f32(float x) {
   x = x < -88.f ? -88.f : x;  // n >= -127 (scale 0); NaN fails the compare and stays NaN
   const float t = x * kLog2eF + kRoundF;
   const float n = t - kRoundF;
   const float r = (x - n * kLn2HiF) - n * kLn2LoF;
-  const float p =
-      1.f + r * (1.f + r * (0.5f + r * (1.666666716e-1f +
-                                        r * (4.16664686e-2f +
-                                             r * (8.33336171e-3f +
-                                                  r * (1.39505865e-3f + r * 1.98527013e-4f))))));
+  const float p = 1.f + r * (1.f + r * exp_q(r));
   return p * float_of((bits_of(t) << 23) + 0x3f800000u);
 }
 
