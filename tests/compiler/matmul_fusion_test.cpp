@@ -46,15 +46,17 @@ TEST_F(MatmulFusionTest, LinearBiasActivationAndResidualMatchEager) {
   auto mlp = [](const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
                 const Tensor& b2) { return x + linear(linear(x, w1, b1).gelu(), w2, b2); };
   auto f = compile(mlp, spy_opts());
-  for (DType t : {DType::Float32, DType::Float64}) {
-    TensorOptions o(t);
-    Tensor x = randn({3, 5, 8}, o), w1 = randn({12, 8}, o), b1 = randn({12}, o),
-           w2 = randn({8, 12}, o), b2 = randn({8}, o);
-    EXPECT_TRUE(allclose(f(x, w1, b1, w2, b2), mlp(x, w1, b1, w2, b2))) << dtype_name(t);
-    // Both products accumulate onto their bias (the second also onto the residual x).
-    const std::string& src = test::last_source();
-    EXPECT_EQ(count(src, "then a gemm adds"), 2) << src;
-  }
+  // 15 rows, and 64 rows: more rows than 4 times the columns of either product.
+  for (int64_t t_len : {5, 16})
+    for (DType t : {DType::Float32, DType::Float64}) {
+      TensorOptions o(t);
+      Tensor x = randn({3 + t_len / 16, t_len, 8}, o), w1 = randn({12, 8}, o),
+             b1 = randn({12}, o), w2 = randn({8, 12}, o), b2 = randn({8}, o);
+      EXPECT_TRUE(allclose(f(x, w1, b1, w2, b2), mlp(x, w1, b1, w2, b2))) << dtype_name(t);
+      // Both products accumulate onto their bias (the second also onto the residual x).
+      const std::string& src = test::last_source();
+      EXPECT_EQ(count(src, "then a gemm adds"), 2) << src;
+    }
 }
 
 TEST_F(MatmulFusionTest, SubtractionsKeepTheirSign) {
