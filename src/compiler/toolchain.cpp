@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "ember/error.h"
 
@@ -127,10 +128,9 @@ std::string precompiled_includes() {
   const std::string header = dir + "/ember_prelude.h", gch = header + ".gch";
   if (::access(gch.c_str(), R_OK) == 0) return header;
   static std::mutex mu;
-  static std::unordered_map<std::string, bool> started;
+  static std::unordered_set<std::string> started;
   std::lock_guard<std::mutex> lock(mu);
-  if (started[dir]) return "";
-  started[dir] = true;
+  if (!started.insert(dir).second) return "";
   make_dirs(dir);
   const std::string tmp_header = header + ".tmp." + unique_suffix();
   {
@@ -146,7 +146,7 @@ std::string precompiled_includes() {
                           shell_quote(header) + " > /dev/null 2>&1 && mv -f " + shell_quote(tmp) +
                           " " + shell_quote(gch) + " || rm -f " + shell_quote(tmp) +
                           " ) > /dev/null 2>&1 &";
-  if (std::system(cmd.c_str()) != 0) return "";
+  std::system(cmd.c_str());  // returns at once; the job goes on by itself
   return "";
 }
 
