@@ -336,6 +336,12 @@ void emit_prefetch(std::ostringstream& os, const std::vector<int64_t>& ahead) {
   for (int64_t q : ahead) os << "      __builtin_prefetch(next + jb + " << q << ");\n";
 }
 
+// Whether emit_reduce runs a row of n elements of esize bytes in blocks of 256 bytes.
+bool reduces_in_blocks(int64_t n, int64_t esize) {
+  const int64_t w = 256 / esize;
+  return n % w == 0 && n >= 4 * w;
+}
+
 // Emits a reduction over the row's n columns into `acc`: `body` (lines using j) computes
 // `value`, combined by max or +. Long rows run in blocks of 256 bytes whose lanes each keep
 // their own partial result: four vector registers of independent accumulators hide the add
@@ -351,7 +357,7 @@ void emit_reduce(std::ostringstream& os, const char* T, int64_t esize, int64_t n
     return max ? a + " = " + a + " < " + v + " ? " + v + " : " + a + ";" : a + " += " + v + ";";
   };
   const int64_t w = 256 / esize;
-  if (n % w != 0 || n < 4 * w) {
+  if (!reduces_in_blocks(n, esize)) {
     os << "    " << T << " " << acc << " = " << init << ";\n"
        << "#pragma omp simd reduction(" << (max ? "max" : "+") << " : " << acc << ")\n"
        << "    for (int64_t j = 0; j < n; ++j) {\n"
@@ -454,14 +460,16 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   // producers), row scalars between them, then the elementwise output.
   const std::optional<RowDecomposition> dec = row_decomposition(row);
   EMBER_CHECK(dec.has_value(), "compiler: no row decomposition for ", op_name(row.op));
-  // The next row's lines, over the second reduction (if any) and the output pass.
+  // The next row's lines, over the second reduction (if any, and run in blocks) and the output
+  // pass.
   std::vector<int64_t> ahead_reduce, ahead_out;
   if (stream && src == "src" && row_bytes <= kPrefetchRowBytes) {
     os << "    const " << T << "* next = r + 1 < rows ? src + n : src;\n";
-    const auto count = std::count_if(dec->steps.begin(), dec->steps.end(),
-                                     [](const RowStep& s) { return s.kind != RowStep::Let; });
+    const bool split = reduces_in_blocks(n, esize) &&
+                       std::count_if(dec->steps.begin(), dec->steps.end(),
+                                     [](const RowStep& s) { return s.kind != RowStep::Let; }) >= 2;
     for (int64_t q = 0, line = 64 / esize; q < block; q += line)
-      (count >= 2 && q / line % 2 == 0 ? ahead_reduce : ahead_out).push_back(q);
+      (split && q / line % 2 == 0 ? ahead_reduce : ahead_out).push_back(q);
   }
   int reductions = 0;  // emitted so far
   // Whether a step after the first, or the output, reads the input again (then the first pass

@@ -90,7 +90,6 @@ bool has_slice_backward(const FusionGroup& grp) {
   return false;
 }
 
-
 // Whether n is a matmul the compiler runs as a gemm accumulating onto its consumer's other
 // terms: float32/float64 matrices on the CPU with a contiguous result.
 bool can_accumulate_gemm(const graph::Node& n) {

@@ -136,10 +136,11 @@ EMBER_FN float exp_f32(float x) {
 // there (the terms are summed with a 1), and nothing overflows. With n >= -127 one power of two
 // scales the polynomial, its bits taken straight from the rounding shift's (t's low bits hold
 // n, and shifting them into the exponent field drops the shift itself); exp(r) = 1 + r(1 + r q(r))
-// in Horner form, with no compensation, and only the lower bound is clamped. About half the
-// instructions of exp_f32: for results from FLT_MIN up within 0.89 ulp with FMA contraction
-// (all float32 x in [-88, 0] checked) and 1.17 without; below, a subnormal or 0 (an error under
-// FLT_MIN). Right up to x = 88.3, not exp past it: callers pass x <= 0 (or NaN, kept).
+// in Horner form, with no compensation, and only the lower bound is clamped. In a vectorized
+// softmax loop it took 0.126 ns an element against exp_f32's 0.261 (one thread). For results
+// from FLT_MIN up within 0.89 ulp with FMA contraction and 1.17 without (every float32 x in
+// [-88, 0] checked; the functor sweep also covers x up to 88.3); below, a subnormal or 0 (an
+// error under FLT_MIN). Not exp past x = 88.3: callers pass x <= 0 (or NaN, kept).
 EMBER_FN float exp_ftz_f32(float x) {
   x = x < -88.f ? -88.f : x;  // n >= -127 (scale 0); NaN fails the compare and stays NaN
   const float t = x * kLog2eF + kRoundF;
