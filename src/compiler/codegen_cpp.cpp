@@ -148,9 +148,11 @@ constexpr int64_t kPrefetchRowBytes = int64_t(16) << 10;
 
 // The body of a pointwise kernel, its arguments read from args[base ...]: pointers, one-element
 // inputs loaded once, the loop. Inside a batch's parallel region (in_region) the loop is a
-// worksharing loop without a barrier at its end.
+// worksharing loop without a barrier at its end. A gemm group's body is its epilogue: a plain
+// loop over rows [r0, r1) that reads the gemm's product from the output where it stands.
 void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t base,
                          bool in_region, const char* ind) {
+  const bool epilogue = grp.gemm != nullptr;
   const graph::Value& out = *grp.output;
   const char* T = c_type(out.meta.dtype);
   const int64_t n = shape_numel(out.meta.sizes);
@@ -160,10 +162,6 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
        << value_type_str(*grp.inputs[j]) << "\n";
   os << ind << T << "* __restrict out = static_cast<" << T << "*>(args[" << base + grp.inputs.size()
      << "]);  // " << var(&out) << "\n";
-  // The output only ever adds the product, so the kernel sums the other terms (the product
-  // taken as zero) and the gemm accumulates the product onto them.
-  if (grp.gemm)
-    os << ind << "const " << T << " " << var(grp.gemm->outputs[0]) << " = " << T << "(0);\n";
   for (size_t j = 0; j < grp.inputs.size(); ++j)
     if (shape_numel(grp.inputs[j]->meta.sizes) == 1)
       os << ind << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "[0];\n";
@@ -195,16 +193,21 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
       emit_functor_line(os, *node, T, in);
     }
   };
-  if (uses_row_loop(grp)) {
+  if (epilogue || uses_row_loop(grp)) {
     // Rows of the last dim: each input's offset splits into a per-row base and a column term,
     // so broadcast inputs cost no division per element.
     const int64_t cols = out.meta.sizes.back(), rows = n / cols;
-    os << ind << "constexpr int64_t rows = " << rows << ", cols = " << cols << ";\n";
-    if (in_region)
-      os << "#pragma omp for schedule(static) nowait\n";
-    else if (n >= cpu::kParallelGrain && rows > 1)
-      os << "#pragma omp parallel for schedule(static)\n";
-    os << ind << "for (int64_t r = 0; r < rows; ++r) {\n";
+    if (epilogue) {
+      os << ind << "constexpr int64_t cols = " << cols << ";\n"
+         << ind << "for (int64_t r = r0; r < r1; ++r) {\n";
+    } else {
+      os << ind << "constexpr int64_t rows = " << rows << ", cols = " << cols << ";\n";
+      if (in_region)
+        os << "#pragma omp for schedule(static) nowait\n";
+      else if (n >= cpu::kParallelGrain && rows > 1)
+        os << "#pragma omp parallel for schedule(static)\n";
+      os << ind << "for (int64_t r = 0; r < rows; ++r) {\n";
+    }
     const std::string in1 = std::string(ind) + "  ", in2 = in1 + "  ";
     std::vector<const graph::Value*> sliced;  // grads read by slice_backward nodes
     for (const graph::Node* node : grp.nodes)
@@ -221,6 +224,8 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
     os << in1 << T << "* __restrict orow = out + r * cols;\n"
        << "#pragma omp simd\n"
        << in1 << "for (int64_t j = 0; j < cols; ++j) {\n";
+    if (epilogue)
+      os << in2 << "const " << T << " " << var(grp.gemm->outputs[0]) << " = orow[j];\n";
     for (size_t j = 0; j < grp.inputs.size(); ++j)
       if (!bases[j].empty())
         os << in2 << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "[" << bases[j]
@@ -278,13 +283,16 @@ void emit_kernel_comment(std::ostringstream& os, size_t k, const FusionGroup& gr
   const graph::Value& out = *grp.output;
   os << "// " << kernel_name(k) << ": " << grp.nodes.size() << " node"
      << (grp.nodes.size() == 1 ? "" : "s") << " fused, output " << value_type_str(out) << "\n";
-  if (grp.gemm) os << "// then a gemm adds " << node_str(*grp.gemm) << " onto the output\n";
+  if (grp.gemm)
+    os << "// the epilogue of " << node_str(*grp.gemm)
+       << ": run on rows [r0, r1) of its product, in place\n";
   for (const graph::Node* node : grp.nodes) os << "//   " << node_str(*node) << "\n";
 }
 
 void emit_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   emit_kernel_comment(os, k, grp);
-  os << "extern \"C\" void " << kernel_name(k) << "(void* const* args) {\n";
+  os << "extern \"C\" void " << kernel_name(k)
+     << (grp.gemm ? "(void* const* args, int64_t r0, int64_t r1) {\n" : "(void* const* args) {\n");
   emit_pointwise_body(os, grp, 0, false, "  ");
   os << "}\n\n";
 }

@@ -92,7 +92,7 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
     if (st.kernel >= 0) {
       const FusionGroup& grp = plan_.groups[size_t(st.kernel)];
       io[s].reads = kernel_args_[size_t(st.kernel)];
-      if (grp.gemm)  // the gemm's operands, read after the kernel
+      if (grp.gemm)  // the gemm's operands
         io[s].reads.insert(io[s].reads.end(), grp.gemm->inputs.begin(), grp.gemm->inputs.end());
       io[s].produces = {grp.output};
       io[s].produces.insert(io[s].produces.end(), grp.extra_outputs.begin(),
@@ -146,9 +146,11 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
   // The library is checked for one function it must have: the first kernel or batch.
   const size_t first = size_t(std::find(batched.begin(), batched.end(), 0) - batched.begin());
   lib_ = load_source(source_, first < batched.size() ? kernel_name(first) : batch_name(0));
-  for (size_t k = 0; k < plan_.groups.size(); ++k)
-    kernels_.push_back(batched[k] ? nullptr
-                                  : reinterpret_cast<KernelFn>(lib_->symbol(kernel_name(k))));
+  for (size_t k = 0; k < plan_.groups.size(); ++k) {
+    void* fn = batched[k] ? nullptr : lib_->symbol(kernel_name(k));
+    kernels_.push_back(reinterpret_cast<KernelFn>(fn));
+    epilogues_.push_back(plan_.groups[k].gemm ? reinterpret_cast<cpu::RowEpilogue>(fn) : nullptr);
+  }
   for (size_t b = 0; b < batches_.size(); ++b)
     batches_[b].fn = reinterpret_cast<KernelFn>(lib_->symbol(batch_name(b)));
 }
@@ -419,9 +421,6 @@ bool CompiledGraph::prepare_kernel(const Step& st, const std::vector<Tensor>& in
 void CompiledGraph::finish_kernel(const Step& st, std::vector<Tensor>& env,
                                   std::vector<Tensor>& outs) const {
   const FusionGroup& grp = plan_.groups[size_t(st.kernel)];
-  if (grp.gemm)
-    cpu::matmul_accumulate(env[size_t(grp.gemm->inputs[0]->id)],
-                           env[size_t(grp.gemm->inputs[1]->id)], outs[0]);
   env[size_t(grp.output->id)] = std::move(outs[0]);
   for (size_t j = 0; j < grp.extra_outputs.size(); ++j)
     env[size_t(grp.extra_outputs[j]->id)] = std::move(outs[j + 1]);
@@ -436,7 +435,13 @@ void CompiledGraph::run_kernel(const Step& st, const std::vector<Tensor>& inputs
     run_group_eagerly(plan_.groups[size_t(st.kernel)], env);
     return;
   }
-  kernels_[size_t(st.kernel)](args.data());
+  const FusionGroup& grp = plan_.groups[size_t(st.kernel)];
+  if (grp.gemm)  // the gemm writes the product, the kernel is its epilogue
+    cpu::matmul_epilogue(env[size_t(grp.gemm->inputs[0]->id)],
+                         env[size_t(grp.gemm->inputs[1]->id)], outs[0],
+                         epilogues_[size_t(st.kernel)], args.data());
+  else
+    kernels_[size_t(st.kernel)](args.data());
   finish_kernel(st, env, outs);
 }
 

@@ -11,6 +11,7 @@
 #include "compiler/memory_plan.h"
 #include "compiler/pointwise_fusion.h"
 #include "compiler/toolchain.h"
+#include "kernels/cpu/gemm.h"
 
 namespace ember::compiler {
 
@@ -66,6 +67,7 @@ class CompiledGraph : public capture::Runnable {
   std::string eager_reason_;
   std::shared_ptr<const Library> lib_;
   std::vector<KernelFn> kernels_;
+  std::vector<cpu::RowEpilogue> epilogues_;  // per kernel: a gemm group's kernel, as called
   std::vector<Step> steps_;
   std::vector<std::vector<const graph::Value*>> kernel_args_;  // per kernel: buffer arguments
   std::vector<std::vector<int>> release_after_;  // per step: value ids read for the last time

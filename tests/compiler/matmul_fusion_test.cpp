@@ -1,5 +1,5 @@
 // The compiler's matmul fusions against eager: gemm groups (a bias or residual added to a
-// matmul product becomes the gemm's accumulator) and attention groups (scores, softmax and the
+// matmul product runs as the gemm's epilogue) and attention groups (scores, softmax and the
 // product with v in one kernel, causal masks skipping the masked keys).
 #include <gtest/gtest.h>
 
@@ -55,7 +55,7 @@ TEST_F(MatmulFusionTest, LinearBiasActivationAndResidualMatchEager) {
       EXPECT_TRUE(allclose(f(x, w1, b1, w2, b2), mlp(x, w1, b1, w2, b2))) << dtype_name(t);
       // Both products accumulate onto their bias (the second also onto the residual x).
       const std::string& src = test::last_source();
-      EXPECT_EQ(count(src, "then a gemm adds"), 2) << src;
+      EXPECT_EQ(count(src, "the epilogue of "), 2) << src;
     }
 }
 
@@ -216,7 +216,7 @@ TEST_F(MatmulFusionTest, GptForwardMatchesEager) {
   EXPECT_TRUE(allclose(cm(idx), model->forward(idx)));
   const std::string& src = test::last_source();
   EXPECT_EQ(count(src, "(written in place)"), 2);  // one attention kernel per layer
-  EXPECT_EQ(count(src, "then a gemm adds"), 8);      // c_attn, attn c_proj, c_fc, mlp c_proj
+  EXPECT_EQ(count(src, "the epilogue of "), 8);      // c_attn, attn c_proj, c_fc, mlp c_proj
 }
 
 }  // namespace

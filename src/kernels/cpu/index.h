@@ -1,6 +1,7 @@
 // CPU kernels of the index family: gathers and scatters by index tensors, concatenation,
 // positional masks, top-k, and BLAS matmul (signature: KernelFn).
 #pragma once
+#include "kernels/cpu/gemm.h"
 #include "ops/op_impl.h"
 
 namespace ember::cpu {
@@ -14,8 +15,10 @@ void tril(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void triu(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void topk(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void matmul(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
-// out += a @ b for float32/float64 matrices (batch dims broadcast; out contiguous, of the
-// broadcast result shape): the compiler's gemm with a fused additive epilogue.
-void matmul_accumulate(const Tensor& a, const Tensor& b, const Tensor& out);
+// out = a @ b for float32/float64 matrices, then epi(ctx, r0, r1) over out's rows (of its last
+// dim) in blocks: float32 through ember's gemm (kernels/cpu/gemm.h), the epilogue running on
+// each block of rows as it completes; otherwise BLAS and then the epilogue in a pass.
+void matmul_epilogue(const Tensor& a, const Tensor& b, const Tensor& out, RowEpilogue epi,
+                     void* const* ctx);
 
 }  // namespace ember::cpu

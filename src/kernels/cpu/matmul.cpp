@@ -9,6 +9,7 @@
 #include <limits>
 #include <optional>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/index.h"
 #include "kernels/cpu/index_util.h"
 
@@ -70,8 +71,7 @@ void check_blas_size(int64_t v, const char* what) {
               " exceeds what the BLAS library accepts (", std::numeric_limits<blasint>::max(), ")");
 }
 
-// beta 0 overwrites c; beta 1 adds the product to what c holds (OpenBLAS then skips its pass
-// over c entirely, which the compiler uses to fuse a bias or residual add into the gemm).
+// beta 0 overwrites c (OpenBLAS then never reads it).
 inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                  const float* b, int64_t ldb, float* c, int64_t ldc, float beta) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
@@ -201,21 +201,40 @@ void matmul(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
   }
 }
 
-void matmul_accumulate(const Tensor& a, const Tensor& b, const Tensor& out) {
-  EMBER_CHECK(out.is_contiguous() && a.dim() >= 2 && b.dim() >= 2,
-              "matmul_accumulate: needs matrices and a contiguous output, got ", a.shape_str(),
+void matmul_epilogue(const Tensor& a, const Tensor& b, const Tensor& out, RowEpilogue epi,
+                     void* const* ctx) {
+  EMBER_CHECK(out.is_contiguous() && a.dim() >= 2 && b.dim() >= 2 && out.dim() >= 2,
+              "matmul_epilogue: needs matrices and a contiguous output, got ", a.shape_str(),
               " x ", b.shape_str(), " into ", out.shape_str());
-  if (a.sizes()[a.dim() - 1] == 0) return;
-  switch (out.dtype()) {
-    case DType::Float32:
-      blas_matmul<float>(a, b, out, 1.0f);
+  const int64_t nd = out.dim(), n = out.sizes()[nd - 1], k = a.sizes()[a.dim() - 1];
+  const int64_t rows = n == 0 ? 0 : out.numel() / n;
+  if (out.dtype() == DType::Float32 && own_gemm_enabled()) {
+    // The whole batch as one [rows, K] x [K, N] product, when b is one matrix for all of it
+    // and a's matrices are row-major at a fixed stride (a linear layer's input).
+    const int64_t m = out.sizes()[nd - 2];
+    const Shape batch(out.sizes().begin(), out.sizes().end() - 2);
+    const MatrixBatch A = prepare(a, batch), B = prepare(b, batch);
+    const int64_t nb = int64_t(A.batch_off.size());
+    bool one = !A.trans;
+    for (int64_t i = 0; one && i < nb; ++i)
+      one = B.batch_off[i] == B.batch_off[0] && A.batch_off[i] == A.batch_off[0] + i * m * A.ld;
+    if (one) {
+      gemm_f32(rows, n, k, static_cast<const float*>(A.t.impl()->data()) + A.batch_off[0], A.ld,
+               static_cast<const float*>(B.t.impl()->data()) + B.batch_off[0],
+               B.trans ? 1 : B.ld, B.trans ? B.ld : 1, static_cast<float*>(out.impl()->data()),
+               epi, ctx);
       return;
-    case DType::Float64:
-      blas_matmul<double>(a, b, out, 1.0);
-      return;
-    default:
-      EMBER_FAIL("matmul_accumulate: not implemented for dtype ", dtype_name(out.dtype()));
+    }
   }
+  if (k == 0)
+    std::memset(out.impl()->data(), 0, size_t(out.numel()) * dtype_size(out.dtype()));
+  else if (out.dtype() == DType::Float32)
+    blas_matmul<float>(a, b, out);
+  else if (out.dtype() == DType::Float64)
+    blas_matmul<double>(a, b, out);
+  else
+    EMBER_FAIL("matmul_epilogue: not implemented for dtype ", dtype_name(out.dtype()));
+  epilogue_pass(rows, epi, ctx);
 }
 
 }  // namespace ember::cpu

@@ -1,0 +1,213 @@
+// ember's float32 gemm (see gemm.h). With AVX-512: b is packed into panels of 32 columns by
+// blocks of kKC along k, the threads split the rows (or, with few rows, the panels), and a
+// register tile of up to 12 x 32 outputs accumulates one broadcast element of a against two
+// vectors of b per step. Each thread finishes blocks of kMC rows in turn and runs the epilogue
+// on a block as soon as it is complete, while it is still in cache. Without AVX-512 (or with
+// EMBER_GEMM=openblas) OpenBLAS computes the product and the epilogue follows in a pass.
+#include "kernels/cpu/gemm.h"
+
+#include "ember/error.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace ember::cpu {
+
+namespace {
+
+// Rows per epilogue call in the OpenBLAS path, and the work below which one thread runs.
+constexpr int64_t kEpilogueRows = 64;
+constexpr int64_t kParallelMacs = int64_t(1) << 18;
+
+void openblas_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
+                   int64_t bk, int64_t bn, float* c) {
+  if (K == 0) {
+    std::memset(c, 0, size_t(M * N) * sizeof(float));
+    return;
+  }
+  // b(k, n) = b[k * bk + n * bn]: row-major [K, N] when bn == 1, else the transpose of a
+  // row-major [N, K].
+  const bool trans = bn != 1;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, trans ? CblasTrans : CblasNoTrans, blasint(M),
+              blasint(N), blasint(K), 1.0f, a, blasint(lda), b,
+              blasint(trans ? std::max<int64_t>(bn, 1) : std::max<int64_t>(bk, 1)), 0.0f, c,
+              blasint(N));
+}
+
+#if defined(__AVX512F__)
+
+constexpr int64_t kMR = 12, kNR = 32, kKC = 384, kMC = 96;
+
+// c[R rows, up to 32 columns (masks m0, m1)] (+)= a[R, kc] times the packed panel bp[kc, 32].
+template <int R>
+__attribute__((noinline)) void tile(int64_t kc, const float* a, int64_t lda, const float* bp,
+                                    float* c, int64_t ldc, __mmask16 m0, __mmask16 m1,
+                                    bool accumulate) {
+  __m512 c0[R], c1[R];
+  for (int r = 0; r < R; ++r) {
+    c0[r] = accumulate ? _mm512_maskz_loadu_ps(m0, c + r * ldc) : _mm512_setzero_ps();
+    c1[r] = accumulate ? _mm512_maskz_loadu_ps(m1, c + r * ldc + 16) : _mm512_setzero_ps();
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_load_ps(bp + k * kNR), b1 = _mm512_load_ps(bp + k * kNR + 16);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const __m512 x = _mm512_set1_ps(a[r * lda + k]);
+      c0[r] = _mm512_fmadd_ps(x, b0, c0[r]);
+      c1[r] = _mm512_fmadd_ps(x, b1, c1[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm512_mask_storeu_ps(c + r * ldc, m0, c0[r]);
+    _mm512_mask_storeu_ps(c + r * ldc + 16, m1, c1[r]);
+  }
+}
+
+using TileFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, __mmask16,
+                        __mmask16, bool);
+constexpr TileFn kTiles[kMR + 1] = {nullptr,  tile<1>,  tile<2>, tile<3>, tile<4>,
+                                    tile<5>,  tile<6>,  tile<7>, tile<8>, tile<9>,
+                                    tile<10>, tile<11>, tile<12>};
+
+// The packing buffer of the calling thread, grown as needed (the team shares it).
+float* pack_buffer(size_t floats) {
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  static thread_local std::unique_ptr<float, Free> buf;
+  static thread_local size_t cap = 0;
+  if (floats > cap) {
+    const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+    buf.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    EMBER_CHECK(buf, "matmul: cannot allocate ", bytes, " bytes to pack an operand");
+    cap = floats;
+  }
+  return buf.get();
+}
+
+// Panel p of k-block kb: kc rows of 32 values, b's columns p*32 ... (zeros past N).
+void pack_panel(const float* b, int64_t bk, int64_t bn, int64_t N, int64_t k0, int64_t kc,
+                int64_t p, float* dst) {
+  const int64_t n0 = p * kNR, nr = std::min(kNR, N - n0);
+  if (bk == 1 && bn != 1) {  // columns of b contiguous along k
+    for (int64_t j = 0; j < nr; ++j) {
+      const float* src = b + (n0 + j) * bn + k0;
+      for (int64_t k = 0; k < kc; ++k) dst[k * kNR + j] = src[k];
+    }
+    for (int64_t j = nr; j < kNR; ++j)
+      for (int64_t k = 0; k < kc; ++k) dst[k * kNR + j] = 0.0f;
+    return;
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const float* src = b + (k0 + k) * bk + n0 * bn;
+    for (int64_t j = 0; j < nr; ++j) dst[k * kNR + j] = src[j * bn];
+    for (int64_t j = nr; j < kNR; ++j) dst[k * kNR + j] = 0.0f;
+  }
+}
+
+void own_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
+              int64_t bk, int64_t bn, float* c, RowEpilogue epi, void* const* ctx) {
+  const int64_t np = (N + kNR - 1) / kNR, nkb = (K + kKC - 1) / kKC;
+  const int64_t block = kKC * kNR;  // floats per packed (k-block, panel)
+  float* packed = pack_buffer(size_t(std::max<int64_t>(nkb, 1) * np * block));
+  const int64_t tiles = (M + kMR - 1) / kMR;
+  const __mmask16 full = 0xFFFF;
+  auto masks = [&](int64_t p, __mmask16& m0, __mmask16& m1) {
+    const int64_t nr = std::min(kNR, N - p * kNR);
+    m0 = nr >= 16 ? full : __mmask16((1u << nr) - 1);
+    m1 = nr >= 32 ? full : nr <= 16 ? __mmask16(0) : __mmask16((1u << (nr - 16)) - 1);
+  };
+  // Rows [r0, r1) times panels [p0, p1), all of k.
+  auto compute = [&](int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+    if (K == 0) {
+      for (int64_t r = r0; r < r1; ++r)
+        std::memset(c + r * N + p0 * kNR, 0,
+                    size_t(std::min(N, p1 * kNR) - p0 * kNR) * sizeof(float));
+      return;
+    }
+    for (int64_t kb = 0; kb < nkb; ++kb) {
+      const int64_t k0 = kb * kKC, kc = std::min(kKC, K - k0);
+      for (int64_t r = r0; r < r1; r += kMR) {
+        const TileFn fn = kTiles[std::min(kMR, r1 - r)];
+        for (int64_t p = p0; p < p1; ++p) {
+          __mmask16 m0, m1;
+          masks(p, m0, m1);
+          fn(kc, a + r * lda + k0, lda, packed + (kb * np + p) * block, c + r * N + p * kNR, N,
+             m0, m1, kb > 0);
+        }
+      }
+    }
+  };
+#pragma omp parallel if (M * N * K >= kParallelMacs)
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < nkb * np; ++i) {
+      const int64_t kb = i / np, p = i % np, k0 = kb * kKC;
+      pack_panel(b, bk, bn, N, k0, std::min(kKC, K - k0), p, packed + i * block);
+    }
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    if (nt == 1 || tiles >= 2 * nt) {
+      // Rows split by whole tiles; each block of kMC rows is finished, then its epilogue runs.
+      const int64_t r0 = std::min(M, tiles * t / nt * kMR);
+      const int64_t r1 = std::min(M, tiles * (t + 1) / nt * kMR);
+      for (int64_t m0 = r0; m0 < r1; m0 += kMC) {
+        const int64_t m1 = std::min(r1, m0 + kMC);
+        compute(m0, m1, 0, np);
+        epi(ctx, m0, m1);
+      }
+    } else {
+      // Few rows: the threads split the panels, then the rows for the epilogue.
+      compute(0, M, np * t / nt, np * (t + 1) / nt);
+#pragma omp barrier
+#pragma omp for schedule(static)
+      for (int64_t m0 = 0; m0 < M; m0 += kMR) epi(ctx, m0, std::min(M, m0 + kMR));
+    }
+  }
+}
+
+#endif  // __AVX512F__
+
+}  // namespace
+
+void epilogue_pass(int64_t rows, RowEpilogue epi, void* const* ctx) {
+#pragma omp parallel for schedule(static) if (rows > kEpilogueRows)
+  for (int64_t r0 = 0; r0 < rows; r0 += kEpilogueRows)
+    epi(ctx, r0, std::min(rows, r0 + kEpilogueRows));
+}
+
+bool own_gemm_enabled() {
+#if defined(__AVX512F__)
+  static const bool on = [] {
+    const char* v = std::getenv("EMBER_GEMM");
+    return !(v && std::string(v) == "openblas");
+  }();
+  return on;
+#else
+  return false;
+#endif
+}
+
+void gemm_f32(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
+              int64_t bk, int64_t bn, float* c, RowEpilogue epi, void* const* ctx) {
+  if (M == 0 || N == 0) return;
+#if defined(__AVX512F__)
+  if (own_gemm_enabled()) {
+    own_gemm(M, N, K, a, lda, b, bk, bn, c, epi, ctx);
+    return;
+  }
+#endif
+  openblas_gemm(M, N, K, a, lda, b, bk, bn, c);
+  epilogue_pass(M, epi, ctx);
+}
+
+}  // namespace ember::cpu
