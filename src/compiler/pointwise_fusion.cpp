@@ -90,8 +90,13 @@ bool has_slice_backward(const FusionGroup& grp) {
   return false;
 }
 
-// Whether n is a matmul the compiler runs as a gemm accumulating onto its consumer's other
-// terms: float32/float64 matrices on the CPU with a contiguous result.
+// Whether n's result is "input a + something": add with either operand, sub with a on the left.
+bool adds_operand(const graph::Node& n, size_t a) {
+  return n.op == OpId::add || (n.op == OpId::sub && a == 0);
+}
+
+// Whether n is a matmul the compiler runs as a gemm with its consumers as the epilogue:
+// float32/float64 matrices on the CPU with a contiguous result.
 bool can_accumulate_gemm(const graph::Node& n) {
   if (n.op != OpId::matmul) return false;
   const graph::Value& out = *n.outputs[0];
@@ -101,11 +106,6 @@ bool can_accumulate_gemm(const graph::Node& n) {
   for (const graph::Value* v : n.inputs)
     if (v->meta.dtype != t || v->device != kCPU || v->meta.sizes.size() < 2) return false;
   return shape_numel(out.meta.sizes) > 0;
-}
-
-// Whether n's result is "input a + something": add with either operand, sub with a on the left.
-bool adds_operand(const graph::Node& n, size_t a) {
-  return n.op == OpId::add || (n.op == OpId::sub && a == 0);
 }
 
 // Whether n is a matmul of same-dtype float matrices whose batch dims equal its output's (no
@@ -304,9 +304,12 @@ FusionPlan plan_fusion(const graph::Graph& g) {
       // A row op absorbs producers of its input's shape (a reduction's output is smaller).
       const Shape& full = row ? n.inputs[0]->meta.sizes : n.outputs[0]->meta.sizes;
       const bool same_shape = v->meta.sizes == full;
-      // A matmul product added here: the group becomes a gemm group around it.
+      // A matmul product read only here: the group becomes a gemm group around it. A batched
+      // product starts one only through an add, so that scores scaled or masked on their way
+      // to a softmax stay an attention group's.
       if (!row && !group.gemm && v->producer && same_shape && uses[size_t(v->id)] == 1 &&
-          adds_operand(n, a) && can_accumulate_gemm(*v->producer)) {
+          can_accumulate_gemm(*v->producer) &&
+          (adds_operand(n, a) || v->producer->inputs[1]->meta.sizes.size() == 2)) {
         group.gemm = v->producer;
         continue;
       }
@@ -325,8 +328,8 @@ FusionPlan plan_fusion(const graph::Graph& g) {
         if (rows && (has_slice_backward(other) || has_slice_backward(group) ||
                      n.op == OpId::slice_backward))
           continue;
-        // A gemm group's sum stays "product + rest" only through further adds.
-        if (other.gemm && (row || group.gemm || !adds_operand(n, a))) continue;
+        // A gemm group's epilogue is pointwise, with one product.
+        if (other.gemm && (row || group.gemm)) continue;
         if (other.gemm) group.gemm = other.gemm;
         if (other.row) group.row = other.row;
         group.nodes.insert(group.nodes.end(), other.nodes.begin(), other.nodes.end());

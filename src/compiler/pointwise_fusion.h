@@ -1,8 +1,8 @@
 // Fusion planning: which graph nodes the compiler runs as one generated kernel.
 // A group is a tree of fusable pointwise nodes of one output shape and dtype whose
 // intermediates are read only inside the tree; its root's value is the result that leaves the
-// group. A gemm group is a pointwise group that adds a matmul's product to other terms
-// (out = a @ b + rest). A row group also holds one row op (decompositions.h: softmax,
+// group. A gemm group is a pointwise group over a matmul's product
+// (out = f(a @ b, ...), f pointwise: bias, residual, activation). A row group also holds one row op (decompositions.h: softmax,
 // log_softmax, layer_norm, sum or mean over the last dim of a float tensor): the pointwise nodes
 // feeding its input and those consuming its output run in the same per-row kernel. An
 // attention group is a softmax row group with the matmuls around it (see attn_qk).
@@ -34,9 +34,10 @@ struct FusionGroup {
   // layer_norm's mean/rstd values read outside the group, written after the output (a group
   // with these has the row op as its root, so readers run after the kernel).
   std::vector<const graph::Value*> extra_outputs;
-  // A matmul whose product the group adds to (a gemm group): the generated kernel computes
-  // the rest of the sum into the output, then the gemm accumulates the product onto it
-  // (beta = 1), so bias and residual adds cost no pass of their own. Its value is not an input.
+  // A matmul whose product the group's nodes read (a gemm group): the gemm writes the product
+  // into the output, and the generated kernel is its epilogue, run on each block of rows as
+  // the product there completes, so bias, residual and activation cost no pass of their own.
+  // Its value is not an input.
   const graph::Node* gemm = nullptr;
   // An attention group: a softmax row group whose row input is computed from the scores
   // attn_qk = matmul(q, k) and whose result feeds attn_pv = matmul(softmax, v) and nothing

@@ -109,10 +109,10 @@ long profile_calls(const std::string& table, const std::string& step) {
 }
 
 TEST_F(CompilerTest, ProfileCountsEveryStepOfEveryCall) {
-  // A fused kernel and an op left to the eager kernels (matmul), three calls each.
+  // A fused kernel and an op left to the eager kernels (a batched matmul), three calls each.
   auto fn = [](const Tensor& a, const Tensor& b) { return (a.matmul(b).relu() + 1.0) * 2.0; };
   auto f = compile(fn, compiler_opts());
-  Tensor a = randn({16, 8}), b = randn({8, 4});
+  Tensor a = randn({2, 16, 8}), b = randn({2, 8, 4});
   f(a, b);  // compiled before profiling starts
   compiler::reset_step_profile();
   compiler::set_step_profile(true);
@@ -122,8 +122,8 @@ TEST_F(CompilerTest, ProfileCountsEveryStepOfEveryCall) {
   const std::string table = compiler::step_profile_table();
   compiler::reset_step_profile();
   EXPECT_TRUE(test::has(table, "ember profile (EMBER_PROFILE)")) << table;
-  EXPECT_EQ(profile_calls(table, "pointwise (relu, add, mul) -> f32[16, 4]"), 3) << table;
-  EXPECT_EQ(profile_calls(table, "eager matmul -> f32[16, 4]"), 3) << table;
+  EXPECT_EQ(profile_calls(table, "pointwise (relu, add, mul) -> f32[2, 16, 4]"), 3) << table;
+  EXPECT_EQ(profile_calls(table, "eager matmul -> f32[2, 16, 4]"), 3) << table;
   EXPECT_EQ(compiler::step_profile_table(), "");
 }
 
