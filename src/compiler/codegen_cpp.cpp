@@ -224,8 +224,7 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
     os << in1 << T << "* __restrict orow = out + r * cols;\n"
        << "#pragma omp simd\n"
        << in1 << "for (int64_t j = 0; j < cols; ++j) {\n";
-    if (epilogue)
-      os << in2 << "const " << T << " " << var(grp.gemm->outputs[0]) << " = orow[j];\n";
+    if (epilogue) os << in2 << "const " << T << " " << var(grp.gemm->outputs[0]) << " = orow[j];\n";
     for (size_t j = 0; j < grp.inputs.size(); ++j)
       if (!bases[j].empty())
         os << in2 << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "[" << bases[j]

@@ -437,9 +437,8 @@ void CompiledGraph::run_kernel(const Step& st, const std::vector<Tensor>& inputs
   }
   const FusionGroup& grp = plan_.groups[size_t(st.kernel)];
   if (grp.gemm)  // the gemm writes the product, the kernel is its epilogue
-    cpu::matmul_epilogue(env[size_t(grp.gemm->inputs[0]->id)],
-                         env[size_t(grp.gemm->inputs[1]->id)], outs[0],
-                         epilogues_[size_t(st.kernel)], args.data());
+    cpu::matmul_epilogue(env[size_t(grp.gemm->inputs[0]->id)], env[size_t(grp.gemm->inputs[1]->id)],
+                         outs[0], epilogues_[size_t(st.kernel)], args.data());
   else
     kernels_[size_t(st.kernel)](args.data());
   finish_kernel(st, env, outs);

@@ -1,8 +1,8 @@
 // The "compiler" backend: a graph compiled into steps, fused kernels from generated C++ and
 // eager nodes through the dispatcher.
 #pragma once
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 

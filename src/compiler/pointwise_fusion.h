@@ -2,10 +2,11 @@
 // A group is a tree of fusable pointwise nodes of one output shape and dtype whose
 // intermediates are read only inside the tree; its root's value is the result that leaves the
 // group. A gemm group is a pointwise group over a matmul's product
-// (out = f(a @ b, ...), f pointwise: bias, residual, activation). A row group also holds one row op (decompositions.h: softmax,
-// log_softmax, layer_norm, sum or mean over the last dim of a float tensor): the pointwise nodes
-// feeding its input and those consuming its output run in the same per-row kernel. An
-// attention group is a softmax row group with the matmuls around it (see attn_qk).
+// (out = f(a @ b, ...), f pointwise: bias, residual, activation). A row group also holds one row op
+// (decompositions.h: softmax, log_softmax, layer_norm, sum or mean over the last dim of a float
+// tensor): the pointwise nodes feeding its input and those consuming its output run in the same
+// per-row kernel. An attention group is a softmax row group with the matmuls around it (see
+// attn_qk).
 #pragma once
 #include <optional>
 #include <string>

@@ -216,7 +216,7 @@ TEST_F(MatmulFusionTest, GptForwardMatchesEager) {
   EXPECT_TRUE(allclose(cm(idx), model->forward(idx)));
   const std::string& src = test::last_source();
   EXPECT_EQ(count(src, "(written in place)"), 2);  // one attention kernel per layer
-  EXPECT_EQ(count(src, "the epilogue of "), 8);      // c_attn, attn c_proj, c_fc, mlp c_proj
+  EXPECT_EQ(count(src, "the epilogue of "), 8);    // c_attn, attn c_proj, c_fc, mlp c_proj
 }
 
 }  // namespace

@@ -6,8 +6,6 @@
 // EMBER_GEMM=openblas) OpenBLAS computes the product and the epilogue follows in a pass.
 #include "kernels/cpu/gemm.h"
 
-#include "ember/error.h"
-
 #include <cblas.h>
 #include <omp.h>
 
@@ -16,6 +14,8 @@
 #include <cstring>
 #include <memory>
 #include <string>
+
+#include "ember/error.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -75,9 +75,8 @@ __attribute__((noinline)) void tile(int64_t kc, const float* a, int64_t lda, con
 
 using TileFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, __mmask16,
                         __mmask16, bool);
-constexpr TileFn kTiles[kMR + 1] = {nullptr,  tile<1>,  tile<2>, tile<3>, tile<4>,
-                                    tile<5>,  tile<6>,  tile<7>, tile<8>, tile<9>,
-                                    tile<10>, tile<11>, tile<12>};
+constexpr TileFn kTiles[kMR + 1] = {nullptr, tile<1>, tile<2>, tile<3>,  tile<4>,  tile<5>, tile<6>,
+                                    tile<7>, tile<8>, tile<9>, tile<10>, tile<11>, tile<12>};
 
 // The packing buffer of the calling thread, grown as needed (the team shares it).
 float* pack_buffer(size_t floats) {
@@ -142,8 +141,8 @@ void own_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, cons
         for (int64_t p = p0; p < p1; ++p) {
           __mmask16 m0, m1;
           masks(p, m0, m1);
-          fn(kc, a + r * lda + k0, lda, packed + (kb * np + p) * block, c + r * N + p * kNR, N,
-             m0, m1, kb > 0);
+          fn(kc, a + r * lda + k0, lda, packed + (kb * np + p) * block, c + r * N + p * kNR, N, m0,
+             m1, kb > 0);
         }
       }
     }

@@ -204,8 +204,8 @@ void matmul(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
 void matmul_epilogue(const Tensor& a, const Tensor& b, const Tensor& out, RowEpilogue epi,
                      void* const* ctx) {
   EMBER_CHECK(out.is_contiguous() && a.dim() >= 2 && b.dim() >= 2 && out.dim() >= 2,
-              "matmul_epilogue: needs matrices and a contiguous output, got ", a.shape_str(),
-              " x ", b.shape_str(), " into ", out.shape_str());
+              "matmul_epilogue: needs matrices and a contiguous output, got ", a.shape_str(), " x ",
+              b.shape_str(), " into ", out.shape_str());
   const int64_t nd = out.dim(), n = out.sizes()[nd - 1], k = a.sizes()[a.dim() - 1];
   const int64_t rows = n == 0 ? 0 : out.numel() / n;
   if (out.dtype() == DType::Float32 && own_gemm_enabled()) {
@@ -220,9 +220,8 @@ void matmul_epilogue(const Tensor& a, const Tensor& b, const Tensor& out, RowEpi
       one = B.batch_off[i] == B.batch_off[0] && A.batch_off[i] == A.batch_off[0] + i * m * A.ld;
     if (one) {
       gemm_f32(rows, n, k, static_cast<const float*>(A.t.impl()->data()) + A.batch_off[0], A.ld,
-               static_cast<const float*>(B.t.impl()->data()) + B.batch_off[0],
-               B.trans ? 1 : B.ld, B.trans ? B.ld : 1, static_cast<float*>(out.impl()->data()),
-               epi, ctx);
+               static_cast<const float*>(B.t.impl()->data()) + B.batch_off[0], B.trans ? 1 : B.ld,
+               B.trans ? B.ld : 1, static_cast<float*>(out.impl()->data()), epi, ctx);
       return;
     }
   }
