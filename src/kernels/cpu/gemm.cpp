@@ -94,19 +94,13 @@ float* pack_buffer(size_t floats) {
   return buf.get();
 }
 
-// Panel p of k-block kb: kc rows of 32 values, b's columns p*32 ... (zeros past N).
+// Panel p of k-block kb: kc rows of 32 values, b's columns p*32 ... (zeros past N). Written
+// row by row whatever b's layout: for a transposed b the reads then step across 32 of its rows,
+// each line serving 16 steps, while every write is contiguous (measured faster than reading
+// along b's rows and writing with a stride of 32).
 void pack_panel(const float* b, int64_t bk, int64_t bn, int64_t N, int64_t k0, int64_t kc,
                 int64_t p, float* dst) {
   const int64_t n0 = p * kNR, nr = std::min(kNR, N - n0);
-  if (bk == 1 && bn != 1) {  // columns of b contiguous along k
-    for (int64_t j = 0; j < nr; ++j) {
-      const float* src = b + (n0 + j) * bn + k0;
-      for (int64_t k = 0; k < kc; ++k) dst[k * kNR + j] = src[k];
-    }
-    for (int64_t j = nr; j < kNR; ++j)
-      for (int64_t k = 0; k < kc; ++k) dst[k * kNR + j] = 0.0f;
-    return;
-  }
   for (int64_t k = 0; k < kc; ++k) {
     const float* src = b + (k0 + k) * bk + n0 * bn;
     for (int64_t j = 0; j < nr; ++j) dst[k * kNR + j] = src[j * bn];
