@@ -1,6 +1,7 @@
 // Compiler rows: a pointwise chain run eagerly (three kernels, two temporaries) against the
 // same chain compiled by the "compiler" backend into one fused loop; softmax and layer_norm
-// over the last dim, eager kernels against the generated row kernels.
+// over the last dim, eager kernels against the generated row kernels; a linear layer with its
+// gelu, OpenBLAS and two kernels against ember's gemm with both as its epilogue.
 #include "bench.h"
 #include "ember/autograd.h"
 #include "ember/compile.h"
@@ -89,6 +90,33 @@ EMBER_BENCH(compiler) {
     const double flops = 2.0 * 2.0 * double(B * nh) * double(T) * double(T + 1) / 2 * hs;
     r.extra = {{"compiled_gflops", flops / (compiled * 1e-3) / 1e9}};
     r.note = opt.quick ? "quick: B 2, T 64" : "B 8, 6 heads of 64, T 256, causal; float32";
+    rows.push_back(r);
+  }
+  // A GPT MLP's first linear layer and its gelu: eager runs OpenBLAS, then the bias add and
+  // the gelu as two more kernels; compiled runs ember's gemm with both as its epilogue.
+  // matmul_ms is the eager (OpenBLAS) product alone, timed after the pair.
+  for (const bool big : {false, true}) {
+    const std::string name = big ? "compiler/linear_gelu_384" : "compiler/linear_gelu_baby";
+    if (!opt.wants(name)) continue;
+    const int64_t rows_n = opt.quick ? 64 : (big ? 2048 : 768), in = big ? 384 : 128;
+    const int64_t out = 4 * in;
+    Tensor x = randn({rows_n, in}), w = randn({out, in}) * 0.05, b = randn({out}) * 0.05;
+    auto layer = [](const Tensor& t, const Tensor& wt, const Tensor& bias) {
+      return (t.matmul(wt.t()) + bias).gelu();
+    };
+    auto f = compile(layer);
+    f(x, w, b);
+    const auto [eager, compiled] =
+        time_pair_ms([&] { layer(x, w, b); }, [&] { f(x, w, b); }, opt.repeat);
+    const double matmul = time_ms([&] { x.matmul(w.t()); }, opt.repeat);
+    Row r{name, eager};
+    r.compiled_ms = compiled;
+    const double flops = 2.0 * double(rows_n) * double(in) * double(out);
+    r.extra = {{"matmul_ms", matmul},
+               {"compiled_gflops", flops / (compiled * 1e-3) / 1e9},
+               {"matmul_gflops", flops / (matmul * 1e-3) / 1e9}};
+    r.note = "gelu(x @ w^T + b), x [" + std::to_string(rows_n) + ", " + std::to_string(in) +
+             "], w [" + std::to_string(out) + ", " + std::to_string(in) + "]; float32";
     rows.push_back(r);
   }
   return rows;
