@@ -94,17 +94,60 @@ float* pack_buffer(size_t floats) {
   return buf.get();
 }
 
-// Panel p of k-block kb: kc rows of 32 values, b's columns p*32 ... (zeros past N). Written
-// row by row whatever b's layout: for a transposed b the reads then step across 32 of its rows,
-// each line serving 16 steps, while every write is contiguous (measured faster than reading
-// along b's rows and writing with a stride of 32).
+// GCC 12 reports the undefined pass-through value inside its own unpack and lane-shuffle
+// intrinsics as used uninitialized (a false positive, gone in GCC 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+// dst[c * ldd + i] = src[i * ld + c] for a 16 x 16 block: unpacks and shuffles within 128-bit
+// lanes give each lane four rows' values of one column, then two rounds of lane shuffles
+// gather a column's four lanes.
+void transpose16(const float* src, int64_t ld, float* dst, int64_t ldd) {
+  __m512 r[16], t[16], u[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ld);
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // u[4i + j], lane l: rows 4i ... 4i + 3 of column 4l + j.
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512 x0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x44);
+    const __m512 x1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xEE);
+    const __m512 y0 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x44);
+    const __m512 y1 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xEE);
+    _mm512_storeu_ps(dst + (0 + j) * ldd, _mm512_shuffle_f32x4(x0, y0, 0x88));
+    _mm512_storeu_ps(dst + (4 + j) * ldd, _mm512_shuffle_f32x4(x0, y0, 0xDD));
+    _mm512_storeu_ps(dst + (8 + j) * ldd, _mm512_shuffle_f32x4(x1, y1, 0x88));
+    _mm512_storeu_ps(dst + (12 + j) * ldd, _mm512_shuffle_f32x4(x1, y1, 0xDD));
+  }
+}
+#pragma GCC diagnostic pop
+
+// Panel p of k-block kb: kc rows of 32 values, b's columns p*32 ... (zeros past N). A
+// transposed b (a linear layer's weight) goes through 16 x 16 register transposes; what they
+// leave (a partial half panel, k past the last 16) is copied row by row, every write
+// contiguous.
 void pack_panel(const float* b, int64_t bk, int64_t bn, int64_t N, int64_t k0, int64_t kc,
                 int64_t p, float* dst) {
   const int64_t n0 = p * kNR, nr = std::min(kNR, N - n0);
+  int64_t kvec = 0, jvec = 0;  // rows [0, kvec) x columns [0, jvec) done by transposes
+  if (bk == 1 && bn != 1) {
+    kvec = kc / 16 * 16;
+    jvec = nr / 16 * 16;
+    for (int64_t h = 0; h < jvec; h += 16)
+      for (int64_t k = 0; k < kvec; k += 16)
+        transpose16(b + (n0 + h) * bn + k0 + k, bn, dst + k * kNR + h, kNR);
+  }
   for (int64_t k = 0; k < kc; ++k) {
     const float* src = b + (k0 + k) * bk + n0 * bn;
-    for (int64_t j = 0; j < nr; ++j) dst[k * kNR + j] = src[j * bn];
-    for (int64_t j = nr; j < kNR; ++j) dst[k * kNR + j] = 0.0f;
+    const int64_t j0 = k < kvec ? jvec : 0;
+    for (int64_t j = j0; j < nr; ++j) dst[k * kNR + j] = src[j * bn];
+    for (int64_t j = std::max(nr, j0); j < kNR; ++j) dst[k * kNR + j] = 0.0f;
   }
 }
 
