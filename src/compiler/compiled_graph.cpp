@@ -284,7 +284,30 @@ void CompiledGraph::plan_constants() {
   }
 }
 
+namespace {
+
+// A float32 product of a matrix (a weight) that no kernel takes as its gemm (lm_head, a
+// backward's dx): ember's gemm runs it, with no epilogue.
+bool own_gemm_step(const graph::Node& n) {
+  if (n.op != OpId::matmul || !cpu::own_gemm_enabled()) return false;
+  const graph::Value& out = *n.outputs[0];
+  return out.meta.dtype == DType::Float32 && out.device == kCPU &&
+         n.inputs[0]->meta.dtype == DType::Float32 && n.inputs[1]->meta.dtype == DType::Float32 &&
+         n.inputs[0]->meta.sizes.size() >= 2 && n.inputs[1]->meta.sizes.size() == 2;
+}
+
+}  // namespace
+
 void CompiledGraph::run_node(const graph::Node& n, std::vector<Tensor>& env) const {
+  if (own_gemm_step(n)) {
+    const Tensor &a = env[size_t(n.inputs[0]->id)], &b = env[size_t(n.inputs[1]->id)];
+    Shape sizes = a.sizes();
+    sizes.back() = b.sizes()[1];
+    Tensor out = empty(sizes, TensorOptions(DType::Float32));
+    cpu::matmul_epilogue(a, b, out, nullptr, nullptr);
+    env[size_t(n.outputs[0]->id)] = std::move(out);
+    return;
+  }
   // A view of a tensor laid out as when captured is the captured view: made directly, without
   // the dispatcher's shape rules (a backward graph has a hundred views, ~2 µs each otherwise).
   if (op_info(n.op).kind == OpKind::View && n.inputs.size() == 1) {
@@ -338,7 +361,8 @@ std::string CompiledGraph::describe_step(size_t s) const {
     return "2 matmuls side by side -> " + value_type_str(*st.node->outputs[0]) + " | " +
            value_type_str(*steps_[size_t(pair_of_[s])].node->outputs[0]);
   if (st.kernel < 0)
-    return "eager " + std::string(op_name(st.node->op)) + " -> " +
+    return (own_gemm_step(*st.node) ? "gemm -> "
+                                    : "eager " + std::string(op_name(st.node->op)) + " -> ") +
            value_type_str(*st.node->outputs[0]);
   auto kernel = [&](int k) {
     const FusionGroup& g = plan_.groups[size_t(k)];

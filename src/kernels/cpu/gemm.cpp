@@ -199,14 +199,16 @@ void own_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, cons
       for (int64_t m0 = r0; m0 < r1; m0 += kMC) {
         const int64_t m1 = std::min(r1, m0 + kMC);
         compute(m0, m1, 0, np);
-        epi(ctx, m0, m1);
+        if (epi) epi(ctx, m0, m1);
       }
     } else {
       // Few rows: the threads split the panels, then the rows for the epilogue.
       compute(0, M, np * t / nt, np * (t + 1) / nt);
+      if (epi) {
 #pragma omp barrier
 #pragma omp for schedule(static)
-      for (int64_t m0 = 0; m0 < M; m0 += kMR) epi(ctx, m0, std::min(M, m0 + kMR));
+        for (int64_t m0 = 0; m0 < M; m0 += kMR) epi(ctx, m0, std::min(M, m0 + kMR));
+      }
     }
   }
 }
@@ -216,6 +218,7 @@ void own_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, cons
 }  // namespace
 
 void epilogue_pass(int64_t rows, RowEpilogue epi, void* const* ctx) {
+  if (!epi) return;
 #pragma omp parallel for schedule(static) if (rows > kEpilogueRows)
   for (int64_t r0 = 0; r0 < rows; r0 += kEpilogueRows)
     epi(ctx, r0, std::min(rows, r0 + kEpilogueRows));

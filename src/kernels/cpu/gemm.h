@@ -17,7 +17,8 @@ bool own_gemm_enabled();
 // epi over rows [0, rows) in blocks, in parallel: the tail of a product computed elsewhere.
 void epilogue_pass(int64_t rows, RowEpilogue epi, void* const* ctx);
 
-// c[M, N] (contiguous) = a[M, K] times b, then epi(ctx, r0, r1) over all rows in blocks. a's
+// c[M, N] (contiguous) = a[M, K] times b, then epi(ctx, r0, r1) over all rows in blocks
+// (none when epi is null). a's
 // row i starts at a + i * lda and is contiguous; b's element (k, n) is b[k * bk + n * bn], with
 // bk == 1 or bn == 1.
 void gemm_f32(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
