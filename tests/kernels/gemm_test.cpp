@@ -1,6 +1,7 @@
 // ember's float32 gemm (kernels/cpu/gemm.h) against a float64 reference: shapes off every
 // blocking (rows past the 12-row tiles, columns past the 32-column panels, k past one packed
-// block), both layouts of b, a with a row stride wider than its rows; and the epilogue seen
+// block; one row, which goes to OpenBLAS), both layouts of b, a with a row stride wider than
+// its rows; and the epilogue seen
 // once on every row, after the row's product is complete.
 #include "kernels/cpu/gemm.h"
 
@@ -67,7 +68,8 @@ void check_gemm(Shape3 s, bool b_rows_along_k, int64_t lda_pad) {
 
 TEST(GemmF32, MatchesFloat64OnEdgeShapesAndBothLayouts) {
   const Shape3 shapes[] = {{1, 1, 1},      {13, 33, 7}, {12, 32, 384}, {25, 65, 385},
-                           {100, 17, 800}, {3, 200, 5}, {97, 96, 129}, {40, 31, 0}};
+                           {100, 17, 800}, {3, 200, 5}, {97, 96, 129}, {40, 31, 0},
+                           {1, 40, 9},    {1, 5, 300}};
   for (const Shape3& s : shapes)
     for (bool t : {true, false})
       for (int64_t pad : {0, 5}) check_gemm(s, t, pad);

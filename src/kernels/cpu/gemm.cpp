@@ -240,7 +240,8 @@ void gemm_f32(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, cons
               int64_t bk, int64_t bn, float* c, RowEpilogue epi, void* const* ctx) {
   if (M == 0 || N == 0) return;
 #if defined(__AVX512F__)
-  if (own_gemm_enabled()) {
+  // One row is a matrix-vector product, where packing b costs as much as the product itself.
+  if (own_gemm_enabled() && M > 1) {
     own_gemm(M, N, K, a, lda, b, bk, bn, c, epi, ctx);
     return;
   }

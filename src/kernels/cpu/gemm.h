@@ -10,8 +10,8 @@ namespace ember::cpu {
 // writes the result in its place. Called from inside the gemm's parallel region, each row once.
 using RowEpilogue = void (*)(void* const* ctx, int64_t r0, int64_t r1);
 
-// Whether gemm_f32 computes the product itself (a build with AVX-512, and EMBER_GEMM not set
-// to "openblas"); otherwise it calls OpenBLAS and then the epilogue.
+// Whether gemm_f32 computes products itself (a build with AVX-512, and EMBER_GEMM not set to
+// "openblas"); otherwise, and for a single row, it calls OpenBLAS and then the epilogue.
 bool own_gemm_enabled();
 
 // epi over rows [0, rows) in blocks, in parallel: the tail of a product computed elsewhere.
