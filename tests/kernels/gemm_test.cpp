@@ -1,8 +1,7 @@
 // ember's float32 gemm (kernels/cpu/gemm.h) against a float64 reference: shapes off every
 // blocking (rows past the 12-row tiles, columns past the 32-column panels, k past one packed
 // block; one row, which goes to OpenBLAS), both layouts of b, a with a row stride wider than
-// its rows; and the epilogue seen
-// once on every row, after the row's product is complete.
+// its rows; and the epilogue seen once on every row, after the row's product is complete.
 #include "kernels/cpu/gemm.h"
 
 #include <gtest/gtest.h>
