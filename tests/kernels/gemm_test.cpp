@@ -82,5 +82,12 @@ TEST(GemmF32, LargeEnoughToThreadMatchesFloat64) {
   check_gemm({20, 1000, 96}, false, 0);
 }
 
+TEST(GemmF32, BLargerThanThePackingBufferGoesInGroupsOfPanels) {
+  // 2100 x 1100 floats is more than the 8 MiB packed at once: two groups of panels, rows split
+  // between threads (37 rows) or panels split (13 rows), the epilogue after the last group.
+  check_gemm({37, 2100, 1100}, true, 0);
+  check_gemm({13, 2100, 1100}, false, 0);
+}
+
 }  // namespace
 }  // namespace ember

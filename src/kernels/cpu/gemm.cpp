@@ -47,6 +47,9 @@ void openblas_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
 #if defined(__AVX512F__)
 
 constexpr int64_t kMR = 12, kNR = 32, kKC = 384, kMC = 96;
+// The most of b packed at once (8 MiB): a GPT's weights fit whole; a vocabulary-sized one is
+// packed a group of panels at a time rather than into a buffer its own size.
+constexpr int64_t kPackFloats = int64_t(2) << 20;
 
 // c[R rows, up to 32 columns (masks m0, m1)] (+)= a[R, kc] times the packed panel bp[kc, 32].
 template <int R>
@@ -153,9 +156,12 @@ void pack_panel(const float* b, int64_t bk, int64_t bn, int64_t N, int64_t k0, i
 
 void own_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
               int64_t bk, int64_t bn, float* c, RowEpilogue epi, void* const* ctx) {
-  const int64_t np = (N + kNR - 1) / kNR, nkb = (K + kKC - 1) / kKC;
+  const int64_t np = (N + kNR - 1) / kNR, nkb = std::max<int64_t>((K + kKC - 1) / kKC, 1);
   const int64_t block = kKC * kNR;  // floats per packed (k-block, panel)
-  float* packed = pack_buffer(size_t(std::max<int64_t>(nkb, 1) * np * block));
+  // Panels packed at a time: all of b when it fits kPackFloats, else groups of panels, each
+  // packed and multiplied in turn, the epilogue then in a pass of its own.
+  const int64_t group = std::min(np, std::max<int64_t>(1, kPackFloats / (nkb * block)));
+  float* packed = pack_buffer(size_t(group * nkb * block));
   const int64_t tiles = (M + kMR - 1) / kMR;
   const __mmask16 full = 0xFFFF;
   auto masks = [&](int64_t p, __mmask16& m0, __mmask16& m1) {
@@ -163,8 +169,8 @@ void own_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, cons
     m0 = nr >= 16 ? full : __mmask16((1u << nr) - 1);
     m1 = nr >= 32 ? full : nr <= 16 ? __mmask16(0) : __mmask16((1u << (nr - 16)) - 1);
   };
-  // Rows [r0, r1) times panels [p0, p1), all of k.
-  auto compute = [&](int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+  // Rows [r0, r1) times panels [p0, p1) of the group packed from panel g0 (gn panels), all of k.
+  auto compute = [&](int64_t r0, int64_t r1, int64_t g0, int64_t gn, int64_t p0, int64_t p1) {
     if (K == 0) {
       for (int64_t r = r0; r < r1; ++r)
         std::memset(c + r * N + p0 * kNR, 0,
@@ -178,37 +184,45 @@ void own_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, cons
         for (int64_t p = p0; p < p1; ++p) {
           __mmask16 m0, m1;
           masks(p, m0, m1);
-          fn(kc, a + r * lda + k0, lda, packed + (kb * np + p) * block, c + r * N + p * kNR, N, m0,
-             m1, kb > 0);
+          fn(kc, a + r * lda + k0, lda, packed + (kb * gn + p - g0) * block, c + r * N + p * kNR,
+             N, m0, m1, kb > 0);
         }
       }
     }
   };
 #pragma omp parallel if (M * N * K >= kParallelMacs)
   {
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < nkb * np; ++i) {
-      const int64_t kb = i / np, p = i % np, k0 = kb * kKC;
-      pack_panel(b, bk, bn, N, k0, std::min(kKC, K - k0), p, packed + i * block);
-    }
     const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-    if (nt == 1 || tiles >= 2 * nt) {
-      // Rows split by whole tiles; each block of kMC rows is finished, then its epilogue runs.
-      const int64_t r0 = std::min(M, tiles * t / nt * kMR);
-      const int64_t r1 = std::min(M, tiles * (t + 1) / nt * kMR);
-      for (int64_t m0 = r0; m0 < r1; m0 += kMC) {
-        const int64_t m1 = std::min(r1, m0 + kMC);
-        compute(m0, m1, 0, np);
-        if (epi) epi(ctx, m0, m1);
+    const bool split_rows = nt == 1 || tiles >= 2 * nt;
+    const int64_t r0 = std::min(M, tiles * t / nt * kMR);
+    const int64_t r1 = std::min(M, tiles * (t + 1) / nt * kMR);
+    for (int64_t g0 = 0; g0 < np; g0 += group) {
+      const int64_t gn = std::min(group, np - g0);
+      if (g0 > 0) {
+#pragma omp barrier
       }
-    } else {
-      // Few rows: the threads split the panels, then the rows for the epilogue.
-      compute(0, M, np * t / nt, np * (t + 1) / nt);
-      if (epi) {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < nkb * gn; ++i) {
+        const int64_t kb = i / gn, k0 = kb * kKC;
+        pack_panel(b, bk, bn, N, k0, std::min(kKC, K - k0), g0 + i % gn, packed + i * block);
+      }
+      if (split_rows) {
+        // Rows split by whole tiles. With all of b packed, each block of kMC rows is finished
+        // and then goes through the epilogue at once.
+        for (int64_t m0 = r0; m0 < r1; m0 += kMC) {
+          const int64_t m1 = std::min(r1, m0 + kMC);
+          compute(m0, m1, g0, gn, g0, g0 + gn);
+          if (epi && group == np) epi(ctx, m0, m1);
+        }
+      } else {
+        // Few rows: the threads split the panels.
+        compute(0, M, g0, gn, g0 + gn * t / nt, g0 + gn * (t + 1) / nt);
+      }
+    }
+    if (epi && (!split_rows || group < np)) {
 #pragma omp barrier
 #pragma omp for schedule(static)
-        for (int64_t m0 = 0; m0 < M; m0 += kMR) epi(ctx, m0, std::min(M, m0 + kMR));
-      }
+      for (int64_t m0 = 0; m0 < M; m0 += kMR) epi(ctx, m0, std::min(M, m0 + kMR));
     }
   }
 }
