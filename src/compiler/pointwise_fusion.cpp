@@ -97,7 +97,7 @@ bool adds_operand(const graph::Node& n, size_t a) {
 
 // Whether n is a matmul the compiler runs as a gemm with its consumers as the epilogue:
 // float32/float64 matrices on the CPU with a contiguous result.
-bool can_accumulate_gemm(const graph::Node& n) {
+bool can_run_gemm_group(const graph::Node& n) {
   if (n.op != OpId::matmul) return false;
   const graph::Value& out = *n.outputs[0];
   const DType t = out.meta.dtype;
@@ -308,7 +308,7 @@ FusionPlan plan_fusion(const graph::Graph& g) {
       // product starts one only through an add, so that scores scaled or masked on their way
       // to a softmax stay an attention group's.
       if (!row && !group.gemm && v->producer && same_shape && uses[size_t(v->id)] == 1 &&
-          can_accumulate_gemm(*v->producer) &&
+          can_run_gemm_group(*v->producer) &&
           (adds_operand(n, a) || v->producer->inputs[1]->meta.sizes.size() == 2)) {
         group.gemm = v->producer;
         continue;
