@@ -1,6 +1,6 @@
 // Running a compiled graph: fused kernels (alone or batched in one parallel region) called on
-// raw buffers, gemms with their groups as epilogues, other nodes dispatched as in eager mode, then the
-// write-backs into inputs. Graphs the compiled form cannot run faithfully (autograd recording
+// raw buffers, gemms with their groups as epilogues, other nodes dispatched as in eager mode,
+// then the write-backs into inputs. Graphs the compiled form cannot run faithfully (autograd recording
 // per op, random ops) are interpreted as the eager backend would.
 #include "compiler/compiled_graph.h"
 
