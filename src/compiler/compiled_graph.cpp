@@ -52,6 +52,17 @@ bool aliases(const graph::Value* v, const graph::Value* target) {
   return graph::view_root(v) == target;
 }
 
+// A float32 product of a matrix that no kernel takes as its gemm (the lm_head; a backward's
+// input grad dy @ W, or weight grad dy^T @ x): ember's gemm runs it, with no epilogue, and it
+// is not paired with another matmul (gemm_pairs.h).
+bool own_gemm_step(const graph::Node& n) {
+  if (n.op != OpId::matmul || !cpu::own_gemm_enabled()) return false;
+  const graph::Value& out = *n.outputs[0];
+  return out.meta.dtype == DType::Float32 && out.device == kCPU &&
+         n.inputs[0]->meta.dtype == DType::Float32 && n.inputs[1]->meta.dtype == DType::Float32 &&
+         n.inputs[0]->meta.sizes.size() >= 2 && n.inputs[1]->meta.sizes.size() == 2;
+}
+
 std::string static_reason(const graph::Graph& g) {
   for (const auto& n : g.nodes())
     if (graph::is_random(n->op) || n->skipped_draws) return "the graph draws random numbers";
@@ -112,7 +123,8 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
   plan_in_place_writes(io);
   {
     std::vector<const graph::Node*> step_nodes;
-    for (const Step& st : steps_) step_nodes.push_back(st.kernel < 0 ? st.node : nullptr);
+    for (const Step& st : steps_)
+      step_nodes.push_back(st.kernel < 0 && !own_gemm_step(*st.node) ? st.node : nullptr);
     pair_of_ = plan_gemm_pairs(step_nodes);
   }
   plan_constants();
@@ -283,20 +295,6 @@ void CompiledGraph::plan_constants() {
     for (const graph::Value* o : n->outputs) constant[size_t(o->id)] = 1;
   }
 }
-
-namespace {
-
-// A float32 product of a matrix (a weight) that no kernel takes as its gemm (lm_head, a
-// backward's dx): ember's gemm runs it, with no epilogue.
-bool own_gemm_step(const graph::Node& n) {
-  if (n.op != OpId::matmul || !cpu::own_gemm_enabled()) return false;
-  const graph::Value& out = *n.outputs[0];
-  return out.meta.dtype == DType::Float32 && out.device == kCPU &&
-         n.inputs[0]->meta.dtype == DType::Float32 && n.inputs[1]->meta.dtype == DType::Float32 &&
-         n.inputs[0]->meta.sizes.size() >= 2 && n.inputs[1]->meta.sizes.size() == 2;
-}
-
-}  // namespace
 
 void CompiledGraph::run_node(const graph::Node& n, std::vector<Tensor>& env) const {
   if (own_gemm_step(n)) {

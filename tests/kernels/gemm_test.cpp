@@ -34,11 +34,12 @@ struct Shape3 {
   int64_t m, n, k;
 };
 
-void check_gemm(Shape3 s, bool b_rows_along_k, int64_t lda_pad) {
-  const int64_t M = s.m, N = s.n, K = s.k, lda = K + lda_pad;
+// a_cols: a stored by columns, element (i, p) at a[p * lda + i] (lda = M + pad).
+void check_gemm(Shape3 s, bool b_rows_along_k, int64_t lda_pad, bool a_cols = false) {
+  const int64_t M = s.m, N = s.n, K = s.k, lda = (a_cols ? M : K) + lda_pad;
   std::mt19937 rng(unsigned(M * 131 + N * 7 + K));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> a(size_t(M * lda)), b(size_t(N * K)), c(size_t(M * N), -7.0f);
+  std::vector<float> a(size_t((a_cols ? K : M) * lda)), b(size_t(N * K)), c(size_t(M * N), -7.0f);
   for (float& v : a) v = u(rng);
   for (float& v : b) v = u(rng);
   // b(k, n) = b[k * bk + n * bn]: a [N, K] weight read transposed, or a [K, N] matrix.
@@ -46,13 +47,14 @@ void check_gemm(Shape3 s, bool b_rows_along_k, int64_t lda_pad) {
   std::vector<int> seen(size_t(M), 0);
   EpilogueCtx e{c.data(), N, &seen};
   void* ctx[1] = {&e};
-  cpu::gemm_f32(M, N, K, a.data(), lda, b.data(), bk, bn, c.data(), record_rows, ctx);
+  cpu::gemm_f32(M, N, K, a.data(), lda, a_cols, b.data(), bk, bn, c.data(), record_rows, ctx);
   for (int64_t r = 0; r < M; ++r) ASSERT_EQ(seen[size_t(r)], 1) << "row " << r;
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
       double want = 0, mag = 0;
       for (int64_t p = 0; p < K; ++p) {
-        const double t = double(a[size_t(i * lda + p)]) * double(b[size_t(p * bk + j * bn)]);
+        const double t = double(a[size_t(a_cols ? p * lda + i : i * lda + p)]) *
+                         double(b[size_t(p * bk + j * bn)]);
         want += t;
         mag += std::fabs(t);
       }
@@ -61,7 +63,8 @@ void check_gemm(Shape3 s, bool b_rows_along_k, int64_t lda_pad) {
       const double tol = 2.0 * (double(K) + 2.0) * 6e-8 * (2.0 * mag + std::fabs(double(i))) + 1e-6;
       ASSERT_NEAR(c[size_t(i * N + j)], want, tol)
           << M << "x" << N << "x" << K << " at (" << i << ", " << j << ")"
-          << (b_rows_along_k ? " b transposed" : " b row-major") << " lda " << lda;
+          << (b_rows_along_k ? " b transposed" : " b row-major") << " lda " << lda
+          << (a_cols ? " a by columns" : "");
     }
 }
 
@@ -80,6 +83,13 @@ TEST(GemmF32, LargeEnoughToThreadMatchesFloat64) {
   check_gemm({389, 130, 160}, true, 0);
   check_gemm({20, 1000, 96}, true, 3);
   check_gemm({20, 1000, 96}, false, 0);
+}
+
+TEST(GemmF32, AStoredByColumnsMatchesFloat64) {
+  // A weight grad's dy^T @ x: a read down its columns, k past one packed block, both splits.
+  for (const Shape3& s : {Shape3{13, 33, 7}, Shape3{128, 512, 768}, Shape3{389, 130, 160},
+                          Shape3{20, 1000, 96}, Shape3{1, 40, 9}})
+    for (bool t : {true, false}) check_gemm(s, t, 3, true);
 }
 
 TEST(GemmF32, BLargerThanThePackingBufferGoesInGroupsOfPanels) {

@@ -31,8 +31,8 @@ namespace {
 constexpr int64_t kEpilogueRows = 64;
 constexpr int64_t kParallelMacs = int64_t(1) << 18;
 
-void openblas_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
-                   int64_t bk, int64_t bn, float* c) {
+void openblas_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_cols,
+                   const float* b, int64_t bk, int64_t bn, float* c) {
   if (K == 0) {
     std::memset(c, 0, size_t(M * N) * sizeof(float));
     return;
@@ -40,8 +40,8 @@ void openblas_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
   // b(k, n) = b[k * bk + n * bn]: row-major [K, N] when bn == 1, else the transpose of a
   // row-major [N, K].
   const bool trans = bn != 1;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, trans ? CblasTrans : CblasNoTrans, blasint(M),
-              blasint(N), blasint(K), 1.0f, a, blasint(lda), b,
+  cblas_sgemm(CblasRowMajor, a_cols ? CblasTrans : CblasNoTrans, trans ? CblasTrans : CblasNoTrans,
+              blasint(M), blasint(N), blasint(K), 1.0f, a, blasint(lda), b,
               blasint(trans ? std::max<int64_t>(bn, 1) : std::max<int64_t>(bk, 1)), 0.0f, c,
               blasint(N));
 }
@@ -53,8 +53,9 @@ constexpr int64_t kMR = 12, kNR = 32, kKC = 384, kMC = 96;
 // packed a group of panels at a time rather than into a buffer its own size.
 constexpr int64_t kPackFloats = int64_t(2) << 20;
 
-// c[R rows, up to 32 columns (masks m0, m1)] (+)= a[R, kc] times the packed panel bp[kc, 32].
-template <int R>
+// c[R rows, up to 32 columns (masks m0, m1)] (+)= a[R, kc] times the packed panel bp[kc, 32];
+// a's element (r, k) at a[r * lda + k], or with ACOLS (a stored by columns) at a[k * lda + r].
+template <int R, bool ACOLS>
 __attribute__((noinline)) void tile(int64_t kc, const float* a, int64_t lda, const float* bp,
                                     float* c, int64_t ldc, __mmask16 m0, __mmask16 m1,
                                     bool accumulate) {
@@ -67,7 +68,7 @@ __attribute__((noinline)) void tile(int64_t kc, const float* a, int64_t lda, con
     const __m512 b0 = _mm512_load_ps(bp + k * kNR), b1 = _mm512_load_ps(bp + k * kNR + 16);
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
-      const __m512 x = _mm512_set1_ps(a[r * lda + k]);
+      const __m512 x = _mm512_set1_ps(ACOLS ? a[k * lda + r] : a[r * lda + k]);
       c0[r] = _mm512_fmadd_ps(x, b0, c0[r]);
       c1[r] = _mm512_fmadd_ps(x, b1, c1[r]);
     }
@@ -80,8 +81,11 @@ __attribute__((noinline)) void tile(int64_t kc, const float* a, int64_t lda, con
 
 using TileFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, __mmask16,
                         __mmask16, bool);
-constexpr TileFn kTiles[kMR + 1] = {nullptr, tile<1>, tile<2>, tile<3>,  tile<4>,  tile<5>, tile<6>,
-                                    tile<7>, tile<8>, tile<9>, tile<10>, tile<11>, tile<12>};
+template <bool ACOLS>
+constexpr TileFn kTiles[kMR + 1] = {
+    nullptr,         tile<1, ACOLS>,  tile<2, ACOLS>, tile<3, ACOLS>, tile<4, ACOLS>,
+    tile<5, ACOLS>,  tile<6, ACOLS>,  tile<7, ACOLS>, tile<8, ACOLS>, tile<9, ACOLS>,
+    tile<10, ACOLS>, tile<11, ACOLS>, tile<12, ACOLS>};
 
 // The packing buffer of the calling thread, grown as needed (the team shares it).
 float* pack_buffer(size_t floats) {
@@ -156,8 +160,8 @@ void pack_panel(const float* b, int64_t bk, int64_t bn, int64_t N, int64_t k0, i
   }
 }
 
-void own_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
-              int64_t bk, int64_t bn, float* c, RowEpilogue epi, void* const* ctx) {
+void own_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_cols,
+              const float* b, int64_t bk, int64_t bn, float* c, RowEpilogue epi, void* const* ctx) {
   const int64_t np = (N + kNR - 1) / kNR, nkb = std::max<int64_t>((K + kKC - 1) / kKC, 1);
   const int64_t block = kKC * kNR;  // floats per packed (k-block, panel)
   // Panels packed at a time: all of b when it fits kPackFloats, else groups of panels, each
@@ -182,12 +186,14 @@ void own_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, cons
     for (int64_t kb = 0; kb < nkb; ++kb) {
       const int64_t k0 = kb * kKC, kc = std::min(kKC, K - k0);
       for (int64_t r = r0; r < r1; r += kMR) {
-        const TileFn fn = kTiles[std::min(kMR, r1 - r)];
+        const int64_t mr = r1 - r < kMR ? r1 - r : kMR;
+        const TileFn fn = a_cols ? kTiles<true>[mr] : kTiles<false>[mr];
+        const float* ar = a_cols ? a + k0 * lda + r : a + r * lda + k0;
         for (int64_t p = p0; p < p1; ++p) {
           __mmask16 m0, m1;
           masks(p, m0, m1);
-          fn(kc, a + r * lda + k0, lda, packed + (kb * gn + p - g0) * block, c + r * N + p * kNR,
-             N, m0, m1, kb > 0);
+          fn(kc, ar, lda, packed + (kb * gn + p - g0) * block, c + r * N + p * kNR, N, m0, m1,
+             kb > 0);
         }
       }
     }
@@ -252,17 +258,17 @@ bool own_gemm_enabled() {
 #endif
 }
 
-void gemm_f32(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
-              int64_t bk, int64_t bn, float* c, RowEpilogue epi, void* const* ctx) {
+void gemm_f32(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_cols,
+              const float* b, int64_t bk, int64_t bn, float* c, RowEpilogue epi, void* const* ctx) {
   if (M == 0 || N == 0) return;
 #if defined(__AVX512F__)
   // One row is a matrix-vector product, where packing b costs as much as the product itself.
   if (own_gemm_enabled() && M > 1) {
-    own_gemm(M, N, K, a, lda, b, bk, bn, c, epi, ctx);
+    own_gemm(M, N, K, a, lda, a_cols, b, bk, bn, c, epi, ctx);
     return;
   }
 #endif
-  openblas_gemm(M, N, K, a, lda, b, bk, bn, c);
+  openblas_gemm(M, N, K, a, lda, a_cols, b, bk, bn, c);
   epilogue_pass(M, epi, ctx);
 }
 

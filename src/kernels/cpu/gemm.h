@@ -18,10 +18,10 @@ bool own_gemm_enabled();
 void epilogue_pass(int64_t rows, RowEpilogue epi, void* const* ctx);
 
 // c[M, N] (contiguous) = a[M, K] times b, then epi(ctx, r0, r1) over all rows in blocks
-// (none when epi is null). a's
-// row i starts at a + i * lda and is contiguous; b's element (k, n) is b[k * bk + n * bn], with
+// (none when epi is null). a's element (m, k) is a[m * lda + k], or with a_cols (a stored by
+// columns: a weight grad's dy^T) a[k * lda + m]; b's element (k, n) is b[k * bk + n * bn], with
 // bk == 1 or bn == 1.
-void gemm_f32(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
-              int64_t bk, int64_t bn, float* c, RowEpilogue epi, void* const* ctx);
+void gemm_f32(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_cols,
+              const float* b, int64_t bk, int64_t bn, float* c, RowEpilogue epi, void* const* ctx);
 
 }  // namespace ember::cpu

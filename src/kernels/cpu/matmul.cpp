@@ -208,20 +208,23 @@ void matmul_epilogue(const Tensor& a, const Tensor& b, const Tensor& out, RowEpi
               b.shape_str(), " into ", out.shape_str());
   const int64_t nd = out.dim(), n = out.sizes()[nd - 1], k = a.sizes()[a.dim() - 1];
   const int64_t rows = n == 0 ? 0 : out.numel() / n;
+  if (rows == 0) return;  // an empty output (an empty batch, too): nothing to compute
   if (out.dtype() == DType::Float32 && own_gemm_enabled()) {
     // The whole batch as one [rows, K] x [K, N] product, when b is one matrix for all of it
-    // and a's matrices are row-major at a fixed stride (a linear layer's input).
+    // and a's matrices are row-major at a fixed stride (a linear layer's input); or a single
+    // a stored by columns (a weight grad's dy^T).
     const int64_t m = out.sizes()[nd - 2];
     const Shape batch(out.sizes().begin(), out.sizes().end() - 2);
     const MatrixBatch A = prepare(a, batch), B = prepare(b, batch);
     const int64_t nb = int64_t(A.batch_off.size());
-    bool one = !A.trans;
+    bool one = !A.trans || nb == 1;
     for (int64_t i = 0; one && i < nb; ++i)
       one = B.batch_off[i] == B.batch_off[0] && A.batch_off[i] == A.batch_off[0] + i * m * A.ld;
     if (one) {
       gemm_f32(rows, n, k, static_cast<const float*>(A.t.impl()->data()) + A.batch_off[0], A.ld,
-               static_cast<const float*>(B.t.impl()->data()) + B.batch_off[0], B.trans ? 1 : B.ld,
-               B.trans ? B.ld : 1, static_cast<float*>(out.impl()->data()), epi, ctx);
+               A.trans, static_cast<const float*>(B.t.impl()->data()) + B.batch_off[0],
+               B.trans ? 1 : B.ld, B.trans ? B.ld : 1, static_cast<float*>(out.impl()->data()), epi,
+               ctx);
       return;
     }
   }
