@@ -78,11 +78,14 @@ TEST(GemmF32, MatchesFloat64OnEdgeShapesAndBothLayouts) {
 }
 
 TEST(GemmF32, LargeEnoughToThreadMatchesFloat64) {
-  // Rows split between threads in whole tiles, with a partial tile and panel at the end; and
-  // few rows with many columns, where the threads split the panels instead.
+  // Rows split between threads in whole tiles, with a partial tile and panel at the end (also
+  // two tiles against many panels, as even either way); and rows that split unevenly (3 tiles
+  // against 4 panels), where the threads split the panels instead.
   check_gemm({389, 130, 160}, true, 0);
   check_gemm({20, 1000, 96}, true, 3);
   check_gemm({20, 1000, 96}, false, 0);
+  check_gemm({25, 128, 100}, true, 0);
+  check_gemm({25, 100, 150}, false, 2);
 }
 
 TEST(GemmF32, AStoredByColumnsMatchesFloat64) {
