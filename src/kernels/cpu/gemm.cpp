@@ -1,9 +1,9 @@
-// ember's float32 gemm (see gemm.h). With AVX-512: b is packed into panels of 32 columns by
-// blocks of kKC along k (a transposed weight through 16 x 16 register transposes; a b larger
-// than kPackFloats a group of panels at a time), the threads split the rows (or, with few rows,
-// the panels), and a register tile of up to 12 x 32 outputs accumulates one broadcast element
-// of a against two vectors of b per step. Each thread finishes blocks of kMC rows in turn and
-// runs the epilogue on a block as soon as it is complete, while it is still in cache (after the
+// ember's float32 gemm (see gemm.h). With AVX-512: b is packed into panels of 32 columns by blocks
+// of kKC along k (a transposed weight through 16 x 16 register transposes; a b larger than
+// kPackFloats a group of panels at a time), the threads split the rows (or the panels, when that
+// loads them more evenly), and a register tile of up to 12 x 32 outputs accumulates one broadcast
+// element of a against two vectors of b per step. Each thread finishes blocks of kMC rows in turn
+// and runs the epilogue on a block as soon as it is complete, while it is still in cache (after the
 // last group, when b is packed in groups). Without AVX-512, for a single row, or with
 // EMBER_GEMM=openblas, OpenBLAS computes the product and the epilogue follows in a pass.
 #include "kernels/cpu/gemm.h"
