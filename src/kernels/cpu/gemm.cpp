@@ -49,6 +49,10 @@ void openblas_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
 #if defined(__AVX512F__)
 
 constexpr int64_t kMR = 12, kNR = 32, kKC = 384, kMC = 96;
+// Panels multiplied against one block of rows before the next panels: kNC x kKC x 32 floats
+// (384 KiB) of packed b stay in L2 while the block's tiles pass over them. Measured against
+// all panels at once: weight grads (k = 2048) 3-12% faster, the GPT forward's gemms 0-5%.
+constexpr int64_t kNC = 8;
 // The most of b packed at once (8 MiB): a GPT's weights fit whole; a vocabulary-sized one is
 // packed a group of panels at a time rather than into a buffer its own size.
 constexpr int64_t kPackFloats = int64_t(2) << 20;
@@ -185,15 +189,17 @@ void own_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool
     }
     for (int64_t kb = 0; kb < nkb; ++kb) {
       const int64_t k0 = kb * kKC, kc = std::min(kKC, K - k0);
-      for (int64_t r = r0; r < r1; r += kMR) {
-        const int64_t mr = r1 - r < kMR ? r1 - r : kMR;
-        const TileFn fn = a_cols ? kTiles<true>[mr] : kTiles<false>[mr];
-        const float* ar = a_cols ? a + k0 * lda + r : a + r * lda + k0;
-        for (int64_t p = p0; p < p1; ++p) {
-          __mmask16 m0, m1;
-          masks(p, m0, m1);
-          fn(kc, ar, lda, packed + (kb * gn + p - g0) * block, c + r * N + p * kNR, N, m0, m1,
-             kb > 0);
+      for (int64_t q0 = p0; q0 < p1; q0 += kNC) {  // kNC panels (kc x 256 floats) stay in L2
+        for (int64_t r = r0; r < r1; r += kMR) {
+          const int64_t mr = r1 - r < kMR ? r1 - r : kMR;
+          const TileFn fn = a_cols ? kTiles<true>[mr] : kTiles<false>[mr];
+          const float* ar = a_cols ? a + k0 * lda + r : a + r * lda + k0;
+          for (int64_t p = q0; p < std::min(p1, q0 + kNC); ++p) {
+            __mmask16 m0, m1;
+            masks(p, m0, m1);
+            fn(kc, ar, lda, packed + (kb * gn + p - g0) * block, c + r * N + p * kNR, N, m0, m1,
+               kb > 0);
+          }
         }
       }
     }
