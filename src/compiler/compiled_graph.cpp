@@ -1,7 +1,7 @@
-// Running a compiled graph: fused kernels (alone or batched in one parallel region) called on
-// raw buffers, gemms with their groups as epilogues, other nodes dispatched as in eager mode,
-// then the write-backs into inputs. Graphs the compiled form cannot run faithfully (autograd recording
-// per op, random ops) are interpreted as the eager backend would.
+// Running a compiled graph: fused kernels (alone or batched in one parallel region) called on raw
+// buffers, gemms with their groups as epilogues, other nodes dispatched as in eager mode, then the
+// write-backs into inputs. Graphs the compiled form cannot run faithfully (autograd recording per
+// op, random ops) are interpreted as the eager backend would.
 #include "compiler/compiled_graph.h"
 
 #include <omp.h>
@@ -56,11 +56,9 @@ bool aliases(const graph::Value* v, const graph::Value* target) {
 // input grad dy @ W, or weight grad dy^T @ x): ember's gemm runs it, with no epilogue, and it
 // is not paired with another matmul (gemm_pairs.h).
 bool own_gemm_step(const graph::Node& n) {
-  if (n.op != OpId::matmul || !cpu::own_gemm_enabled()) return false;
-  const graph::Value& out = *n.outputs[0];
-  return out.meta.dtype == DType::Float32 && out.device == kCPU &&
-         n.inputs[0]->meta.dtype == DType::Float32 && n.inputs[1]->meta.dtype == DType::Float32 &&
-         n.inputs[0]->meta.sizes.size() >= 2 && n.inputs[1]->meta.sizes.size() == 2;
+  return n.op == OpId::matmul && cpu::own_gemm_enabled() && pairable_matmul(n) &&
+         n.outputs[0]->meta.dtype == DType::Float32 && n.inputs[0]->meta.sizes.size() >= 2 &&
+         n.inputs[1]->meta.sizes.size() == 2;
 }
 
 std::string static_reason(const graph::Graph& g) {

@@ -1,12 +1,11 @@
-// Fusion planning: which graph nodes the compiler runs as one generated kernel.
-// A group is a tree of fusable pointwise nodes of one output shape and dtype whose
-// intermediates are read only inside the tree; its root's value is the result that leaves the
-// group. A gemm group is a pointwise group over a matmul's product
-// (out = f(a @ b, ...), f pointwise: bias, residual, activation). A row group also holds one row op
-// (decompositions.h: softmax, log_softmax, layer_norm, sum or mean over the last dim of a float
-// tensor): the pointwise nodes feeding its input and those consuming its output run in the same
-// per-row kernel. An attention group is a softmax row group with the matmuls around it (see
-// attn_qk).
+// Fusion planning: which graph nodes the compiler runs as one generated kernel. A group is a tree
+// of fusable pointwise nodes of one output shape and dtype whose intermediates are read only inside
+// the tree; its root's value is the result that leaves the group. A gemm group is a pointwise group
+// over a matmul's product (out = f(a @ b, ...), f pointwise: bias, residual, activation). A row
+// group also holds one row op (decompositions.h: softmax, log_softmax, layer_norm, sum or mean over
+// the last dim of a float tensor): the pointwise nodes feeding its input and those consuming its
+// output run in the same per-row kernel. An attention group is a softmax row group with the
+// matmuls around it (see attn_qk).
 #pragma once
 #include <optional>
 #include <string>
@@ -44,8 +43,9 @@ struct FusionGroup {
   // attn_qk = matmul(q, k) and whose result feeds attn_pv = matmul(softmax, v) and nothing
   // else. The kernel runs both matmuls per batch matrix, the scores never leave the cache, and
   // `output` is attn_pv's result; when the softmax output is also a graph output (saved for a
-  // backward), it is the group's one extra output and the kernel writes it too. With a causal mask (the row input is x + triu(-inf, diag)),
-  // keys the mask sets to -inf are skipped: row i reads keys j < i + causal_diag.
+  // backward), it is the group's one extra output and the kernel writes it too. With a causal
+  // mask (the row input is x + triu(-inf, diag)), keys the mask sets to -inf are skipped: row i
+  // reads keys j < i + causal_diag.
   const graph::Node* attn_qk = nullptr;
   const graph::Node* attn_pv = nullptr;
   bool causal = false;
@@ -66,8 +66,8 @@ struct FusionGroup {
   // inputs are {g [.., T, D], v^T [.., D, T], p [.., T, T], k [.., T, D], q}, q being q^T
   // [.., D, T] when k's grad is computed as dk^T = q^T @ ds, or q [.., T, D] when as
   // dk = ds^T @ q (`dk_transposed` says which); the results are the values of dq, dk (or dk^T)
-  // and dv, `output` the last of them in graph order and extra_outputs the other two. Work past a row's last nonzero probability (a causal mask's
-  // zeros) is skipped.
+  // and dv, `output` the last of them in graph order and extra_outputs the other two. Work past
+  // a row's last nonzero probability (a causal mask's zeros) is skipped.
   // When the three grads are only merged back into one [B, T, 3 * H * D] grad of the packed
   // qkv (heads moved next to each other, each placed by a slice_backward, the three added),
   // the group takes those nodes too: `output` is the merged grad, which the kernel writes

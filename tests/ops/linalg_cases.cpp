@@ -116,15 +116,16 @@ EMBER_OP_CASES(linalg) {
                                   {{{3, 4}, {4, 5}}, {{2, 3, 4}, {4, 5}}}));
   // Many rows and few columns (an lm_head's shape), in every operand layout, as folded
   // batches and matrix by matrix.
-  cases.push_back(matmul_case("matmul_few_columns",
-                              {{{70, 20}, {20, 9}}, {{3, 50, 12}, {12, 7}}, {{3, 50, 12}, {3, 12, 7}},
-                               {{130, 33}, {33, 1}}}));
+  cases.push_back(matmul_case("matmul_few_columns", {{{70, 20}, {20, 9}},
+                                                     {{3, 50, 12}, {12, 7}},
+                                                     {{3, 50, 12}, {3, 12, 7}},
+                                                     {{130, 33}, {33, 1}}}));
   cases.push_back(transposed_case("matmul_few_columns_a_transposed", true, false,
                                   {{{70, 20}, {20, 9}}, {{2, 40, 6}, {6, 5}}}));
   cases.push_back(transposed_case("matmul_few_columns_b_transposed", false, true,
                                   {{{70, 20}, {20, 9}}, {{2, 40, 6}, {2, 6, 5}}}));
-  cases.push_back(transposed_case("matmul_few_columns_both_transposed", true, true,
-                                  {{{70, 20}, {20, 9}}}));
+  cases.push_back(
+      transposed_case("matmul_few_columns_both_transposed", true, true, {{{70, 20}, {20, 9}}}));
   OpCase big = matmul_case("matmul_large_batched",
                            {{{8, 40, 50}, {8, 50, 30}}, {{4, 150, 140}, {140, 130}}});
   big.gradcheck = false;

@@ -50,8 +50,8 @@ void openblas_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
 
 constexpr int64_t kMR = 12, kNR = 32, kKC = 384, kMC = 96;
 // Panels multiplied against one block of rows before the next panels: kNC x kKC x 32 floats
-// (384 KiB) of packed b stay in L2 while the block's tiles pass over them. Measured against
-// all panels at once: weight grads (k = 2048) 3-12% faster, the GPT forward's gemms 0-5%.
+// (384 KiB) of packed b stay in L2 while the block's tiles pass over them (docs/bench.md has
+// the figures against all panels at once).
 constexpr int64_t kNC = 8;
 // The most of b packed at once (8 MiB): a GPT's weights fit whole; a vocabulary-sized one is
 // packed a group of panels at a time rather than into a buffer its own size.
@@ -233,7 +233,7 @@ void own_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool
           if (epi && group == np) epi(ctx, m0, m1);
         }
       } else {
-        // Few rows: the threads split the panels.
+        // The threads split the panels (more evenly than the rows).
         compute(0, M, g0, gn, g0 + gn * t / nt, g0 + gn * (t + 1) / nt);
       }
     }

@@ -71,17 +71,17 @@ void check_blas_size(int64_t v, const char* what) {
               " exceeds what the BLAS library accepts (", std::numeric_limits<blasint>::max(), ")");
 }
 
-// beta 0 overwrites c (OpenBLAS then never reads it).
+// c = a b (beta 0: OpenBLAS never reads c).
 inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                 const float* b, int64_t ldb, float* c, int64_t ldc, float beta) {
+                 const float* b, int64_t ldb, float* c, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              blasint(m), blasint(n), blasint(k), 1.0f, a, blasint(lda), b, blasint(ldb), beta, c,
+              blasint(m), blasint(n), blasint(k), 1.0f, a, blasint(lda), b, blasint(ldb), 0.0f, c,
               blasint(ldc));
 }
 inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
-                 const double* b, int64_t ldb, double* c, int64_t ldc, double beta) {
+                 const double* b, int64_t ldb, double* c, int64_t ldc) {
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              blasint(m), blasint(n), blasint(k), 1.0, a, blasint(lda), b, blasint(ldb), beta, c,
+              blasint(m), blasint(n), blasint(k), 1.0, a, blasint(lda), b, blasint(ldb), 0.0, c,
               blasint(ldc));
 }
 
@@ -90,7 +90,7 @@ inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double
 constexpr int64_t kSmallGemm = 128 * 128 * 128;
 
 template <class T>
-void blas_matmul(const Tensor& a, const Tensor& b, const Tensor& o, T beta = T(0)) {
+void blas_matmul(const Tensor& a, const Tensor& b, const Tensor& o) {
   const int64_t nd = o.dim();
   const int64_t m = o.sizes()[nd - 2], n = o.sizes()[nd - 1], k = a.sizes()[a.dim() - 1];
   const Shape batch(o.sizes().begin(), o.sizes().end() - 2);
@@ -107,19 +107,19 @@ void blas_matmul(const Tensor& a, const Tensor& b, const Tensor& o, T beta = T(0
   for (int64_t i = 0; fold && i < nb; ++i)
     fold = B.batch_off[i] == B.batch_off[0] && A.batch_off[i] == A.batch_off[0] + i * m * A.ld;
   if (fold && nb * m <= int64_t(std::numeric_limits<blasint>::max())) {
-    gemm(false, B.trans, nb * m, n, k, ap + A.batch_off[0], A.ld, bp + B.batch_off[0], B.ld, op, n, beta);
+    gemm(false, B.trans, nb * m, n, k, ap + A.batch_off[0], A.ld, bp + B.batch_off[0], B.ld, op, n);
     return;
   }
   if (nb > 1 && m * n * k <= kSmallGemm && omp_get_max_threads() > 1 && !omp_in_parallel()) {
 #pragma omp parallel for
     for (int64_t i = 0; i < nb; ++i)
       gemm(A.trans, B.trans, m, n, k, ap + A.batch_off[i], A.ld, bp + B.batch_off[i], B.ld,
-           op + i * m * n, n, beta);
+           op + i * m * n, n);
     return;
   }
   for (int64_t i = 0; i < nb; ++i)
     gemm(A.trans, B.trans, m, n, k, ap + A.batch_off[i], A.ld, bp + B.batch_off[i], B.ld,
-         op + i * m * n, n, beta);
+         op + i * m * n, n);
 }
 
 // 16-bit floats: float32 copies of the operands, a float32 gemm, one rounding at the end.
