@@ -140,9 +140,9 @@ std::vector<std::string> emit_row_bases(std::ostringstream& os, const FusionGrou
 namespace {
 
 // Row kernels with large outputs build each row in a stack buffer of the thread (up to this
-// size) and stream it out, and fetch the next row's input ahead when a row is at most
-// kPrefetchRowBytes: the current row, its buffer and the next row then share L1 (48 KiB on the
-// machines measured in docs/bench.md).
+// size) and stream it out, and fetch input rows ahead when a row is at most kPrefetchRowBytes:
+// the rows being computed, their buffers and the row fetched then (nearly) share L1 (48 KiB on
+// the machines measured in docs/bench.md), with L2 behind it.
 constexpr int64_t kRowBufferBytes = int64_t(64) << 10;
 constexpr int64_t kPrefetchRowBytes = int64_t(16) << 10;
 
@@ -354,10 +354,12 @@ bool reduces_in_blocks(int64_t n, int64_t esize) {
 // their own partial result: four vector registers of independent accumulators hide the add
 // latency (one chain would cap an L1-resident pass at one vector per add latency), and the
 // loads run along contiguous memory. The partials fold in a fixed order at the end. Each block
-// also prefetches `ahead`'s lines (see emit_prefetch).
+// also prefetches `ahead`'s lines (see emit_prefetch) and then runs `tail`, lines of the
+// block loop that use jb (a pipelined row kernel's output block of the row before).
 void emit_reduce(std::ostringstream& os, const char* T, int64_t esize, int64_t n,
                  const std::string& acc, bool max, const std::string& body,
-                 const std::string& value, const std::vector<int64_t>& ahead) {
+                 const std::string& value, const std::vector<int64_t>& ahead,
+                 const std::string& tail = "") {
   const std::string init =
       max ? "-std::numeric_limits<" + std::string(T) + ">::infinity()" : std::string(T) + "(0)";
   auto combine = [&](const std::string& a, const std::string& v) {
@@ -379,7 +381,8 @@ void emit_reduce(std::ostringstream& os, const char* T, int64_t esize, int64_t n
   os << "#pragma omp simd\n"
      << "      for (int64_t l = 0; l < " << w << "; ++l) {\n"
      << "        const int64_t j = jb + l;\n"
-     << indent(body, "    ") << "        " << combine(lanes + "[l]", value) << "\n      }\n    }\n"
+     << indent(body, "    ") << "        " << combine(lanes + "[l]", value) << "\n      }\n"
+     << tail << "    }\n"
      << "    " << T << " " << acc << " = " << lanes << "[0];\n"
      << "    for (int64_t l = 1; l < " << w << "; ++l) " << combine(acc, lanes + "[l]") << "\n";
 }
@@ -434,47 +437,70 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   const int64_t block = 256 / esize;  // elements in a block of the streamed last pass
   const bool large = rows > 1 && rows * row_bytes >= cpu::kStreamBytes;
   const bool stream = large && row_output && row_bytes % 256 == 0 && row_bytes <= kRowBufferBytes;
-  std::string ind = "  ";
-  if (stream) {
-    os << "#pragma omp parallel\n  {\n    alignas(64) " << T << " rowbuf[n];\n"
-       << "#pragma omp for schedule(static)\n";
-    ind = "    ";
-  } else if (rows > 1 && rows * n >= cpu::kParallelGrain) {
-    os << "#pragma omp parallel for schedule(static)\n";
-  }
-  std::ostringstream rowbody;
-  std::swap(os, rowbody);
-  if (row_output)
-    os << "    " << T << "* __restrict row = "
-       << (stream ? "rowbuf;  // built in cache, then streamed out\n"
-                  : "out + r * n;  // built in place, in cache\n");
-  const std::vector<std::string> idx = emit_row_bases(os, grp, shape, "    ");
-  const std::string x = var(row.inputs[0]);
   // Where later passes read the row op's input: straight from a unit-stride group input when
   // nothing is computed before the row op (as the eager kernels do), else from the row, which
   // the first pass fills.
   std::string src = "row";
+  std::string src_decl;
   if (pre.empty()) {
     const size_t k =
         size_t(std::find(grp.inputs.begin(), grp.inputs.end(), row.inputs[0]) - grp.inputs.begin());
     const RowIndex ri = row_index(*row.inputs[0], shape);
     if (k < grp.inputs.size() && ri.col == "j") {
       src = "src";
-      os << "    const " << T << "* __restrict src = in" << k << " + " << ri.row << ";\n";
+      src_decl = "    const " + std::string(T) + "* __restrict src = in" + std::to_string(k) +
+                 " + " + ri.row + ";\n";
     }
   }
+  const bool prefetch = stream && src == "src" && row_bytes <= kPrefetchRowBytes;
+  // Pipelined rows (a prefetched input reduced in blocks): each thread takes a contiguous range
+  // of rows, and the last reduction over row r also stores row r - 1's output block by block and
+  // fetches row r + 2's input. The streaming stores and the reads from memory then spread over
+  // the row's arithmetic instead of queueing behind each other in passes of their own. Row
+  // r - 1's statistics are kept as <name>_p, its kept values in the other half of rowbuf.
+  const bool pipelined = prefetch && reduces_in_blocks(n, esize);
+  std::string ind = "  ";
+  if (pipelined) {
+    os << "#pragma omp parallel\n  {\n    alignas(64) " << T << " rowbuf[2][n];\n"
+       << "    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();\n"
+       << "    const int64_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;\n";
+    ind = "    ";
+  } else if (stream) {
+    os << "#pragma omp parallel\n  {\n    alignas(64) " << T << " rowbuf[n];\n"
+       << "#pragma omp for schedule(static)\n";
+    ind = "    ";
+  } else if (rows > 1 && rows * n >= cpu::kParallelGrain) {
+    os << "#pragma omp parallel for schedule(static)\n";
+  }
+  // The lines that put one row's inputs in scope, for the row `r` in scope.
+  std::ostringstream row_scope;
+  if (row_output)
+    row_scope << "    " << T << "* __restrict row = "
+              << (pipelined ? "rowbuf[r & 1];  // built in cache, then streamed out\n"
+                  : stream  ? "rowbuf;  // built in cache, then streamed out\n"
+                            : "out + r * n;  // built in place, in cache\n");
+  const std::vector<std::string> idx = emit_row_bases(row_scope, grp, shape, "    ");
+  row_scope << src_decl;
+  std::ostringstream rowbody;
+  std::swap(os, rowbody);
+  os << row_scope.str();
+  const std::string x = var(row.inputs[0]);
   // The decomposition's steps: reductions over the row (the first also computes the fused
   // producers), row scalars between them, then the elementwise output.
   const std::optional<RowDecomposition> dec = row_decomposition(row);
   EMBER_CHECK(dec.has_value(), "compiler: no row decomposition for ", op_name(row.op));
+  const int64_t reductions_total =
+      int64_t(std::count_if(dec->steps.begin(), dec->steps.end(),
+                            [](const RowStep& s) { return s.kind != RowStep::Let; }));
   // The next row's lines, over the second reduction (if any, and run in blocks) and the output
-  // pass.
+  // pass; a pipelined kernel's row after next, over its last reduction.
   std::vector<int64_t> ahead_reduce, ahead_out;
-  if (stream && src == "src" && row_bytes <= kPrefetchRowBytes) {
+  if (pipelined) {
+    os << "    const " << T << "* next = r + 2 < r1 ? src + 2 * n : src;\n";
+    for (int64_t q = 0, line = 64 / esize; q < block; q += line) ahead_reduce.push_back(q);
+  } else if (prefetch) {
     os << "    const " << T << "* next = r + 1 < rows ? src + n : src;\n";
-    const bool split = reduces_in_blocks(n, esize) &&
-                       std::count_if(dec->steps.begin(), dec->steps.end(),
-                                     [](const RowStep& s) { return s.kind != RowStep::Let; }) >= 2;
+    const bool split = reduces_in_blocks(n, esize) && reductions_total >= 2;
     for (int64_t q = 0, line = 64 / esize; q < block; q += line)
       (split && q / line % 2 == 0 ? ahead_reduce : ahead_out).push_back(q);
   }
@@ -498,6 +524,30 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
     }
     return e;
   };
+  const std::string value = expand(dec->out);  // the row op's output at column j
+  // The streamed output of row r, one block at jb: the row op's result, the fused consumers,
+  // the store.
+  std::string out_block;
+  if (stream) {
+    std::ostringstream last, blk;
+    last << "      const " << T << " " << var(row.outputs[0]) << " = " << value << ";\n";
+    emit_elementwise(last, grp, post, idx, T, "      ");
+    blk << "      alignas(64) " << T << " blk[" << block << "];\n"
+        << "#pragma omp simd\n"
+        << "      for (int64_t l = 0; l < " << block << "; ++l) {\n"
+        << "        const int64_t j = jb + l;\n"
+        << indent(last.str(), "  ") << "        blk[l] = " << var(&out) << ";\n      }\n"
+        << "      ember_stream(out + r * n + jb, blk, sizeof blk);\n";
+    out_block = blk.str();
+  }
+  // Row r - 1's scope inside the pipelined last reduction: its row, inputs and statistics
+  // shadow row r's.
+  std::string prev_scope;
+  if (pipelined) {
+    prev_scope = "    const int64_t r = rp;\n" + row_scope.str();
+    for (const RowStep& step : dec->steps)
+      prev_scope += "    const " + std::string(T) + " " + step.name + " = " + step.name + "_p;\n";
+  }
   for (const RowStep& step : dec->steps) {
     if (step.kind == RowStep::Let) {
       os << "    const " << T << " " << step.name << " = " << expand(step.expr) << ";\n";
@@ -518,41 +568,58 @@ void emit_row_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
       kept = true;
     }
     ++reductions;
-    emit_reduce(os, T, esize, n, step.name, step.kind == RowStep::Max, body.str(), value,
-                reductions == 2 ? ahead_reduce : std::vector<int64_t>{});
+    const bool last_reduction = reductions == reductions_total;
+    std::string tail;
+    if (pipelined && last_reduction) {
+      os << "    const int64_t rp = r - 1;\n";
+      tail = "      if (rp >= r0) {\n" + indent(prev_scope, "    ") + indent(out_block, "  ") +
+             "      }\n";
+    }
+    emit_reduce(
+        os, T, esize, n, step.name, step.kind == RowStep::Max, body.str(), value,
+        (pipelined ? last_reduction : reductions == 2) ? ahead_reduce : std::vector<int64_t>{},
+        tail);
     first = false;
   }
   for (const auto& [index, name] : dec->stat_outputs)
     for (size_t e = 0; e < grp.extra_outputs.size(); ++e)
       if (grp.extra_outputs[e] == row.outputs[index])
         os << "    stat" << e << "[r] = " << name << ";\n";
-  const std::string value = expand(dec->out);  // the row op's output at column j
   if (!row_output) {
     os << "    out[r] = " << value << ";\n";
+  } else if (pipelined) {
+    for (const RowStep& step : dec->steps)
+      os << "    " << step.name << "_p = " << step.name << ";\n";
+  } else if (stream) {
+    // Last pass: streamed out a block of 256 bytes at a time.
+    os << "    for (int64_t jb = 0; jb < n; jb += " << block << ") {\n";
+    emit_prefetch(os, ahead_out);
+    os << out_block << "    }\n";
   } else {
-    // Last pass: the row op's result, the fused consumers, the store (streamed out a block
-    // of 256 bytes at a time for a large output).
     std::ostringstream last;
     last << "      const " << T << " " << var(row.outputs[0]) << " = " << value << ";\n";
     emit_elementwise(last, grp, post, idx, T, "      ");
-    if (stream) {
-      os << "    for (int64_t jb = 0; jb < n; jb += " << block << ") {\n";
-      emit_prefetch(os, ahead_out);
-      os << "      alignas(64) " << T << " blk[" << block << "];\n"
-         << "#pragma omp simd\n"
-         << "      for (int64_t l = 0; l < " << block << "; ++l) {\n"
-         << "        const int64_t j = jb + l;\n"
-         << indent(last.str(), "  ") << "        blk[l] = " << var(&out) << ";\n      }\n"
-         << "      ember_stream(out + r * n + jb, blk, sizeof blk);\n    }\n";
-    } else {
-      os << "#pragma omp simd\n"
-         << "    for (int64_t j = 0; j < n; ++j) {\n"
-         << last.str() << "      row[j] = " << var(&out) << ";\n    }\n";
-    }
+    os << "#pragma omp simd\n"
+       << "    for (int64_t j = 0; j < n; ++j) {\n"
+       << last.str() << "      row[j] = " << var(&out) << ";\n    }\n";
   }
   std::swap(os, rowbody);
-  os << ind << "for (int64_t r = 0; r < rows; ++r) {\n"
-     << indent(rowbody.str(), ind.substr(2)) << ind << "}\n";
+  if (pipelined) {
+    os << ind << T;
+    for (size_t i = 0; i < dec->steps.size(); ++i)
+      os << (i ? ", " : " ") << dec->steps[i].name << "_p = " << T << "(0)";
+    os << ";  // row r - 1's statistics\n"
+       << ind << "for (int64_t r = r0; r < r1; ++r) {\n"
+       << indent(rowbody.str(), ind.substr(2)) << ind << "}\n"
+       << ind << "if (r1 > r0) {  // the last row's output\n"
+       << indent("    const int64_t rp = r1 - 1;\n" + prev_scope, ind.substr(2)) << ind
+       << "  for (int64_t jb = 0; jb < n; jb += " << block << ") {\n"
+       << indent(out_block, "  ") << ind << "  }\n"
+       << ind << "}\n";
+  } else {
+    os << ind << "for (int64_t r = 0; r < rows; ++r) {\n"
+       << indent(rowbody.str(), ind.substr(2)) << ind << "}\n";
+  }
   // One fence per thread orders the streaming stores before the region's closing barrier.
   if (stream) os << "    ember_fence();\n  }\n";
   os << "}\n\n";

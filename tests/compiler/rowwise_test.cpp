@@ -220,6 +220,29 @@ TEST_F(RowwiseTest, LargeOutputsStreamedRowByRowMatchEager) {
   EXPECT_TRUE(allclose(compile(ln64, compiler_opts())(x64), ln64(x64)));
 }
 
+// Pipelined row kernels (large outputs, rows read straight from the input, at most 16 KiB):
+// each thread's rows run as a pipeline in which row r's last reduction also stores row r - 1's
+// output and the last row is stored after the loop. Covers a row count that does not split
+// evenly over threads, a consumer reading another input at the row's own offset (row r - 1's
+// bases), softmax's kept row (the other half of the row buffer), log_softmax's output reading
+// the input and the max, and layer_norm with its weight, bias and statistics.
+TEST_F(RowwiseTest, PipelinedRowKernelsMatchEager) {
+  Tensor x = randn({1031, 4096}) * 4.0, y = randn({1031, 4096}), c = randn({1031, 1});
+  auto sm = [](const Tensor& t, const Tensor& u, const Tensor& v) { return t.softmax(-1) * u + v; };
+  EXPECT_TRUE(allclose(compile(sm, test::spy_opts())(x, y, c), sm(x, y, c)));
+  EXPECT_TRUE(test::has(test::last_source(), "if (rp >= r0)"));
+  EXPECT_TRUE(test::has(test::last_source(), "rowbuf[r & 1]"));
+
+  auto lsm = [](const Tensor& t) { return t.log_softmax(-1); };
+  EXPECT_TRUE(allclose(compile(lsm, compiler_opts())(x), lsm(x)));
+
+  Tensor w = randn({4096}), b = randn({4096});
+  auto ln = [](const Tensor& t, const Tensor& wt, const Tensor& bt) {
+    return layer_norm(t, {t.sizes().back()}, wt, bt);
+  };
+  EXPECT_TRUE(allclose(compile(ln, compiler_opts())(x, w, b), ln(x, w, b)));
+}
+
 // x * 2 + 1 -> softmax -> * 3 over f32[5, 7], built directly: full() nodes for the constants.
 std::shared_ptr<Graph> producer_softmax_consumer_graph() {
   auto g = std::make_shared<Graph>();
@@ -255,27 +278,31 @@ TEST_F(RowwiseTest, ProducerSoftmaxConsumerIsOneKernel) {
 }
 
 TEST_F(RowwiseTest, LayerNormStatisticsAreProducedWhenRead) {
-  // layer_norm(x, w, b) with its mean and rstd handed out: one kernel writes all three.
-  auto g = std::make_shared<Graph>();
-  TensorMeta mx, mp;
-  mx.sizes = {5, 7};
-  mp.sizes = {7};
-  Value* x = g->add_input(mx, kCPU, InputKind::Argument, "x");
-  Value* w = g->add_input(mp, kCPU, InputKind::Argument, "w");
-  Value* b = g->add_input(mp, kCPU, InputKind::Argument, "b");
-  Attrs a;
-  a.shape = {7};
-  a.value = 1e-5;
-  auto* ln = g->add_node(OpId::layer_norm, {x, w, b}, a, {});
-  g->set_outputs({ln->outputs[0], ln->outputs[1], ln->outputs[2]});
-  auto cg = compile_graph(g);
-  ASSERT_TRUE(cg);
-  EXPECT_EQ(cg->kernel_count(), 1u);
-  Tensor tx = randn({5, 7}), tw = randn({7}), tb = randn({7});
-  std::vector<Tensor> got = cg->run({tx, tw, tb});
-  std::vector<Tensor> want = dispatch(OpId::layer_norm, {tx, tw, tb}, a);
-  ASSERT_EQ(got.size(), 3u);
-  for (size_t k = 0; k < 3; ++k) EXPECT_TRUE(allclose(got[k], want[k])) << "output " << k;
+  // layer_norm(x, w, b) with its mean and rstd handed out: one kernel writes all three, also
+  // when the output is large enough for the pipelined, streamed kernel.
+  for (int64_t rows : {5, 1031}) {
+    const int64_t n = rows == 5 ? 7 : 4096;
+    auto g = std::make_shared<Graph>();
+    TensorMeta mx, mp;
+    mx.sizes = {rows, n};
+    mp.sizes = {n};
+    Value* x = g->add_input(mx, kCPU, InputKind::Argument, "x");
+    Value* w = g->add_input(mp, kCPU, InputKind::Argument, "w");
+    Value* b = g->add_input(mp, kCPU, InputKind::Argument, "b");
+    Attrs a;
+    a.shape = {n};
+    a.value = 1e-5;
+    auto* ln = g->add_node(OpId::layer_norm, {x, w, b}, a, {});
+    g->set_outputs({ln->outputs[0], ln->outputs[1], ln->outputs[2]});
+    auto cg = compile_graph(g);
+    ASSERT_TRUE(cg);
+    EXPECT_EQ(cg->kernel_count(), 1u);
+    Tensor tx = randn({rows, n}), tw = randn({n}), tb = randn({n});
+    std::vector<Tensor> got = cg->run({tx, tw, tb});
+    std::vector<Tensor> want = dispatch(OpId::layer_norm, {tx, tw, tb}, a);
+    ASSERT_EQ(got.size(), 3u);
+    for (size_t k = 0; k < 3; ++k) EXPECT_TRUE(allclose(got[k], want[k])) << "output " << k;
+  }
 }
 
 TEST_F(RowwiseTest, SoftmaxOverAnotherDimStaysEager) {
