@@ -1,4 +1,4 @@
-// Pieces of C++ generation shared by the kernel emitters (codegen_cpp.cpp,
+// Pieces of C++ generation shared by the kernel emitters (codegen_cpp.cpp, codegen_rows.cpp,
 // codegen_attention.cpp and codegen_columns.cpp): element types, value names, index arithmetic,
 // fused node lines.
 #pragma once
@@ -15,6 +15,8 @@ namespace ember::compiler {
 const char* c_type(DType t);
 // `text` with every `from` replaced by `to`.
 std::string replace_all(std::string text, const std::string& from, const std::string& to);
+// `text` with `extra` put before each line but pragmas.
+std::string indent(const std::string& text, const std::string& extra);
 
 // Code that kernels of one translation unit share, written once: by its text, the name it got.
 class SharedCode {
@@ -69,6 +71,8 @@ void emit_attention_backward_kernel(std::ostringstream& os, const std::string& n
 // A layer_norm backward group's kernel (see FusionGroup::ln_bwd).
 void emit_layer_norm_backward_kernel(std::ostringstream& os, const std::string& name,
                                      const FusionGroup& grp);
+// A row op's group kernel (see FusionGroup::row).
+void emit_row_kernel(std::ostringstream& os, const std::string& name, const FusionGroup& grp);
 // A column group's kernel (see FusionGroup::col).
 void emit_column_kernel(std::ostringstream& os, const std::string& name, const FusionGroup& grp);
 
