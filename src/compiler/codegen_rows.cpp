@@ -4,6 +4,7 @@
 // built in a row buffer and streamed out, and rows read straight from an input are pipelined
 // (docs/architecture.md, "Compiler").
 #include <algorithm>
+#include <cctype>
 
 #include "compiler/codegen_util.h"
 #include "compiler/decompositions.h"
@@ -20,12 +21,31 @@ namespace {
 constexpr int64_t kRowBufferBytes = int64_t(64) << 10;
 constexpr int64_t kPrefetchRowBytes = int64_t(16) << 10;
 
-// In a pass over a row in blocks of 256 bytes (block start jb): asks for the next row's cache
-// lines at these offsets (in elements) from the block's start, so the next row's first pass finds
-// its input in cache instead of waiting on memory. The lines of a block are shared out over the
-// passes after the first, which spreads the memory traffic over the row's whole time.
-void emit_prefetch(std::ostringstream& os, const std::vector<int64_t>& ahead) {
-  for (int64_t q : ahead) os << "      __builtin_prefetch(next + jb + " << q << ");\n";
+// In a pass over a row in blocks of 256 bytes (block start jb): asks for a later row's cache
+// lines at these offsets (in elements) from the block's start, in each input row that `ahead`
+// points to, so that row's first pass finds its input in cache instead of waiting on memory. The
+// lines of a block are shared out over the passes after the first, which spreads the memory
+// traffic over the row's whole time.
+struct Ahead {
+  std::vector<std::string> rows;  // pointers to the rows fetched
+  std::vector<int64_t> offsets;
+};
+void emit_prefetch(std::ostringstream& os, const Ahead& ahead) {
+  for (const std::string& p : ahead.rows)
+    for (int64_t q : ahead.offsets)
+      os << "      __builtin_prefetch(" << p << " + jb + " << q << ");\n";
+}
+
+// `expr` with the identifier r (the row) renamed.
+std::string at_row(const std::string& expr, const std::string& r) {
+  std::string out;
+  for (size_t i = 0; i < expr.size(); ++i) {
+    const bool alone = expr[i] == 'r' &&
+                       (i == 0 || !(std::isalnum(expr[i - 1]) || expr[i - 1] == '_')) &&
+                       (i + 1 == expr.size() || !(std::isalnum(expr[i + 1]) || expr[i + 1] == '_'));
+    out += alone ? r : std::string(1, expr[i]);
+  }
+  return out;
 }
 
 // Whether emit_reduce runs a row of n elements of esize bytes in blocks of 256 bytes.
@@ -43,8 +63,7 @@ bool reduces_in_blocks(int64_t n, int64_t esize) {
 // block loop that use jb (a pipelined row kernel's output block of the row before).
 void emit_reduce(std::ostringstream& os, const char* T, int64_t esize, int64_t n,
                  const std::string& acc, bool max, const std::string& body,
-                 const std::string& value, const std::vector<int64_t>& ahead,
-                 const std::string& tail = "") {
+                 const std::string& value, const Ahead& ahead, const std::string& tail = "") {
   const std::string init =
       max ? "-std::numeric_limits<" + std::string(T) + ">::infinity()" : std::string(T) + "(0)";
   auto combine = [&](const std::string& a, const std::string& v) {
@@ -140,12 +159,25 @@ void emit_row_kernel(std::ostringstream& os, const std::string& name, const Fusi
     }
   }
   const bool prefetch = stream && src == "src" && row_bytes <= kPrefetchRowBytes;
-  // Pipelined rows (a prefetched input reduced in blocks): each thread takes a contiguous range
-  // of rows, and the last reduction over row r also stores row r - 1's output block by block and
-  // fetches row r + 2's input. The streaming stores and the reads from memory then spread over
-  // the row's arithmetic instead of queueing behind each other in passes of their own. Row
-  // r - 1's statistics are kept as <name>_p, its kept values in the other half of rowbuf.
-  const bool pipelined = prefetch && reduces_in_blocks(n, esize);
+  // The inputs whose rows are read from memory along the row (unit stride, a row each): the row
+  // op's input read where it lies, or those the fused producers read.
+  std::vector<std::pair<size_t, std::string>> fetched;  // group input, its row offset
+  for (size_t k = 0; k < grp.inputs.size(); ++k) {
+    bool read = src == "src" ? grp.inputs[k] == row.inputs[0] : false;
+    for (const graph::Node* node : pre)
+      read |=
+          std::find(node->inputs.begin(), node->inputs.end(), grp.inputs[k]) != node->inputs.end();
+    const RowIndex ri = row_index(*grp.inputs[k], shape);
+    if (read && ri.col == "j" && ri.row != "0") fetched.push_back({k, ri.row});
+  }
+  // Pipelined rows (inputs fetched ahead, reduced in blocks): each thread takes a contiguous
+  // range of rows, and the last reduction over row r also stores row r - 1's output block by
+  // block and fetches row r + 2's inputs. The streaming stores and the reads from memory then
+  // spread over the row's arithmetic instead of queueing behind each other in passes of their
+  // own. Row r - 1's statistics are kept as <name>_p, its kept values in the other half of
+  // rowbuf.
+  const bool pipelined = stream && reduces_in_blocks(n, esize) && !fetched.empty() &&
+                         int64_t(fetched.size()) * row_bytes <= kPrefetchRowBytes;
   std::string ind = "  ";
   if (pipelined) {
     os << "#pragma omp parallel\n  {\n    alignas(64) " << T << " rowbuf[2][n];\n"
@@ -181,15 +213,22 @@ void emit_row_kernel(std::ostringstream& os, const std::string& name, const Fusi
                             [](const RowStep& s) { return s.kind != RowStep::Let; }));
   // The next row's lines, over the second reduction (if any, and run in blocks) and the output
   // pass; a pipelined kernel's row after next, over its last reduction.
-  std::vector<int64_t> ahead_reduce, ahead_out;
+  Ahead ahead_reduce, ahead_out;
   if (pipelined) {
-    os << "    const " << T << "* next = r + 2 < r1 ? src + 2 * n : src;\n";
-    for (int64_t q = 0, line = 64 / esize; q < block; q += line) ahead_reduce.push_back(q);
+    os << "    const int64_t rn = r + 2 < r1 ? r + 2 : r;  // the row fetched ahead\n";
+    for (const auto& [k, offset] : fetched) {
+      const std::string p = "next" + std::to_string(k);
+      os << "    const " << T << "* " << p << " = in" << k << " + " << at_row(offset, "rn")
+         << ";\n";
+      ahead_reduce.rows.push_back(p);
+    }
+    for (int64_t q = 0, line = 64 / esize; q < block; q += line) ahead_reduce.offsets.push_back(q);
   } else if (prefetch) {
     os << "    const " << T << "* next = r + 1 < rows ? src + n : src;\n";
+    ahead_reduce.rows = ahead_out.rows = {"next"};
     const bool split = reduces_in_blocks(n, esize) && reductions_total >= 2;
     for (int64_t q = 0, line = 64 / esize; q < block; q += line)
-      (split && q / line % 2 == 0 ? ahead_reduce : ahead_out).push_back(q);
+      (split && q / line % 2 == 0 ? ahead_reduce : ahead_out).offsets.push_back(q);
   }
   int reductions = 0;  // emitted so far
   // Whether a step after the first, or the output, reads the input again (then the first pass
@@ -262,10 +301,8 @@ void emit_row_kernel(std::ostringstream& os, const std::string& name, const Fusi
       tail = "      if (rp >= r0) {\n" + indent(prev_scope, "    ") + indent(out_block, "  ") +
              "      }\n";
     }
-    emit_reduce(
-        os, T, esize, n, step.name, step.kind == RowStep::Max, body.str(), value,
-        (pipelined ? last_reduction : reductions == 2) ? ahead_reduce : std::vector<int64_t>{},
-        tail);
+    emit_reduce(os, T, esize, n, step.name, step.kind == RowStep::Max, body.str(), value,
+                (pipelined ? last_reduction : reductions == 2) ? ahead_reduce : Ahead{}, tail);
     first = false;
   }
   for (const auto& [index, name] : dec->stat_outputs)

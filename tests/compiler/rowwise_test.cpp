@@ -193,15 +193,19 @@ TEST_F(RowwiseTest, FusedProducerAndConsumerMatchEager) {
 }
 
 // Outputs of 16 MiB and more: each row is built in the thread's buffer and streamed out a block
-// at a time, and the next row's input is prefetched when rows are at most 16 KiB. Covers rows
-// read straight from the input (with prefetch: f32 rows of 4096, f64 rows of 1024; without:
-// f32 rows of 8192) and rows computed by fused producers.
+// at a time, and input rows are fetched ahead when rows are at most 16 KiB. Covers rows read
+// straight from the input (pipelined: f32 rows of 4096, f64 rows of 1024; the next row
+// prefetched by the last pass: f32 rows of 128, too short for blocked reductions; neither: f32
+// rows of 8192) and rows computed by fused producers.
 TEST_F(RowwiseTest, LargeOutputsStreamedRowByRowMatchEager) {
   auto sm = [](const Tensor& x) { return x.softmax(-1); };
   auto f = compile(sm, test::spy_opts());
   Tensor x = randn({1024, 4096}) * 4.0;
   EXPECT_TRUE(allclose(f(x), sm(x)));
   EXPECT_TRUE(test::has(test::last_source(), "ember_stream(out + r * n + jb"));
+  EXPECT_TRUE(test::has(test::last_source(), "__builtin_prefetch(next0 + jb"));
+  Tensor narrow = randn({32768, 128}) * 4.0;
+  EXPECT_TRUE(allclose(f(narrow), sm(narrow)));
   EXPECT_TRUE(test::has(test::last_source(), "__builtin_prefetch(next + jb"));
 
   auto fused = [](const Tensor& t) { return ((t * 2.0 + 1.0).softmax(-1) * 3.0).relu(); };
@@ -225,7 +229,7 @@ TEST_F(RowwiseTest, LargeOutputsStreamedRowByRowMatchEager) {
 // output and the last row is stored after the loop. Covers a row count that does not split
 // evenly over threads, a consumer reading another input at the row's own offset (row r - 1's
 // bases), softmax's kept row (the other half of the row buffer), log_softmax's output reading
-// the input and the max, and layer_norm with its weight, bias and statistics.
+// the input and the max, layer_norm with its weight and bias, and rows computed by producers.
 TEST_F(RowwiseTest, PipelinedRowKernelsMatchEager) {
   Tensor x = randn({1031, 4096}) * 4.0, y = randn({1031, 4096}), c = randn({1031, 1});
   auto sm = [](const Tensor& t, const Tensor& u, const Tensor& v) { return t.softmax(-1) * u + v; };
@@ -241,6 +245,17 @@ TEST_F(RowwiseTest, PipelinedRowKernelsMatchEager) {
     return layer_norm(t, {t.sizes().back()}, wt, bt);
   };
   EXPECT_TRUE(allclose(compile(ln, compiler_opts())(x, w, b), ln(x, w, b)));
+
+  // Fused producers: the rows of the inputs they read along the row are fetched ahead (here
+  // one of 8 KiB a row, and one broadcast over the middle dim, whose row offset is a division
+  // of the row index); a row vector is read where it lies.
+  Tensor p = randn({8, 260, 2048}), q = randn({8, 1, 2048}), v = randn({2048});
+  auto prod = [](const Tensor& t, const Tensor& u, const Tensor& vt) {
+    return (t * u + vt).log_softmax(-1);
+  };
+  EXPECT_TRUE(allclose(compile(prod, test::spy_opts())(p, q, v), prod(p, q, v)));
+  EXPECT_TRUE(test::has(test::last_source(), "if (rp >= r0)"));
+  EXPECT_TRUE(test::has(test::last_source(), "(rn / 260) * 2048"));
 }
 
 // x * 2 + 1 -> softmax -> * 3 over f32[5, 7], built directly: full() nodes for the constants.
