@@ -38,11 +38,12 @@ void emit_prefetch(std::ostringstream& os, const Ahead& ahead) {
 
 // `expr` with the identifier r (the row) renamed.
 std::string at_row(const std::string& expr, const std::string& r) {
+  auto word = [&](size_t i) {  // whether expr[i] exists and can be part of an identifier
+    return i < expr.size() && (std::isalnum(static_cast<unsigned char>(expr[i])) || expr[i] == '_');
+  };
   std::string out;
   for (size_t i = 0; i < expr.size(); ++i) {
-    const bool alone = expr[i] == 'r' &&
-                       (i == 0 || !(std::isalnum(expr[i - 1]) || expr[i - 1] == '_')) &&
-                       (i + 1 == expr.size() || !(std::isalnum(expr[i + 1]) || expr[i + 1] == '_'));
+    const bool alone = expr[i] == 'r' && (i == 0 || !word(i - 1)) && !word(i + 1);
     out += alone ? r : std::string(1, expr[i]);
   }
   return out;
