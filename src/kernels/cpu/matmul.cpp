@@ -89,24 +89,30 @@ inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double
 // stays single-threaded inside the parallel region) instead of threading each small gemm.
 constexpr int64_t kSmallGemm = 128 * 128 * 128;
 
+// Whether every batch entry multiplies the same matrix b and a's m-row matrices follow each
+// other at a fixed stride: then the whole batch is one [nb * m, K] x [K, N] product (the
+// linear-layer case).
+bool one_b_and_stacked_a(const MatrixBatch& A, const MatrixBatch& B, int64_t m) {
+  for (size_t i = 0; i < A.batch_off.size(); ++i)
+    if (B.batch_off[i] != B.batch_off[0] ||
+        A.batch_off[i] != A.batch_off[0] + int64_t(i) * m * A.ld)
+      return false;
+  return true;
+}
+
+// o = a @ b over the batch, the operands already prepared for o's batch shape.
 template <class T>
-void blas_matmul(const Tensor& a, const Tensor& b, const Tensor& o) {
+void blas_matmul(const MatrixBatch& A, const MatrixBatch& B, int64_t k, const Tensor& o) {
   const int64_t nd = o.dim();
-  const int64_t m = o.sizes()[nd - 2], n = o.sizes()[nd - 1], k = a.sizes()[a.dim() - 1];
-  const Shape batch(o.sizes().begin(), o.sizes().end() - 2);
-  const MatrixBatch A = prepare(a, batch), B = prepare(b, batch);
+  const int64_t m = o.sizes()[nd - 2], n = o.sizes()[nd - 1];
   for (int64_t v : {m, n, k, A.ld, B.ld}) check_blas_size(v, "size");
   const T* ap = static_cast<const T*>(A.t.impl()->data());
   const T* bp = static_cast<const T*>(B.t.impl()->data());
   T* op = static_cast<T*>(o.impl()->data());
   const int64_t nb = int64_t(A.batch_off.size());
 
-  // One matrix b for every batch entry, and a's matrices stacked as rows at a fixed stride:
-  // the whole batch is a single [nb * M, K] x [K, N] gemm (the linear-layer case).
-  bool fold = nb > 1 && !A.trans;
-  for (int64_t i = 0; fold && i < nb; ++i)
-    fold = B.batch_off[i] == B.batch_off[0] && A.batch_off[i] == A.batch_off[0] + i * m * A.ld;
-  if (fold && nb * m <= int64_t(std::numeric_limits<blasint>::max())) {
+  if (nb > 1 && !A.trans && one_b_and_stacked_a(A, B, m) &&
+      nb * m <= int64_t(std::numeric_limits<blasint>::max())) {
     gemm(false, B.trans, nb * m, n, k, ap + A.batch_off[0], A.ld, bp + B.batch_off[0], B.ld, op, n);
     return;
   }
@@ -120,6 +126,12 @@ void blas_matmul(const Tensor& a, const Tensor& b, const Tensor& o) {
   for (int64_t i = 0; i < nb; ++i)
     gemm(A.trans, B.trans, m, n, k, ap + A.batch_off[i], A.ld, bp + B.batch_off[i], B.ld,
          op + i * m * n, n);
+}
+
+template <class T>
+void blas_matmul(const Tensor& a, const Tensor& b, const Tensor& o) {
+  const Shape batch(o.sizes().begin(), o.sizes().end() - 2);
+  blas_matmul<T>(prepare(a, batch), prepare(b, batch), a.sizes()[a.dim() - 1], o);
 }
 
 // 16-bit floats: float32 copies of the operands, a float32 gemm, one rounding at the end.
@@ -209,33 +221,31 @@ void matmul_epilogue(const Tensor& a, const Tensor& b, const Tensor& out, RowEpi
   const int64_t nd = out.dim(), n = out.sizes()[nd - 1], k = a.sizes()[a.dim() - 1];
   const int64_t rows = n == 0 ? 0 : out.numel() / n;
   if (rows == 0) return;  // an empty output (an empty batch, too): nothing to compute
-  if (out.dtype() == DType::Float32 && own_gemm_enabled()) {
-    // The whole batch as one [rows, K] x [K, N] product, when b is one matrix for all of it
-    // and a's matrices are row-major at a fixed stride (a linear layer's input); or a single
-    // a stored by columns (a weight grad's dy^T).
+  const DType t = out.dtype();
+  EMBER_CHECK(t == DType::Float32 || t == DType::Float64,
+              "matmul_epilogue: not implemented for dtype ", dtype_name(t));
+  if (k == 0) {
+    std::memset(out.impl()->data(), 0, size_t(out.numel()) * dtype_size(t));
+  } else {
     const int64_t m = out.sizes()[nd - 2];
     const Shape batch(out.sizes().begin(), out.sizes().end() - 2);
     const MatrixBatch A = prepare(a, batch), B = prepare(b, batch);
-    const int64_t nb = int64_t(A.batch_off.size());
-    bool one = !A.trans || nb == 1;
-    for (int64_t i = 0; one && i < nb; ++i)
-      one = B.batch_off[i] == B.batch_off[0] && A.batch_off[i] == A.batch_off[0] + i * m * A.ld;
-    if (one) {
+    // ember's gemm takes the whole batch as one [rows, K] x [K, N] product when b is one matrix
+    // for all of it and a's matrices are row-major at a fixed stride (a linear layer's input),
+    // or a single a stored by columns (a weight grad's dy^T).
+    if (t == DType::Float32 && own_gemm_enabled() && (!A.trans || A.batch_off.size() == 1) &&
+        one_b_and_stacked_a(A, B, m)) {
       gemm_f32(rows, n, k, static_cast<const float*>(A.t.impl()->data()) + A.batch_off[0], A.ld,
                A.trans, static_cast<const float*>(B.t.impl()->data()) + B.batch_off[0],
                B.trans ? 1 : B.ld, B.trans ? B.ld : 1, static_cast<float*>(out.impl()->data()), epi,
                ctx);
       return;
     }
+    if (t == DType::Float32)
+      blas_matmul<float>(A, B, k, out);
+    else
+      blas_matmul<double>(A, B, k, out);
   }
-  if (k == 0)
-    std::memset(out.impl()->data(), 0, size_t(out.numel()) * dtype_size(out.dtype()));
-  else if (out.dtype() == DType::Float32)
-    blas_matmul<float>(a, b, out);
-  else if (out.dtype() == DType::Float64)
-    blas_matmul<double>(a, b, out);
-  else
-    EMBER_FAIL("matmul_epilogue: not implemented for dtype ", dtype_name(out.dtype()));
   epilogue_pass(rows, epi, ctx);
 }
 
