@@ -23,9 +23,7 @@ constexpr int64_t kPrefetchRowBytes = int64_t(16) << 10;
 
 // In a pass over a row in blocks of 256 bytes (block start jb): asks for a later row's cache
 // lines at these offsets (in elements) from the block's start, in each input row that `ahead`
-// points to, so that row's first pass finds its input in cache instead of waiting on memory. The
-// lines of a block are shared out over the passes after the first, which spreads the memory
-// traffic over the row's whole time.
+// points to, so that row's first pass finds its input in cache instead of waiting on memory.
 struct Ahead {
   std::vector<std::string> rows;  // pointers to the rows fetched
   std::vector<int64_t> offsets;
@@ -92,11 +90,11 @@ void emit_reduce(std::ostringstream& os, const char* T, int64_t esize, int64_t n
      << "    for (int64_t l = 1; l < " << w << "; ++l) " << combine(acc, lanes + "[l]") << "\n";
 }
 
+}  // namespace
+
 // One task per row of the row op's [rows, n] output. Pass 1 computes the row op's input
 // (fused producers) into the output row and reduces it; the middle passes finish the
 // statistics; the last pass applies the row op and the fused consumers and stores.
-}  // namespace
-
 void emit_row_kernel(std::ostringstream& os, const std::string& name, const FusionGroup& grp) {
   const graph::Node& row = *grp.row;
   const graph::Value& out = *grp.output;
@@ -159,7 +157,6 @@ void emit_row_kernel(std::ostringstream& os, const std::string& name, const Fusi
                  " + " + ri.row + ";\n";
     }
   }
-  const bool prefetch = stream && src == "src" && row_bytes <= kPrefetchRowBytes;
   // The inputs whose rows are read from memory along the row (unit stride, a row each): the row
   // op's input read where it lies, or those the fused producers read.
   std::vector<std::pair<size_t, std::string>> fetched;  // group input, its row offset
@@ -179,6 +176,9 @@ void emit_row_kernel(std::ostringstream& os, const std::string& name, const Fusi
   // rowbuf.
   const bool pipelined = stream && reduces_in_blocks(n, esize) && !fetched.empty() &&
                          int64_t(fetched.size()) * row_bytes <= kPrefetchRowBytes;
+  // Rows too short for blocked reductions, read where they lie: the last pass fetches the next
+  // row.
+  const bool prefetch_next = !pipelined && stream && src == "src" && row_bytes <= kPrefetchRowBytes;
   std::string ind = "  ";
   if (pipelined) {
     os << "#pragma omp parallel\n  {\n    alignas(64) " << T << " rowbuf[2][n];\n"
@@ -212,8 +212,8 @@ void emit_row_kernel(std::ostringstream& os, const std::string& name, const Fusi
   const int64_t reductions_total =
       int64_t(std::count_if(dec->steps.begin(), dec->steps.end(),
                             [](const RowStep& s) { return s.kind != RowStep::Let; }));
-  // The next row's lines, over the second reduction (if any, and run in blocks) and the output
-  // pass; a pipelined kernel's row after next, over its last reduction.
+  // A pipelined kernel's row after next, over its last reduction; else the next row, over the
+  // output pass.
   Ahead ahead_reduce, ahead_out;
   if (pipelined) {
     os << "    const int64_t rn = r + 2 < r1 ? r + 2 : r;  // the row fetched ahead\n";
@@ -224,12 +224,10 @@ void emit_row_kernel(std::ostringstream& os, const std::string& name, const Fusi
       ahead_reduce.rows.push_back(p);
     }
     for (int64_t q = 0, line = 64 / esize; q < block; q += line) ahead_reduce.offsets.push_back(q);
-  } else if (prefetch) {
+  } else if (prefetch_next) {
     os << "    const " << T << "* next = r + 1 < rows ? src + n : src;\n";
-    ahead_reduce.rows = ahead_out.rows = {"next"};
-    const bool split = reduces_in_blocks(n, esize) && reductions_total >= 2;
-    for (int64_t q = 0, line = 64 / esize; q < block; q += line)
-      (split && q / line % 2 == 0 ? ahead_reduce : ahead_out).offsets.push_back(q);
+    ahead_out.rows = {"next"};
+    for (int64_t q = 0, line = 64 / esize; q < block; q += line) ahead_out.offsets.push_back(q);
   }
   int reductions = 0;  // emitted so far
   // Whether a step after the first, or the output, reads the input again (then the first pass
@@ -303,7 +301,7 @@ void emit_row_kernel(std::ostringstream& os, const std::string& name, const Fusi
              "      }\n";
     }
     emit_reduce(os, T, esize, n, step.name, step.kind == RowStep::Max, body.str(), value,
-                (pipelined ? last_reduction : reductions == 2) ? ahead_reduce : Ahead{}, tail);
+                pipelined && last_reduction ? ahead_reduce : Ahead{}, tail);
     first = false;
   }
   for (const auto& [index, name] : dec->stat_outputs)
