@@ -107,7 +107,12 @@ std::string unique_suffix() {
   return ss.str();
 }
 
-std::string shell_quote(const std::string& s) { return "'" + s + "'"; }
+// s as one shell word: in single quotes, each quote inside written as '\''.
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
 
 const std::string& functors_header() {
   static const std::string h = read_file(EMBER_SRC_DIR "/kernels/functors.h");
@@ -141,11 +146,11 @@ std::string precompiled_includes() {
   if (std::rename(tmp_header.c_str(), header.c_str()) != 0) return "";
   const std::string tmp = gch + ".tmp." + unique_suffix();
   // At the lowest priority: it must not slow down the builds that run meanwhile.
-  const std::string cmd = "( nice -n 19 " + compiler_command() + " " + compiler_flags() +
-                          " -x c++-header -I'" EMBER_SRC_DIR "' -o " + shell_quote(tmp) + " " +
-                          shell_quote(header) + " > /dev/null 2>&1 && mv -f " + shell_quote(tmp) +
-                          " " + shell_quote(gch) + " || rm -f " + shell_quote(tmp) +
-                          " ) > /dev/null 2>&1 &";
+  const std::string cmd =
+      "( nice -n 19 " + compiler_command() + " " + compiler_flags() + " -x c++-header -I" +
+      shell_quote(EMBER_SRC_DIR) + " -o " + shell_quote(tmp) + " " + shell_quote(header) +
+      " > /dev/null 2>&1 && mv -f " + shell_quote(tmp) + " " + shell_quote(gch) + " || rm -f " +
+      shell_quote(tmp) + " ) > /dev/null 2>&1 &";
   std::system(cmd.c_str());  // returns at once; the job goes on by itself
   return "";
 }
@@ -163,8 +168,9 @@ void build(const std::string& source, const std::string& final_path) {
   }
   const std::string pch = precompiled_includes();
   auto command = [&](const std::string& extra) {
-    return compiler_command() + " " + compiler_flags() + extra + " -I'" EMBER_SRC_DIR "' -o '" +
-           lib + "' '" + src + "' > '" + log + "' 2>&1";
+    return compiler_command() + " " + compiler_flags() + extra + " -I" +
+           shell_quote(EMBER_SRC_DIR) + " -o " + shell_quote(lib) + " " + shell_quote(src) + " > " +
+           shell_quote(log) + " 2>&1";
   };
   std::string cmd = command(pch.empty() ? "" : " -include " + shell_quote(pch));
   ++g_compiler_runs;
