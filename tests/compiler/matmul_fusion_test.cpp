@@ -53,7 +53,7 @@ TEST_F(MatmulFusionTest, LinearBiasActivationAndResidualMatchEager) {
       Tensor x = randn({3 + t_len / 16, t_len, 8}, o), w1 = randn({12, 8}, o),
              b1 = randn({12}, o), w2 = randn({8, 12}, o), b2 = randn({8}, o);
       EXPECT_TRUE(allclose(f(x, w1, b1, w2, b2), mlp(x, w1, b1, w2, b2))) << dtype_name(t);
-      // Both products accumulate onto their bias (the second also onto the residual x).
+      // Both products run their bias (the second also the residual x) as the gemm's epilogue.
       const std::string& src = test::last_source();
       EXPECT_EQ(count(src, "the epilogue of "), 2) << src;
     }
