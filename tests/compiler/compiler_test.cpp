@@ -360,27 +360,11 @@ TEST(CompilerCache, PrecompiledIncludesCanBeTurnedOff) {
   remove_tree(root);
 }
 
-TEST(CompilerCache, CacheDirectoryWithAQuoteInItsPath) {
-  // Paths reach the compiler's command line quoted for the shell, quotes inside them too.
-  ASSERT_TRUE(compiler::compiler_available());
-  const std::string root = fresh_dir("quote");
-  CacheDir guard(root + "/it's here");
-  compiler::clear_memory_cache();
-  const auto before = compiler::toolchain_stats();
-  auto g = compile_graph(relu_add_mul_graph({8, 8}));
-  ASSERT_TRUE(g);
-  EXPECT_EQ(compiler::toolchain_stats().compiler_runs, before.compiler_runs + 1);
-  Tensor x = randn({8, 8});
-  EXPECT_TRUE(test::bits_equal(g->run({x})[0], relu_add_mul(x)));
-  g.reset();
-  compiler::clear_memory_cache();
-  remove_tree(root);
-}
-
 TEST(CompilerCache, DiskHitCorruptRebuildAndDirMode) {
   ASSERT_TRUE(compiler::compiler_available());
   const std::string root = fresh_dir("cache");
-  const std::string dir = root + "/nested/ember";
+  // A quote in the path: paths reach the compiler's command line quoted for the shell.
+  const std::string dir = root + "/it's nested/ember";
   CacheDir guard(dir);
   Tensor x = randn({64, 8});
   {
