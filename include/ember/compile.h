@@ -2,6 +2,7 @@
 // capture assumed, cache the result and replay it; ember::explain reports what was captured.
 // The templates here only flatten arguments and results; the work is in src/capture/.
 #pragma once
+#include <bit>
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
@@ -34,6 +35,12 @@ struct CompileOptions {
   int recompile_limit = 8;
   // Shown in logs and explain output (default: the file:line where compile() was called).
   std::string name;
+  // Tensors the function reads besides its arguments (MLX's `inputs=`), fetched anew on every
+  // call and treated exactly like extra arguments: guarded, never frozen into a replay, and
+  // written back when the function updates them in place. Tensors a lambda captures are also
+  // re-read on replay when they can be (docs/compiling.md, "What a replay assumes"); `state`
+  // makes it explicit and costs nothing to check.
+  std::function<std::vector<Tensor>()> state;
 };
 
 // Counters of one compiled callable (tests assert them).
@@ -48,6 +55,7 @@ struct CompileStats {
   int64_t segmented_runs = 0;      // hits re-running a function that broke, segment by segment
   int64_t segment_cache_hits = 0;  // segments found already compiled
   int64_t eager_fallbacks = 0;     // calls run eagerly past the recompile limit
+  int64_t failed_traces = 0;       // traces the function ended by throwing (no entry was made)
   std::vector<int64_t> ops_per_compile;  // op count of each graph this callable compiled
   double trace_seconds = 0;              // time spent capturing (running the graphs excluded)
 };
@@ -101,7 +109,11 @@ struct ScalarArg {
   int64_t i = 0;
   double f = 0;
   std::string s;
-  bool operator==(const ScalarArg&) const = default;
+  // Floats compare by bit pattern: 0.0 and -0.0 differ (x / 0.0), and NaN equals itself.
+  bool operator==(const ScalarArg& o) const {
+    return kind == o.kind && i == o.i && std::bit_cast<uint64_t>(f) == std::bit_cast<uint64_t>(o.f) &&
+           s == o.s;
+  }
   std::string str() const;
   static ScalarArg make(Kind k, int64_t i, double f = 0, std::string s = {}) {
     ScalarArg a;
@@ -119,6 +131,9 @@ struct CallFrame {
   std::vector<ScalarArg> scalars;    // other arguments, and the length of each vector argument
   std::vector<Tensor> outputs;       // result tensors in order
   std::vector<int64_t> out_lengths;  // length of each vector inside the result
+  // The tensors a replay reads besides the arguments, as the matching entry's guards found them
+  // (lambda-captured tensors, module parameters, grads); filled by the guard check.
+  mutable std::vector<Tensor> captured;
 };
 
 // The type-erased core of a compiled callable (src/capture/compiled.cpp).

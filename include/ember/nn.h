@@ -1,6 +1,7 @@
 // Neural-network modules: parameters, buffers and submodules with PyTorch-style dotted names,
 // train/eval modes, state dicts; the layers of a GPT.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,8 +26,8 @@ struct LoadReport {
 
 class Module {
  public:
-  explicit Module(std::string type_name) : type_name_(std::move(type_name)) {}
-  virtual ~Module() = default;
+  explicit Module(std::string type_name);
+  virtual ~Module();
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
@@ -52,12 +53,21 @@ class Module {
   // reports the rest. Keys prefixed "_orig_mod." (written by compiled wrappers elsewhere)
   // are accepted.
   LoadReport load_state_dict(const StateDict& dict, bool strict = true);
-  // Replaces a registered parameter by another tensor (weight tying).
+  // Replaces a registered parameter by another tensor (weight tying): the slot holds `t`.
   void tie_parameter(const std::string& name, const Tensor& t);
+  // Every (name, slot) of this module alone (not its children), parameters then buffers; for
+  // capture, which reads a parameter through its slot on each replay.
+  void for_each_slot(const std::function<void(const std::string&, const Tensor&, bool buffer)>& f) const;
+  // Expires when the module is destroyed (capture holds it weakly next to a slot's address).
+  std::weak_ptr<const void> alive_token() const { return alive_; }
 
  protected:
-  Tensor register_parameter(const std::string& name, Tensor t);
-  Tensor register_buffer(const std::string& name, Tensor t);
+  // Registers `slot`, a Tensor member of this module (it must live as long as the module), as
+  // parameter or buffer `name`, and stores `value` in it. The module reads its parameters
+  // through the slot, so assigning another tensor to the member replaces the parameter
+  // (state_dict, parameters() and compiled replays see the new one).
+  Tensor& register_parameter(const std::string& name, Tensor& slot, Tensor value);
+  Tensor& register_buffer(const std::string& name, Tensor& slot, Tensor value);
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
     children_.emplace_back(name, m);
@@ -68,8 +78,9 @@ class Module {
   void collect(const std::string& prefix, StateDict& params, StateDict& buffers) const;
   std::string type_name_;
   bool training_ = true;
-  std::vector<std::pair<std::string, Tensor>> params_;
-  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::pair<std::string, Tensor*>> params_;
+  std::vector<std::pair<std::string, Tensor*>> buffers_;
+  std::shared_ptr<const void> alive_ = std::make_shared<char>();
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };
 

@@ -30,10 +30,38 @@ struct TensorOptions {
   TensorOptions(DType t) : dtype(t) {}
 };
 
+// While alive, assignments to tensor handles on this thread are not counted as rebindings
+// (TensorImpl::rebinds): set around graph runs, whose buffers come and go.
+class RebindsIgnored {
+ public:
+  RebindsIgnored();
+  ~RebindsIgnored();
+  RebindsIgnored(const RebindsIgnored&) = delete;
+  RebindsIgnored& operator=(const RebindsIgnored&) = delete;
+
+ private:
+  bool prev_;
+};
+
 class Tensor {
  public:
   Tensor() = default;
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+  Tensor(const Tensor&) = default;
+  Tensor(Tensor&&) noexcept = default;
+  // Assignment rebinds the handle. A compiled replay that reads the tensor this handle held
+  // is told (TensorImpl::rebinds), so that it traces the function again.
+  Tensor& operator=(const Tensor& o) {
+    note_rebind(o.impl_.get());
+    impl_ = o.impl_;
+    return *this;
+  }
+  Tensor& operator=(Tensor&& o) noexcept {
+    note_rebind(o.impl_.get());
+    impl_ = std::move(o.impl_);
+    return *this;
+  }
+  ~Tensor() = default;
 
   bool defined() const { return bool(impl_); }
   TensorImpl* impl() const { return impl_.get(); }
@@ -186,6 +214,14 @@ class Tensor {
   Tensor& clamp_(std::optional<double> min, std::optional<double> max);
 
  private:
+  // Releasing a handle (assigning an undefined tensor) is not a rebinding, nor is what ember
+  // itself does while it runs a graph (RebindsIgnored).
+  void note_rebind(const TensorImpl* next) noexcept {
+    if (impl_ && next && impl_.get() != next &&
+        impl_->watched.load(std::memory_order_relaxed) && !rebinds_ignored())
+      impl_->rebinds.fetch_add(1, std::memory_order_relaxed);
+  }
+  static bool rebinds_ignored() noexcept;
   std::shared_ptr<TensorImpl> impl_;
 };
 

@@ -53,6 +53,11 @@ struct TensorImpl {
   bool is_view = false;
   std::unique_ptr<AutogradMeta> autograd;  // allocated only when needed
   std::shared_ptr<void> symbolic;  // set by capture: what this tensor stands for in a graph
+  // Set once a compiled replay reads this tensor without running the function that reached it
+  // (a tensor a lambda captured): from then on, each assignment of another tensor to a handle
+  // that held this one counts in `rebinds`, which the replay's guards compare (capture/guards).
+  std::atomic<bool> watched{false};
+  std::atomic<uint32_t> rebinds{0};
 
   int64_t numel() const {
     int64_t n = 1;

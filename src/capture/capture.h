@@ -62,14 +62,38 @@ struct TensorCheck {
   int32_t ndim = 0;
   int32_t dims_at = 0;  // sizes at dims_[dims_at ..], then strides when not contiguous
 };
-struct CapturedCheck {  // a real tensor met while tracing (parameter, buffer, constant)
-  TensorImpl* impl = nullptr;
+// Where a replay finds a tensor the function read besides its arguments (sources.cpp). A
+// replay must read the tensor the function would read if it ran now, so nothing the function
+// reached through its captures is frozen unless the function made it itself.
+struct Source {
+  enum Kind : uint8_t {
+    Constant,  // made by the function while tracing and held by nothing else: kept (strong)
+    Captured,  // reached through a lambda capture, a global or a module: held weakly; the guard
+               // fails (the function is traced again) once it was freed, a handle holding it
+               // was assigned another tensor, or the module slot it sat in holds another one
+    GradOf,    // `owner.grad()`: re-read from the owner on each call
+  };
+  Kind kind = Constant;
+  Tensor constant;
+  std::weak_ptr<TensorImpl> weak;
+  uint32_t rebinds = 0;
+  std::weak_ptr<const void> module_alive;  // Captured from a module's parameter or buffer slot
+  const Tensor* slot = nullptr;
+  int32_t owner_arg = -1;     // GradOf: the argument slot whose grad, or
+  int32_t owner_source = -1;  // the source whose grad
+  std::string name;           // "c0", "fc.weight", "grad of arg0" (guard failures, logs)
+  // What the trace assumed of the tensor found there.
   DType dtype = DType::Float32;
+  Device device;
   bool requires_grad = false;
-  int32_t ndim = 0;
-  int32_t dims_at = 0;
-  std::string name;
+  Shape sizes, strides;
+  int64_t offset = 0;
+  // The tensor this source gives for a call (undefined when it is gone); `found` holds the
+  // tensors of the sources before this one.
+  Tensor resolve(const detail::CallFrame& f, const std::vector<Tensor>& found) const;
+  std::string describe() const;  // "captured tensor c0 f32[3]"
 };
+
 struct ModuleCheck {
   const nn::Module* module = nullptr;
   bool training = false;
@@ -78,7 +102,14 @@ struct ModuleCheck {
 class Guards {
  public:
   void add_arguments(const detail::CallFrame& f);
-  void add_captured(const Tensor& t, const std::string& name);
+  // A tensor the replay reads besides the arguments, and where it comes from. `as_input`: the
+  // resolved tensor is the next captured graph input (f.captured); otherwise only a parent of
+  // another source (a grad's owner).
+  void add_source(Source s, bool as_input);
+  int32_t num_sources() const { return int32_t(sources_.size()); }
+  // Graph inputs (arguments, then captured tensors) that share memory are guarded to share it
+  // in the same pattern on later calls; only needed when the graph writes into an input.
+  void set_alias_pattern(const std::vector<Tensor>& graph_inputs);
   void add_module(const nn::Module* m, bool training);
   void set_globals();  // grad mode, default float dtype
   // The module wrapper's root: parameter and buffer identities.
@@ -94,7 +125,9 @@ class Guards {
   std::vector<TensorCheck> tensors_;
   std::vector<std::pair<int32_t, int32_t>> same_;  // argument slots holding one tensor
   std::vector<detail::ScalarArg> scalars_;
-  std::vector<CapturedCheck> captured_;
+  std::vector<Source> sources_;
+  std::vector<int32_t> source_inputs_;  // indices of the sources that are graph inputs
+  std::vector<int32_t> alias_labels_;   // per graph input: first input sharing its memory
   std::vector<ModuleCheck> modules_;
   std::shared_ptr<const nn::Module> root_;
   std::vector<TensorImpl*> root_tensors_;
@@ -122,13 +155,15 @@ struct BreakRecord {
 };
 
 // A graph that replays the whole function: inputs are the arguments then the captured tensors.
+// The captured graph inputs come from the guards' sources (CallFrame::captured).
 struct ReplayPlan {
   std::shared_ptr<const graph::Graph> graph;
   std::shared_ptr<const Runnable> runnable;
   std::vector<int32_t> arg_inputs;  // per argument slot: its graph input, or -1 (undefined)
-  std::vector<Tensor> captured;     // graph inputs after the arguments
   std::vector<Tensor> pristine;     // per captured: initial contents when the graph mutates a
                                     // tensor the function created itself (cloned per replay)
+  std::vector<bool> fresh;          // per graph output: shares memory with a tensor the function
+                                    // created itself, so each replay returns a copy
   // Per result tensor: a graph output index; -1: undefined; -2 - i: argument slot i itself.
   std::vector<int32_t> outputs;
   std::vector<int64_t> out_lengths;

@@ -94,8 +94,19 @@ void CompiledCore::guard_module(std::shared_ptr<const nn::Module> m) {
   s_->root = std::move(m);
 }
 
+// CompileOptions::state: the tensors it gives now join the arguments (after them), so the
+// tracer lifts them as arguments and the guards check them like arguments.
+static void add_state(const CompileOptions& opts, CallFrame& frame) {
+  if (!opts.state) return;
+  std::vector<Tensor> st = opts.state();
+  frame.scalars.push_back(ScalarArg::make(ScalarArg::Length, int64_t(st.size())));
+  for (Tensor& t : st) frame.tensors.push_back(std::move(t));
+}
+
 bool CompiledCore::would_hit(const CallFrame& frame) const {
-  return !s_->fallen_back && s_->find(frame, nullptr) != nullptr;
+  CallFrame f = frame;
+  add_state(s_->opts, f);
+  return !s_->fallen_back && s_->find(f, nullptr) != nullptr;
 }
 
 bool CompiledCore::call(CallFrame& frame, FunctionRef<void(CallFrame&)> body) {
@@ -106,6 +117,7 @@ bool CompiledCore::call(CallFrame& frame, FunctionRef<void(CallFrame&)> body) {
     body(frame);
     return true;
   }
+  add_state(s.opts, frame);
   if (s.fallen_back) {
     s.eager_fallbacks++;
     body(frame);
@@ -145,15 +157,24 @@ bool CompiledCore::call(CallFrame& frame, FunctionRef<void(CallFrame&)> body) {
     body(frame);
     return true;
   }
+  if (n > 0) capture::log_line(capture::Log::Recompiles, s.name + ": recompiling because " + why);
+  capture::TraceConfig cfg{s.backend, s.opts.fullgraph, /*want_plan=*/true, s.name};
+  capture::TraceResult r;
+  try {
+    r = capture::trace(cfg, frame, body);
+  } catch (...) {
+    // The function threw (or a fullgraph break): no entry is made, so the failed trace uses
+    // up nothing of the recompile limit, and it is counted apart from the traces.
+    std::lock_guard<std::mutex> g(s.stats_mu);
+    s.stats.failed_traces++;
+    throw;
+  }
+  s.count(r);
   if (n > 0) {
-    capture::log_line(capture::Log::Recompiles, s.name + ": recompiling because " + why);
     std::lock_guard<std::mutex> g(s.stats_mu);
     s.stats.recompiles++;
     s.report.recompile_reasons.push_back(why);
   }
-  capture::TraceConfig cfg{s.backend, s.opts.fullgraph, /*want_plan=*/true, s.name};
-  capture::TraceResult r = capture::trace(cfg, frame, body);
-  s.count(r);
   auto e = std::make_shared<State::Entry>();
   e->guards = std::move(r.guards);
   if (s.root) e->guards.add_module_identity(s.root);

@@ -41,16 +41,18 @@ void Guards::add_arguments(const detail::CallFrame& f) {
   scalars_ = f.scalars;
 }
 
-void Guards::add_captured(const Tensor& t, const std::string& name) {
-  CapturedCheck c;
-  c.impl = t.impl();
-  c.dtype = t.dtype();
-  c.requires_grad = t.requires_grad();
-  c.ndim = int32_t(t.dim());
-  c.dims_at = int32_t(dims_.size());
-  c.name = name;
-  dims_.insert(dims_.end(), t.sizes().begin(), t.sizes().end());
-  captured_.push_back(c);
+void Guards::add_source(Source src, bool as_input) {
+  if (as_input) source_inputs_.push_back(int32_t(sources_.size()));
+  sources_.push_back(std::move(src));
+}
+
+void Guards::set_alias_pattern(const std::vector<Tensor>& graph_inputs) {
+  alias_labels_.assign(graph_inputs.size(), 0);
+  for (size_t i = 0; i < graph_inputs.size(); ++i) {
+    size_t j = 0;
+    while (graph_inputs[j].impl()->storage != graph_inputs[i].impl()->storage) ++j;
+    alias_labels_[i] = int32_t(j);
+  }
 }
 
 void Guards::add_module(const nn::Module* m, bool training) {
@@ -146,14 +148,47 @@ bool Guards::check(const detail::CallFrame& f, std::string* why, int* passed) co
     if (m.module->is_training() != m.training)
       return fail("module ", m.module->type_name(), " training: expected ",
                   m.training ? "true" : "false", ", got ", m.training ? "false" : "true");
-  for (const CapturedCheck& c : captured_) {
-    const TensorImpl* ti = c.impl;
-    bool same_meta = ti->dtype == c.dtype && int32_t(ti->sizes.size()) == c.ndim &&
-                     ti->requires_grad() == c.requires_grad;
-    for (int32_t d = 0; same_meta && d < c.ndim; ++d)
-      same_meta = ti->sizes[size_t(d)] == dims[c.dims_at + d];
-    if (!same_meta)
-      return fail("captured tensor ", c.name, ": its dtype, sizes or requires_grad changed");
+  // Tensors read besides the arguments: where the function would find them now.
+  std::vector<Tensor> found;
+  found.reserve(sources_.size());
+  f.captured.clear();
+  for (const Source& src : sources_) {
+    Tensor t = src.resolve(f, found);
+    if (!t.defined())
+      return fail(src.describe(), ": ",
+                  src.kind == Source::Captured
+                      ? "freed or replaced since the trace (a handle holding it was assigned "
+                        "another tensor, or its module slot holds another one)"
+                      : "the grad is undefined now");
+    const TensorImpl* ti = t.impl();
+    bool same = ti->dtype == src.dtype && ti->sizes == src.sizes && ti->device == src.device &&
+                ti->requires_grad() == src.requires_grad &&
+                (src.kind == Source::Constant ||
+                 (ti->strides == src.strides && ti->offset == src.offset));
+    if (!same)
+      return fail(src.describe(), ": now ", dtype_name(ti->dtype), shape_str(ti->sizes),
+                  ti->requires_grad() ? " requires_grad" : "",
+                  " (its dtype, sizes, strides, device or requires_grad changed)");
+    found.push_back(std::move(t));
+  }
+  ++ok;
+  for (int32_t k : source_inputs_) f.captured.push_back(found[size_t(k)]);
+  if (!alias_labels_.empty()) {
+    // The graph writes into an input: inputs must share memory exactly as when traced.
+    std::vector<const Storage*> mem;
+    mem.reserve(alias_labels_.size());
+    for (const Tensor& t : f.tensors)
+      if (t.defined()) mem.push_back(t.impl()->storage.get());
+    for (const Tensor& t : f.captured) mem.push_back(t.impl()->storage.get());
+    if (mem.size() != alias_labels_.size()) return fail("internal: graph input count changed");
+    for (size_t i = 0; i < mem.size(); ++i) {
+      size_t j = 0;
+      while (mem[j] != mem[i]) ++j;
+      if (int32_t(j) != alias_labels_[i])
+        return fail("graph input ", i, " shares memory with input ", j, " now, and with input ",
+                    alias_labels_[i],
+                    " when traced (the graph writes into an input, so aliasing is guarded)");
+    }
   }
   if (root_) {
     size_t i = 0;
@@ -189,7 +224,8 @@ std::string Guards::str() const {
   for (const ModuleCheck& m : modules_)
     os << "  module " << m.module->type_name() << " training == " << (m.training ? "true" : "false")
        << "\n";
-  for (const CapturedCheck& c : captured_) os << "  captured " << c.name << " metadata\n";
+  for (const Source& src : sources_) os << "  " << src.describe() << "\n";
+  if (!alias_labels_.empty()) os << "  graph inputs share memory as when traced\n";
   if (root_) os << "  module " << root_->type_name() << " parameter identities\n";
   return os.str();
 }

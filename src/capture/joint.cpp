@@ -83,7 +83,8 @@ class GradTracer : public CaptureHook {
     throw Untraceable{"a grad formula writes in place (" + std::string(op_name(op)) + "_)"};
   }
   // detach() in a formula: the same value (the backward records no history anyway).
-  void on_alias(const Tensor& alias) override {
+  void on_alias(const Tensor& alias, const Tensor&) override {
+    if (!alias.is_symbolic()) return;  // a real tensor's alias is a constant like it
     auto it = values_.find(alias.impl());
     if (it != values_.end()) return;
     for (const auto& [v, h] : handles_)

@@ -9,6 +9,7 @@
 #include "capture/capture.h"
 #include "core/shape.h"
 #include "ember/autograd.h"
+#include "nn/module_registry.h"
 
 namespace ember::capture {
 
@@ -59,6 +60,7 @@ struct Segment {
   std::vector<Handle> handed_out;
   std::vector<const TensorImpl*> mutated;  // real tensors written in place, first write order
   std::unordered_map<const TensorImpl*, Tensor> pristine;  // contents before the first write
+  std::vector<Tensor> real_aliases;  // detach() handles of real tensors, mapped in `values`
   RngState rng_start;
   int num_captured = 0;
 };
@@ -187,24 +189,34 @@ class Tracer : public CaptureHook {
     out_.guards.add_module(static_cast<const nn::Module*>(module), training);
   }
 
-  // detach() of a symbolic tensor: the handle gets a value of its own, an alias made by a node
-  // that records no history, so gradients do not flow through it (sharing the original's value
-  // would let the replayed graph differentiate through the detach).
-  void on_alias(const Tensor& alias) override {
-    if (!ours(alias)) return;
-    const SymInfo* s = sym_of(alias.impl());
+  // detach(): the handle gets a value of its own, an alias made by a node that records no
+  // history, so gradients do not flow through it (sharing the original's value would let the
+  // replayed graph differentiate through the detach). The detached handle of a real tensor (an
+  // argument) reads the same value as it in the graph, instead of being lifted as a constant.
+  void on_alias(const Tensor& alias, const Tensor& of) override {
+    if (alias.is_symbolic() && !ours(alias)) return;
+    graph::Value* src = alias.is_symbolic() ? sym_of(alias.impl())->value : value_of(of);
     Attrs a;
     a.shape = alias.sizes();
     a.strides = alias.strides();
     a.start = alias.storage_offset();
     const Tensor in[1] = {alias};
     MetaList metas = op_impl(OpId::as_strided).infer(std::span<const Tensor>(in, 1), a);
-    graph::Node* n = add_node(OpId::as_strided, {s->value}, a, metas);
+    graph::Node* n = add_node(OpId::as_strided, {src}, a, metas);
     n->no_grad = true;
-    auto fresh = std::make_shared<SymInfo>(*s);
+    if (!alias.is_symbolic()) {
+      seg_->values[alias.impl()] = n->outputs[0];
+      seg_->real_aliases.push_back(alias);  // keeps the key's address from being reused
+      return;
+    }
+    auto fresh = std::make_shared<SymInfo>(*sym_of(alias.impl()));
     fresh->value = n->outputs[0];
     alias.impl()->symbolic = std::move(fresh);
     seg_->handed_out.push_back({alias.impl_ptr(), true});
+  }
+
+  void on_grad(const Tensor& owner, const Tensor& grad) override {
+    if (!owner.is_symbolic()) grad_owner_[grad.impl()] = {grad, owner};
   }
 
  private:
@@ -438,6 +450,7 @@ class Tracer : public CaptureHook {
         set_rng_state(s.rng_start);
         auto t0 = std::chrono::steady_clock::now();
         try {
+          RebindsIgnored quiet;
           real = runnable->run(s.inputs);
         } catch (...) {
           set_rng_state(now);
@@ -456,22 +469,26 @@ class Tracer : public CaptureHook {
         plan->arg_inputs = arg_inputs_;
         plan->outputs = result_index;
         plan->out_lengths = frame_.out_lengths;
+        std::vector<const Storage*> constants;
         for (size_t i = num_arg_inputs_; i < s.inputs.size(); ++i) {
           const Tensor& c = s.inputs[i];
+          Source src = source_of(c, s.g->input_names()[i], *results);
           Tensor pristine;
-          auto it = s.pristine.find(c.impl());
-          if (it != s.pristine.end()) {
-            // Held only by this segment (and the results): made by the function itself, so
-            // each replay starts from its first contents, as each eager call would.
-            // Returned tensors are held twice: by the frame and by the result object.
-            long held = c.impl_ptr().use_count() - 1;
-            for (const Tensor& r : *results) held -= 2 * (r.impl() == c.impl());
-            if (held == 0) pristine = it->second;
+          if (src.kind == Source::Constant) {
+            // Made by the function itself: each replay starts from its first contents, as
+            // each eager call would, and hands out copies of it.
+            auto it = s.pristine.find(c.impl());
+            if (it != s.pristine.end()) pristine = it->second;
+            else constants.push_back(c.impl()->storage.get());
           }
-          plan->captured.push_back(c);
           plan->pristine.push_back(pristine);
-          out_.guards.add_captured(c, s.g->input_names()[i]);
+          out_.guards.add_source(std::move(src), /*as_input=*/true);
         }
+        plan->fresh.assign(real.size(), false);
+        for (size_t k = 0; k < real.size(); ++k)
+          for (const Storage* m : constants)
+            if (real[k].impl()->storage.get() == m) plan->fresh[k] = true;
+        if (!s.mutated.empty()) out_.guards.set_alias_pattern(s.inputs);
         out_.plan = std::move(plan);
       }
     } else if (results && !out_.broke && cfg_.want_plan) {
@@ -485,12 +502,82 @@ class Tracer : public CaptureHook {
     start_segment(s.index + 1);
   }
 
+  // Where a replay finds the real tensor t that the trace lifted (capture.h, Source).
+  Source source_of(const Tensor& t, const std::string& name, const std::vector<Tensor>& results) {
+    Source src;
+    src.name = name;
+    src.dtype = t.dtype();
+    src.device = t.device();
+    src.requires_grad = t.requires_grad();
+    src.sizes = t.sizes();
+    src.strides = t.strides();
+    src.offset = t.storage_offset();
+    if (auto g = grad_owner_.find(t.impl()); g != grad_owner_.end()) {
+      const Tensor& owner = g->second.second;
+      src.kind = Source::GradOf;
+      if (auto a = arguments_.find(owner.impl()); a != arguments_.end()) {
+        src.owner_arg = a->second;
+        src.name = "grad of argument " + std::to_string(a->second);
+      } else {
+        Source o = source_of(owner, name + ".owner", results);
+        src.name = "grad of " + o.describe();
+        src.owner_source = out_.guards.num_sources();
+        out_.guards.add_source(std::move(o), /*as_input=*/false);
+      }
+      return src;
+    }
+    // Held by nothing but this trace (and the results): made by the function, a constant.
+    // Returned tensors are held twice: by the frame and by the result object.
+    long held = t.impl_ptr().use_count() - 1;
+    for (const Tensor& r : results) held -= 2 * (r.impl() == t.impl());
+    for (const auto& [key, read] : grad_owner_) held -= read.second.impl() == t.impl();
+    if (held <= 0) {
+      src.kind = Source::Constant;
+      src.constant = t;
+      return src;
+    }
+    src.kind = Source::Captured;
+    src.weak = t.impl_ptr();
+    t.impl()->watched.store(true, std::memory_order_relaxed);
+    src.rebinds = t.impl()->rebinds.load(std::memory_order_relaxed);
+    if (const ModuleSlotRef* m = module_slot(t.impl())) {
+      src.slot = m->slot;
+      src.module_alive = m->alive;
+      src.name = m->name;
+    }
+    return src;
+  }
+
+  struct ModuleSlotRef {
+    const Tensor* slot;
+    std::weak_ptr<const void> alive;
+    std::string name;
+  };
+  // The module slot holding t, if any live module has it as a parameter or buffer.
+  const ModuleSlotRef* module_slot(const TensorImpl* t) {
+    if (!slots_built_) {
+      slots_built_ = true;
+      nn::detail::for_each_live_module([&](const nn::Module& m) {
+        m.for_each_slot([&](const std::string& n, const Tensor& slot, bool) {
+          if (slot.defined())
+            slots_.emplace(slot.impl(), ModuleSlotRef{&slot, m.alive_token(), m.type_name() + "." + n});
+        });
+      });
+    }
+    auto it = slots_.find(t);
+    return it == slots_.end() ? nullptr : &it->second;
+  }
+
   const TraceConfig& cfg_;
   detail::CallFrame& frame_;
   TraceResult& out_;
   uint64_t id_;
   std::unique_ptr<Segment> seg_;
   std::unordered_map<const TensorImpl*, int> arguments_;  // argument tensor -> first slot
+  // A grad read while tracing -> (that grad, whose grad it is).
+  std::unordered_map<const TensorImpl*, std::pair<Tensor, Tensor>> grad_owner_;
+  bool slots_built_ = false;
+  std::unordered_map<const TensorImpl*, ModuleSlotRef> slots_;
   std::vector<int32_t> arg_inputs_;
   size_t num_arg_inputs_ = 0;
 };
@@ -499,13 +586,18 @@ class Tracer : public CaptureHook {
 
 std::vector<Tensor> ReplayPlan::run(detail::CallFrame& f) const {
   std::vector<Tensor> in;
-  in.reserve(f.tensors.size() + captured.size());
+  in.reserve(f.tensors.size() + f.captured.size());
   for (size_t i = 0; i < arg_inputs.size(); ++i)
     if (arg_inputs[i] >= 0) in.push_back(f.tensors[i]);
-  for (size_t i = 0; i < captured.size(); ++i)
-    in.push_back(pristine[i].defined() ? pristine[i].clone() : captured[i]);
+  for (size_t i = 0; i < f.captured.size(); ++i)
+    in.push_back(pristine[i].defined() ? pristine[i].clone() : f.captured[i]);
   std::vector<Tensor> outs;
-  if (runnable) outs = runnable->run(in);
+  if (runnable) {
+    RebindsIgnored quiet;
+    outs = runnable->run(in);
+  }
+  for (size_t k = 0; k < fresh.size(); ++k)
+    if (fresh[k]) outs[k] = outs[k].clone();
   f.outputs.clear();
   f.outputs.reserve(outputs.size());
   for (int32_t k : outputs)

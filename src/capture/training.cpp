@@ -53,6 +53,7 @@ struct CompiledBackward : autograd::Node {
       in.push_back(std::move(g));
     }
     NoGradGuard no_grad;
+    RebindsIgnored quiet;  // the graph's buffers, not handles the user reads
     if (!released_after_apply) return plan->backward->run(in);
     // The saved tensors will not be needed again: the backward graph takes them over and frees
     // each after its last reader, as eager autograd frees a node's saved tensors after its

@@ -278,6 +278,15 @@ void CompiledGraph::plan_constants() {
   std::vector<char> handed_out(g_->values().size(), 0);  // the caller may write into these
   for (const graph::Value* v : g_->outputs()) handed_out[size_t(v->id)] = 1;
   for (const graph::Mutation& m : g_->mutations()) handed_out[size_t(m.value->id)] = 1;
+  // A view handed out hands out the buffer it views (a kept constant would be shared by the
+  // results of every run).
+  for (size_t s = steps_.size(); s-- > 0;) {
+    const graph::Node* n = steps_[s].node;
+    if (steps_[s].kernel >= 0 || !n || op_info(n->op).kind != OpKind::View || n->inputs.empty())
+      continue;
+    for (const graph::Value* o : n->outputs)
+      if (handed_out[size_t(o->id)]) handed_out[size_t(n->inputs[0]->id)] = 1;
+  }
   for (size_t s = 0; s < steps_.size(); ++s) {
     const graph::Node* n = steps_[s].node;
     if (steps_[s].kernel >= 0 || pair_of_[s] >= 0 || graph::is_random(n->op) || n->skipped_draws)

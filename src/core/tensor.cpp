@@ -94,7 +94,9 @@ bool Tensor::is_leaf() const { return !impl_->autograd || !impl_->autograd->grad
 
 Tensor Tensor::grad() const {
   if (!impl_->autograd || !impl_->autograd->grad) return Tensor();
-  return Tensor(impl_->autograd->grad);
+  Tensor g(impl_->autograd->grad);
+  if (CaptureHook* h = capture_hook()) h->on_grad(*this, g);
+  return g;
 }
 
 void Tensor::set_grad(const Tensor& g) const {
@@ -130,6 +132,14 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   set_capture_hook(hook);
 }
 
+namespace {
+thread_local bool tls_rebinds_ignored = false;
+}  // namespace
+
+RebindsIgnored::RebindsIgnored() : prev_(tls_rebinds_ignored) { tls_rebinds_ignored = true; }
+RebindsIgnored::~RebindsIgnored() { tls_rebinds_ignored = prev_; }
+bool Tensor::rebinds_ignored() noexcept { return tls_rebinds_ignored; }
+
 Tensor Tensor::detach() const {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = impl_->storage;
@@ -141,8 +151,7 @@ Tensor Tensor::detach() const {
   impl->device = impl_->device;
   impl->is_view = impl_->is_view;
   Tensor t(std::move(impl));
-  if (t.is_symbolic())
-    if (CaptureHook* h = capture_hook()) h->on_alias(t);
+  if (CaptureHook* h = capture_hook()) h->on_alias(t, *this);
   return t;
 }
 

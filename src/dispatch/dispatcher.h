@@ -40,8 +40,12 @@ class CaptureHook {
   virtual void on_sync(const Tensor& t, const char* why, ember::SourceLocation loc) = 0;
   // Code read a module's training flag while tracing (guarded by the capture).
   virtual void on_module_state(const void* module, bool training) {}
-  // A new handle on a symbolic tensor's value was made outside the dispatcher (detach()).
-  virtual void on_alias(const Tensor& alias) {}
+  // A new handle `alias` on the value of `of` was made outside the dispatcher (detach()); `of`
+  // may be symbolic or real.
+  virtual void on_alias(const Tensor& alias, const Tensor& of) {}
+  // Code read `owner.grad()` (a defined grad) while tracing: a replay must read the grad the
+  // owner has then, not this one.
+  virtual void on_grad(const Tensor& owner, const Tensor& grad) {}
 };
 CaptureHook* capture_hook();
 void set_capture_hook(CaptureHook* hook);

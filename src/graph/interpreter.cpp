@@ -119,6 +119,12 @@ std::vector<char> values_needing_grad(const Graph& g, const std::vector<Tensor>&
   return rg;
 }
 
+// The last write into the target ran with grad mode off (an update under NoGradGuard inside
+// the function): eager recorded no history for it and made no leaf check, nor does the replay.
+bool written_without_grad(const Mutation& m) {
+  return m.value->producer && m.value->producer->no_grad;
+}
+
 }  // namespace
 
 std::vector<Tensor> Graph::interpret(const std::vector<Tensor>& args) const {
@@ -135,7 +141,7 @@ std::vector<Tensor> Graph::interpret(const std::vector<Tensor>& args) const {
     std::vector<char> rg = values_needing_grad(*this, args);
     for (const Mutation& m : mutations_) {
       const Tensor& target = args[size_t(m.target->input_index)];
-      if (m.value == m.target || !is_grad_enabled()) continue;
+      if (m.value == m.target || !is_grad_enabled() || written_without_grad(m)) continue;
       if (!target.requires_grad() && !rg[size_t(m.value->id)]) continue;
       const std::string what = "graph: `mutate %" + std::to_string(m.target->id) + " <- %" +
                                std::to_string(m.value->id) + "` (" +
@@ -189,7 +195,12 @@ std::vector<Tensor> Graph::interpret(const std::vector<Tensor>& args) const {
   for (const Mutation& m : mutations_) {
     if (m.value == m.target) continue;  // written back onto itself
     Tensor target = args[size_t(m.target->input_index)];
-    target.copy_(env[size_t(m.value->id)]);
+    if (written_without_grad(m)) {
+      NoGradGuard no_grad;
+      target.copy_(env[size_t(m.value->id)]);
+    } else {
+      target.copy_(env[size_t(m.value->id)]);
+    }
   }
   return results;
 }

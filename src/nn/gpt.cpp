@@ -70,7 +70,6 @@ GPT::GPT(const GPTConfig& c) : Module("GPT"), config(c) {
   lm_head = register_module("lm_head", std::make_shared<Linear>(c.n_embd, c.vocab_size, false));
   init_weights();
   // Weight tying: the head reads the token embedding matrix.
-  lm_head->weight = wte->weight;
   lm_head->tie_parameter("weight", wte->weight);
 }
 

@@ -8,10 +8,10 @@ namespace ember::nn {
 Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias) : Module("Linear") {
   EMBER_CHECK(in_features > 0 && out_features > 0, "Linear: features must be positive, got ",
               in_features, " -> ", out_features);
-  weight = register_parameter("weight", empty({out_features, in_features}));
+  register_parameter("weight", weight, empty({out_features, in_features}));
   init_normal_(weight, 0.02);
   if (with_bias) {
-    bias = register_parameter("bias", zeros({out_features}));
+    register_parameter("bias", bias, zeros({out_features}));
   }
 }
 
@@ -19,15 +19,15 @@ Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); 
 
 Embedding::Embedding(int64_t num, int64_t dim) : Module("Embedding") {
   EMBER_CHECK(num > 0 && dim > 0, "Embedding: sizes must be positive, got ", num, " x ", dim);
-  weight = register_parameter("weight", empty({num, dim}));
+  register_parameter("weight", weight, empty({num, dim}));
   init_normal_(weight, 0.02);
 }
 
 Tensor Embedding::forward(const Tensor& indices) const { return embedding(weight, indices); }
 
 LayerNorm::LayerNorm(int64_t dim, bool with_bias, double eps_) : Module("LayerNorm"), eps(eps_) {
-  weight = register_parameter("weight", ones({dim}));
-  if (with_bias) bias = register_parameter("bias", zeros({dim}));
+  register_parameter("weight", weight, ones({dim}));
+  if (with_bias) register_parameter("bias", bias, zeros({dim}));
 }
 
 Tensor LayerNorm::forward(const Tensor& x) const {

@@ -1,5 +1,7 @@
 // Module: registration, traversal, modes and state dicts.
+#include <mutex>
 #include <set>
+#include <unordered_set>
 #include <sstream>
 
 #include "core/shape.h"
@@ -7,6 +9,7 @@
 #include "ember/autograd.h"
 #include "ember/nn.h"
 #include "ember/ops.h"
+#include "nn/module_registry.h"
 
 namespace ember::nn {
 
@@ -24,30 +27,68 @@ std::string LoadReport::str() const {
   return os.str();
 }
 
-Tensor Module::register_parameter(const std::string& name, Tensor t) {
-  EMBER_CHECK(t.defined(), type_name_, ": parameter '", name, "' is undefined");
-  if (!t.requires_grad()) t.requires_grad_(true);
-  params_.emplace_back(name, t);
-  return t;
+namespace {
+// Every live module, so that capture can find the slot a parameter it meets lives in
+// (module_registry.h). Slot lists change under the same lock.
+std::mutex& registry_mu() {
+  static std::mutex mu;
+  return mu;
+}
+std::unordered_set<const Module*>& registry() {
+  static std::unordered_set<const Module*> live;
+  return live;
+}
+}  // namespace
+
+Module::Module(std::string type_name) : type_name_(std::move(type_name)) {
+  std::lock_guard<std::mutex> lock(registry_mu());
+  registry().insert(this);
 }
 
-Tensor Module::register_buffer(const std::string& name, Tensor t) {
-  buffers_.emplace_back(name, t);
-  return t;
+Module::~Module() {
+  std::lock_guard<std::mutex> lock(registry_mu());
+  registry().erase(this);
+}
+
+void detail::for_each_live_module(const std::function<void(const Module&)>& f) {
+  std::lock_guard<std::mutex> lock(registry_mu());
+  for (const Module* m : registry()) f(*m);
+}
+
+Tensor& Module::register_parameter(const std::string& name, Tensor& slot, Tensor value) {
+  EMBER_CHECK(value.defined(), type_name_, ": parameter '", name, "' is undefined");
+  if (!value.requires_grad()) value.requires_grad_(true);
+  slot = std::move(value);
+  std::lock_guard<std::mutex> lock(registry_mu());
+  params_.emplace_back(name, &slot);
+  return slot;
+}
+
+Tensor& Module::register_buffer(const std::string& name, Tensor& slot, Tensor value) {
+  slot = std::move(value);
+  std::lock_guard<std::mutex> lock(registry_mu());
+  buffers_.emplace_back(name, &slot);
+  return slot;
 }
 
 void Module::tie_parameter(const std::string& name, const Tensor& t) {
   for (auto& [n, p] : params_)
     if (n == name) {
-      p = t;
+      *p = t;
       return;
     }
   EMBER_FAIL(type_name_, ": no parameter named '", name, "' to tie");
 }
 
+void Module::for_each_slot(
+    const std::function<void(const std::string&, const Tensor&, bool)>& f) const {
+  for (auto& [n, p] : params_) f(n, *p, false);
+  for (auto& [n, b] : buffers_) f(n, *b, true);
+}
+
 void Module::collect(const std::string& prefix, StateDict& params, StateDict& buffers) const {
-  for (auto& [n, p] : params_) params.emplace_back(prefix + n, p);
-  for (auto& [n, b] : buffers_) buffers.emplace_back(prefix + n, b);
+  for (auto& [n, p] : params_) params.emplace_back(prefix + n, *p);
+  for (auto& [n, b] : buffers_) buffers.emplace_back(prefix + n, *b);
   for (auto& [n, m] : children_) m->collect(prefix + n + ".", params, buffers);
 }
 

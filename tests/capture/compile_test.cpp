@@ -195,8 +195,8 @@ TEST_F(Compile, GradModeFlipRecompiles) {
 
 struct Scaler : nn::Module {
   Scaler() : nn::Module("Scaler") {
-    w = register_parameter("w", ones({4}));
-    count = register_buffer("count", zeros({1}));
+    register_parameter("w", w, ones({4}));
+    register_buffer("count", count, zeros({1}));
   }
   Tensor forward(const Tensor& x) {
     count.add_(1.0);
