@@ -2,7 +2,9 @@
 #include "core/allocator.h"
 
 #include <sys/mman.h>
+#include <sys/sysinfo.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -31,9 +33,31 @@ size_t rounded(size_t n) {
   if (n < kCacheMin) return (n + kAlign - 1) / kAlign * kAlign;
   return (n + kRound - 1) / kRound * kRound;
 }
+
+// RAM and swap of the machine, in bytes (0 when unknown).
+uint64_t memory_and_swap() {
+  struct sysinfo si{};
+  if (::sysinfo(&si) != 0) return 0;
+  return (uint64_t(si.totalram) + uint64_t(si.totalswap)) * si.mem_unit;
+}
+
+[[noreturn]] void out_of_memory(size_t nbytes, const char* why) {
+  EMBER_FAIL("out of memory: could not allocate ", nbytes, " bytes (",
+             double(nbytes) / double(size_t(1) << 30), " GiB) on the CPU", why,
+             "; use smaller tensors (or free some: cpu_empty_cache() returns cached blocks)");
+}
 }  // namespace
 
 void* cpu_alloc(size_t nbytes) {
+  // Past PTRDIFF_MAX the rounding below would wrap to a small block. Past RAM and swap the
+  // block can never be backed: with overcommit on, the allocation would succeed and the first
+  // pass over it get the process killed, so it fails here as it would without overcommit.
+  if (nbytes > size_t(PTRDIFF_MAX)) out_of_memory(nbytes, ", more than an address space holds");
+  static const uint64_t limit = memory_and_swap();
+  if (limit != 0 && nbytes > limit)
+    out_of_memory(nbytes, (", more than the machine's " + std::to_string(limit) +
+                           " bytes of memory and swap")
+                              .c_str());
   size_t n = rounded(nbytes == 0 ? kAlign : nbytes);
   Cache& c = cache();
   if (n >= kCacheMin) {
@@ -54,7 +78,7 @@ void* cpu_alloc(size_t nbytes) {
     cpu_empty_cache();
     p = std::aligned_alloc(n >= kCacheMin ? kRound : kAlign, n);
   }
-  EMBER_CHECK(p, "out of memory: could not allocate ", nbytes, " bytes on the CPU");
+  if (!p) out_of_memory(nbytes, "");
   if (n >= kCacheMin) madvise(p, n, MADV_HUGEPAGE);
   std::lock_guard<std::mutex> lock(c.mu);
   c.stats.allocated_bytes += n;

@@ -6,23 +6,21 @@
 
 namespace ember {
 
-void check_sizes(const Shape& sizes, const char* op) {
-  int64_t n = 1;
-  for (int64_t s : sizes) {
-    EMBER_CHECK(s >= 0, op, ": negative size in shape ", shape_str(sizes));
-    EMBER_CHECK(s == 0 || n <= (int64_t(1) << 62) / s, op, ": shape ", shape_str(sizes),
-                " has too many elements");
-    n *= s;
-  }
+void check_sizes(const Shape& sizes, const char* op) { checked_numel(sizes, op); }
+void check_sizes(const Shape& sizes, DType dtype, const char* op) {
+  checked_nbytes(sizes, dtype, op);
 }
 
 Tensor make_tensor(const Shape& sizes, DType dtype, Device device) {
+  // Ops check their outputs by name first (op_registry.cpp); this catches the rest, before
+  // a byte count that wrapped allocates too little.
+  const int64_t nbytes = checked_nbytes(sizes, dtype, "allocating a tensor");
   auto impl = std::make_shared<TensorImpl>();
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);
   impl->dtype = dtype;
   impl->device = device;
-  impl->storage = new_storage(size_t(impl->numel()) * dtype_size(dtype), device);
+  impl->storage = new_storage(size_t(nbytes), device);
   return Tensor(std::move(impl));
 }
 

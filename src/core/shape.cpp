@@ -28,6 +28,7 @@ Shape broadcast_pair(const Shape& a, const Shape& b, const char* op) {
                 " cannot be broadcast together (dim ", i, ": ", x, " vs ", y, ")");
     out[i] = x == 1 ? y : x;
   }
+  checked_numel(out, op);
   return out;
 }
 
@@ -35,6 +36,48 @@ int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t v : s) n *= v;
   return n;
+}
+
+bool size_mul(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow(a, b, out); }
+bool size_add(int64_t a, int64_t b, int64_t* out) { return !__builtin_add_overflow(a, b, out); }
+
+namespace {
+// The product of the nonzero sizes (the outermost contiguous stride), or -1 when it does not
+// fit; throws on a negative size.
+int64_t nonzero_product(const Shape& sizes, const char* op) {
+  int64_t n = 1;
+  bool fits = true;
+  for (int64_t s : sizes) {
+    EMBER_CHECK(s >= 0, op, ": negative size ", s, " in shape ", shape_str(sizes),
+                "; sizes must be >= 0");
+    if (s != 0 && fits) fits = size_mul(n, s, &n);
+  }
+  return fits ? n : -1;
+}
+}  // namespace
+
+int64_t checked_numel(const Shape& sizes, const char* op) {
+  const int64_t n = nonzero_product(sizes, op);
+  EMBER_CHECK(n >= 0, op, ": shape ", shape_str(sizes),
+              " has too many elements: the product of its sizes does not fit in int64 (at most ",
+              kMaxSize, "); use smaller sizes");
+  for (int64_t s : sizes)
+    if (s == 0) return 0;
+  return n;
+}
+
+int64_t checked_nbytes(const Shape& sizes, DType dtype, const char* op) {
+  const int64_t n = nonzero_product(sizes, op);
+  int64_t bytes = 0;
+  EMBER_CHECK(n >= 0 && size_mul(n, int64_t(dtype_size(dtype)), &bytes), op, ": shape ",
+              shape_str(sizes), " of ", dtype_name(dtype), " has too many elements: ",
+              n >= 0 ? std::to_string(n) + " elements of " + std::to_string(dtype_size(dtype)) +
+                           " bytes need more"
+                     : std::string("the product of its sizes needs more"),
+              " than the limit of ", kMaxSize, " bytes (int64); use smaller sizes");
+  for (int64_t s : sizes)
+    if (s == 0) return 0;
+  return bytes;
 }
 
 }  // namespace ember

@@ -15,35 +15,44 @@ Tensor finish(Tensor t, const TensorOptions& o) {
   if (o.requires_grad) t.requires_grad_(true);
   return t;
 }
-}  // namespace
 
-const OpImpl op_impl_full{infer_factory, cpu::full, nullptr};
-const OpImpl op_impl_arange{infer_factory, cpu::arange, nullptr};
-
-Tensor empty(const Shape& shape, TensorOptions opts) {
-  check_sizes(shape, "empty");
-  return finish(make_tensor(shape, opts.dtype, opts.device), opts);
-}
-
-Tensor full(const Shape& shape, double value, TensorOptions opts) {
-  check_sizes(shape, "full");
+// full under the name the caller used (zeros, ones ...), for its errors.
+Tensor full_named(const Shape& shape, double value, TensorOptions opts, const char* op) {
+  check_sizes(shape, opts.dtype, op);
   Attrs a;
   a.shape = shape;
   a.value = value;
   a.dtype = opts.dtype;
   return finish(dispatch1(OpId::full, {}, a), opts);
 }
-Tensor zeros(const Shape& shape, TensorOptions opts) { return full(shape, 0, opts); }
-Tensor ones(const Shape& shape, TensorOptions opts) { return full(shape, 1, opts); }
+}  // namespace
+
+const OpImpl op_impl_full{infer_factory, cpu::full, nullptr};
+const OpImpl op_impl_arange{infer_factory, cpu::arange, nullptr};
+
+Tensor empty(const Shape& shape, TensorOptions opts) {
+  check_sizes(shape, opts.dtype, "empty");
+  return finish(make_tensor(shape, opts.dtype, opts.device), opts);
+}
+
+Tensor full(const Shape& shape, double value, TensorOptions opts) {
+  return full_named(shape, value, opts, "full");
+}
+Tensor zeros(const Shape& shape, TensorOptions opts) { return full_named(shape, 0, opts, "zeros"); }
+Tensor ones(const Shape& shape, TensorOptions opts) { return full_named(shape, 1, opts, "ones"); }
 Tensor zeros_like(const Tensor& t) { return full(t.sizes(), 0, t.dtype()); }
 Tensor ones_like(const Tensor& t) { return full(t.sizes(), 1, t.dtype()); }
 Tensor full_like(const Tensor& t, double value) { return full(t.sizes(), value, t.dtype()); }
 Tensor scalar_tensor(double value, DType dtype) { return full({}, value, dtype); }
 
 Tensor arange(double start, double end, double step, TensorOptions opts) {
-  EMBER_CHECK(step != 0, "arange: step must be nonzero");
+  EMBER_CHECK(step != 0 && !std::isnan(step), "arange: step must be a nonzero number, got ", step);
   EMBER_CHECK(std::isfinite(start) && std::isfinite(end), "arange: bounds must be finite");
   double n = std::ceil((end - start) / step);
+  // A count past int64 would not convert (and could not be a size anyway).
+  EMBER_CHECK(n < 0x1p63, "arange: [", start, ", ", end, ") with step ", step, " has ", n,
+              " values, too many elements for a tensor (at most ", kMaxSize,
+              "); use a larger step or a shorter range");
   Attrs a;
   a.shape = {n > 0 ? int64_t(n) : 0};
   a.value = start;
@@ -82,7 +91,7 @@ Tensor& Tensor::zero_() { return fill_(0); }
 
 template <class T>
 Tensor from_vector(const std::vector<T>& data, const Shape& shape, TensorOptions opts) {
-  check_sizes(shape, "from_vector");
+  check_sizes(shape, dtype_of<T>::value, "from_vector");
   EMBER_CHECK(int64_t(data.size()) == shape_numel(shape), "from_vector: ", data.size(),
               " values do not fill shape ", shape_str(shape), " (", shape_numel(shape),
               " elements)");

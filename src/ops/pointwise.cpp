@@ -103,7 +103,11 @@ Tensor Tensor::to(DType t) const {
 }
 
 Tensor Tensor::clone() const { return unary(OpId::clone, *this); }
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  checked_nbytes(sizes(), dtype(), "contiguous");  // an expanded view can hold more than fits
+  return clone();
+}
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return a.add(b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return a.sub(b); }

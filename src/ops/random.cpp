@@ -71,7 +71,7 @@ const OpImpl op_impl_multinomial{infer_multinomial, cpu::multinomial, nullptr};
 // ---- front ends ----
 
 Tensor rand(const Shape& shape, TensorOptions opts) {
-  check_sizes(shape, "rand");
+  check_sizes(shape, opts.dtype, "rand");
   check_floating(opts.dtype, "rand", "use randint for integers");
   uint64_t per = opts.dtype == DType::Float64 ? 2 : 1;
   Attrs a = random_attrs(shape, opts.dtype, per * uint64_t(shape_numel(shape)), "rand");
@@ -79,7 +79,7 @@ Tensor rand(const Shape& shape, TensorOptions opts) {
 }
 
 Tensor randn(const Shape& shape, TensorOptions opts) {
-  check_sizes(shape, "randn");
+  check_sizes(shape, opts.dtype, "randn");
   check_floating(opts.dtype, "randn", "normal samples need a floating dtype");
   // Box-Muller pairs: an odd count still uses the draws of a whole pair.
   uint64_t pairs = (uint64_t(shape_numel(shape)) + 1) / 2;
@@ -89,7 +89,7 @@ Tensor randn(const Shape& shape, TensorOptions opts) {
 }
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts) {
-  check_sizes(shape, "randint");
+  check_sizes(shape, opts.dtype, "randint");
   EMBER_CHECK(low < high, "randint: high (", high, ") must be greater than low (", low,
               "); values are drawn from [low, high)");
   EMBER_CHECK(opts.dtype != DType::Bool,
@@ -109,7 +109,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts
 }
 
 Tensor bernoulli(const Shape& shape, double p, TensorOptions opts) {
-  check_sizes(shape, "bernoulli");
+  check_sizes(shape, opts.dtype, "bernoulli");
   EMBER_CHECK(p >= 0 && p <= 1, "bernoulli: probability ", p, " is outside [0, 1]");
   Attrs a = random_attrs(shape, opts.dtype, uint64_t(shape_numel(shape)), "bernoulli");
   a.value = p;
@@ -148,7 +148,7 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement) {
   EMBER_CHECK(replacement || num_samples <= cols, "multinomial: cannot draw ", num_samples,
               " samples without replacement from ", cols, " categories; pass replacement=true");
   const int64_t rows = probs.dim() == 1 ? 1 : probs.size(0);
-  check_sizes({rows, num_samples}, "multinomial");
+  check_sizes({rows, num_samples}, DType::Int64, "multinomial");
   // One sample without replacement is drawn like one with replacement (see the kernel).
   bool race = !replacement && num_samples > 1;
   uint64_t per_row = round_up_to_block(2 * uint64_t(race ? cols : num_samples));

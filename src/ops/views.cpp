@@ -45,16 +45,19 @@ std::optional<Shape> view_strides(const Shape& sizes, const Shape& strides,
 // Resolves one -1 in a requested shape against numel.
 Shape infer_size(const Shape& shape, int64_t numel, const char* op, const Tensor& t) {
   Shape out = shape;
-  int64_t known = 1, infer_at = -1;
+  int64_t infer_at = -1;
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i] == -1) {
       EMBER_CHECK(infer_at < 0, op, ": only one dimension can be -1, got ", ember::shape_str(shape));
       infer_at = int64_t(i);
+      out[i] = 1;
     } else {
       EMBER_CHECK(out[i] >= 0, op, ": invalid size ", out[i], " in ", ember::shape_str(shape));
-      known *= out[i];
     }
   }
+  // The known sizes must fit before anything is divided by them (an empty tensor viewed as
+  // [2^32, 2^32] would otherwise count 2^64 = 0 elements).
+  const int64_t known = checked_numel(out, op);
   if (infer_at >= 0) {
     EMBER_CHECK(known != 0 && numel % known == 0, op, ": shape ", ember::shape_str(shape),
                 " is invalid for a tensor of ", numel, " elements (shape ", t.shape_str(), ")");
@@ -112,8 +115,11 @@ MetaList infer_slice(std::span<const Tensor> in, const Attrs& a) {
   const Tensor& t = in[0];
   Shape sizes = t.sizes(), strides = t.strides();
   int64_t len = a.end - a.start;
-  sizes[a.dim] = len <= 0 ? 0 : (len + a.step - 1) / a.step;
-  strides[a.dim] = t.strides()[a.dim] * a.step;
+  // Rounded up without len + step - 1, which a step near INT64_MAX overflows. stride * step
+  // can only overflow when the step passes the dim's end, leaving one element, whose stride
+  // is never used: it keeps the input's.
+  sizes[a.dim] = len <= 0 ? 0 : 1 + (len - 1) / a.step;
+  if (!size_mul(t.strides()[a.dim], a.step, &strides[a.dim])) strides[a.dim] = t.strides()[a.dim];
   return {view_meta(t, sizes, strides, t.storage_offset() + a.start * t.strides()[a.dim])};
 }
 
@@ -251,7 +257,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   int64_t w = wrap_dim(d, dim(), "narrow");
   int64_t n = sizes()[w];
   if (start < 0) start += n;
-  EMBER_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: start ", start,
+  EMBER_CHECK(start >= 0 && length >= 0 && length <= n - start, "narrow: start ", start,
               " + length ", length, " exceeds the size ", n, " of dim ", w, " (shape ",
               ember::shape_str(sizes()), ")");
   return slice(w, start, start + length);
@@ -308,15 +314,24 @@ Tensor Tensor::as_strided(const Shape& sz, const Shape& st, int64_t offset) cons
   EMBER_CHECK(sz.size() == st.size(), "as_strided: ", sz.size(), " sizes but ", st.size(),
               " strides");
   EMBER_CHECK(offset >= 0, "as_strided: negative storage offset ", offset);
-  int64_t last = offset;
+  checked_numel(sz, "as_strided");
+  // The last element's offset, and its end in bytes, must fit in int64 before they are
+  // compared with the storage (a wrapped one would pass).
+  bool empty = false, fits = true;
+  int64_t last = offset, step = 0, end_bytes = 0;
   for (size_t i = 0; i < sz.size(); ++i) {
-    EMBER_CHECK(sz[i] >= 0 && st[i] >= 0, "as_strided: negative size or stride in ",
-                ember::shape_str(sz), " / ", ember::shape_str(st));
-    if (sz[i] == 0) last = -1;
-    if (last >= 0) last += (sz[i] - 1) * st[i];
+    EMBER_CHECK(st[i] >= 0, "as_strided: negative stride in ", ember::shape_str(st),
+                " (sizes ", ember::shape_str(sz), ")");
+    empty |= sz[i] == 0;
+    if (sz[i] > 0) fits = fits && size_mul(sz[i] - 1, st[i], &step) && size_add(last, step, &last);
   }
-  if (impl()->storage && last >= 0)
-    EMBER_CHECK(uint64_t(last + 1) * dtype_size(dtype()) <= impl()->storage->nbytes,
+  fits = fits && size_add(last, 1, &end_bytes) &&
+         size_mul(end_bytes, int64_t(dtype_size(dtype())), &end_bytes);
+  EMBER_CHECK(empty || fits, "as_strided: sizes ", ember::shape_str(sz), " strides ",
+              ember::shape_str(st), " offset ", offset,
+              " reach an element whose offset does not fit in int64 (at most ", kMaxSize, ")");
+  if (impl()->storage && !empty)
+    EMBER_CHECK(uint64_t(end_bytes) <= impl()->storage->nbytes,
                 "as_strided: sizes ", ember::shape_str(sz), " strides ", ember::shape_str(st), " offset ",
                 offset, " reach past the end of the storage (",
                 impl()->storage->nbytes / dtype_size(dtype()), " elements)");
@@ -332,7 +347,9 @@ std::vector<Tensor> Tensor::split_with_sizes(const Shape& split_sizes, int64_t d
   int64_t total = 0;
   for (int64_t s : split_sizes) {
     EMBER_CHECK(s >= 0, "split_with_sizes: negative size in ", ember::shape_str(split_sizes));
-    total += s;
+    EMBER_CHECK(size_add(total, s, &total), "split_with_sizes: sizes ",
+                ember::shape_str(split_sizes), " sum past int64 (at most ", kMaxSize,
+                ") but dim ", d, " has size ", sizes()[d], " (shape ", ember::shape_str(sizes()), ")");
   }
   EMBER_CHECK(total == sizes()[d], "split_with_sizes: sizes ", ember::shape_str(split_sizes), " sum to ",
               total, " but dim ", d, " has size ", sizes()[d], " (shape ", ember::shape_str(sizes()), ")");
@@ -358,7 +375,7 @@ std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t d) const {
   EMBER_CHECK(chunks > 0, "chunk: chunks must be positive, got ", chunks);
   d = wrap_dim(d, dim(), "chunk");
   int64_t n = sizes()[d];
-  return split(std::max<int64_t>(1, (n + chunks - 1) / chunks), d);
+  return split(n == 0 ? 1 : 1 + (n - 1) / chunks, d);  // n + chunks - 1 could overflow
 }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b) { return broadcast_pair(a, b, "broadcast"); }
