@@ -4,7 +4,6 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
-#include "ember/source_location.h"
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -12,6 +11,7 @@
 #include "dispatch/dispatcher.h"
 #include "ember/compile.h"
 #include "ember/ops.h"
+#include "ember/source_location.h"
 #include "graph/graph.h"
 
 namespace ember::capture {
@@ -134,6 +134,33 @@ class Guards {
   std::vector<int64_t> dims_;
   bool grad_mode_ = true;
   DType default_dtype_ = DType::Float32;
+};
+
+// Decides, when a trace ends, the source of each real tensor it lifted besides the arguments
+// (sources.cpp). Parents of grads are added to `guards` first, as non-input sources.
+class SourceFinder {
+ public:
+  SourceFinder(const std::unordered_map<const TensorImpl*, int>& arguments, Guards& guards)
+      : arguments_(arguments), guards_(guards) {}
+  // The traced code read `owner.grad()` and got `grad`.
+  void grad_read(const Tensor& owner, const Tensor& grad);
+  // `results`: what the function returned (they hold references of their own).
+  Source source_of(const Tensor& t, const std::string& name, const std::vector<Tensor>& results);
+
+ private:
+  struct ModuleSlotRef {
+    const Tensor* slot;
+    std::weak_ptr<const void> alive;
+    std::string name;
+  };
+  const ModuleSlotRef* module_slot(const TensorImpl* t);
+
+  const std::unordered_map<const TensorImpl*, int>& arguments_;  // argument -> first slot
+  Guards& guards_;
+  // A grad read while tracing -> (that grad, whose grad it is).
+  std::unordered_map<const TensorImpl*, std::pair<Tensor, Tensor>> grad_owner_;
+  bool slots_built_ = false;
+  std::unordered_map<const TensorImpl*, ModuleSlotRef> slots_;  // built on first use
 };
 
 // ---- the segment cache, shared by every callable: structural hash + input metadata ----

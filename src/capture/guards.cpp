@@ -161,10 +161,10 @@ bool Guards::check(const detail::CallFrame& f, std::string* why, int* passed) co
                         "another tensor, or its module slot holds another one)"
                       : "the grad is undefined now");
     const TensorImpl* ti = t.impl();
-    bool same = ti->dtype == src.dtype && ti->sizes == src.sizes && ti->device == src.device &&
-                ti->requires_grad() == src.requires_grad &&
-                (src.kind == Source::Constant ||
-                 (ti->strides == src.strides && ti->offset == src.offset));
+    bool same =
+        ti->dtype == src.dtype && ti->sizes == src.sizes && ti->device == src.device &&
+        ti->requires_grad() == src.requires_grad &&
+        (src.kind == Source::Constant || (ti->strides == src.strides && ti->offset == src.offset));
     if (!same)
       return fail(src.describe(), ": now ", dtype_name(ti->dtype), shape_str(ti->sizes),
                   ti->requires_grad() ? " requires_grad" : "",

@@ -9,7 +9,6 @@
 #include "capture/capture.h"
 #include "core/shape.h"
 #include "ember/autograd.h"
-#include "nn/module_registry.h"
 
 namespace ember::capture {
 
@@ -30,7 +29,6 @@ struct SymInfo {
 SymInfo* sym_of(const TensorImpl* t) {
   return t && !t->storage ? static_cast<SymInfo*>(t->symbolic.get()) : nullptr;
 }
-
 
 const char* hint_for(const std::string& op) {
   if (op == "item" || op == "bool conversion")
@@ -216,7 +214,7 @@ class Tracer : public CaptureHook {
   }
 
   void on_grad(const Tensor& owner, const Tensor& grad) override {
-    if (!owner.is_symbolic()) grad_owner_[grad.impl()] = {grad, owner};
+    if (!owner.is_symbolic()) sources_.grad_read(owner, grad);
   }
 
  private:
@@ -472,14 +470,16 @@ class Tracer : public CaptureHook {
         std::vector<const Storage*> constants;
         for (size_t i = num_arg_inputs_; i < s.inputs.size(); ++i) {
           const Tensor& c = s.inputs[i];
-          Source src = source_of(c, s.g->input_names()[i], *results);
+          Source src = sources_.source_of(c, s.g->input_names()[i], *results);
           Tensor pristine;
           if (src.kind == Source::Constant) {
             // Made by the function itself: each replay starts from its first contents, as
             // each eager call would, and hands out copies of it.
             auto it = s.pristine.find(c.impl());
-            if (it != s.pristine.end()) pristine = it->second;
-            else constants.push_back(c.impl()->storage.get());
+            if (it != s.pristine.end())
+              pristine = it->second;
+            else
+              constants.push_back(c.impl()->storage.get());
           }
           plan->pristine.push_back(pristine);
           out_.guards.add_source(std::move(src), /*as_input=*/true);
@@ -502,82 +502,13 @@ class Tracer : public CaptureHook {
     start_segment(s.index + 1);
   }
 
-  // Where a replay finds the real tensor t that the trace lifted (capture.h, Source).
-  Source source_of(const Tensor& t, const std::string& name, const std::vector<Tensor>& results) {
-    Source src;
-    src.name = name;
-    src.dtype = t.dtype();
-    src.device = t.device();
-    src.requires_grad = t.requires_grad();
-    src.sizes = t.sizes();
-    src.strides = t.strides();
-    src.offset = t.storage_offset();
-    if (auto g = grad_owner_.find(t.impl()); g != grad_owner_.end()) {
-      const Tensor& owner = g->second.second;
-      src.kind = Source::GradOf;
-      if (auto a = arguments_.find(owner.impl()); a != arguments_.end()) {
-        src.owner_arg = a->second;
-        src.name = "grad of argument " + std::to_string(a->second);
-      } else {
-        Source o = source_of(owner, name + ".owner", results);
-        src.name = "grad of " + o.describe();
-        src.owner_source = out_.guards.num_sources();
-        out_.guards.add_source(std::move(o), /*as_input=*/false);
-      }
-      return src;
-    }
-    // Held by nothing but this trace (and the results): made by the function, a constant.
-    // Returned tensors are held twice: by the frame and by the result object.
-    long held = t.impl_ptr().use_count() - 1;
-    for (const Tensor& r : results) held -= 2 * (r.impl() == t.impl());
-    for (const auto& [key, read] : grad_owner_) held -= read.second.impl() == t.impl();
-    if (held <= 0) {
-      src.kind = Source::Constant;
-      src.constant = t;
-      return src;
-    }
-    src.kind = Source::Captured;
-    src.weak = t.impl_ptr();
-    t.impl()->watched.store(true, std::memory_order_relaxed);
-    src.rebinds = t.impl()->rebinds.load(std::memory_order_relaxed);
-    if (const ModuleSlotRef* m = module_slot(t.impl())) {
-      src.slot = m->slot;
-      src.module_alive = m->alive;
-      src.name = m->name;
-    }
-    return src;
-  }
-
-  struct ModuleSlotRef {
-    const Tensor* slot;
-    std::weak_ptr<const void> alive;
-    std::string name;
-  };
-  // The module slot holding t, if any live module has it as a parameter or buffer.
-  const ModuleSlotRef* module_slot(const TensorImpl* t) {
-    if (!slots_built_) {
-      slots_built_ = true;
-      nn::detail::for_each_live_module([&](const nn::Module& m) {
-        m.for_each_slot([&](const std::string& n, const Tensor& slot, bool) {
-          if (slot.defined())
-            slots_.emplace(slot.impl(), ModuleSlotRef{&slot, m.alive_token(), m.type_name() + "." + n});
-        });
-      });
-    }
-    auto it = slots_.find(t);
-    return it == slots_.end() ? nullptr : &it->second;
-  }
-
   const TraceConfig& cfg_;
   detail::CallFrame& frame_;
   TraceResult& out_;
   uint64_t id_;
   std::unique_ptr<Segment> seg_;
   std::unordered_map<const TensorImpl*, int> arguments_;  // argument tensor -> first slot
-  // A grad read while tracing -> (that grad, whose grad it is).
-  std::unordered_map<const TensorImpl*, std::pair<Tensor, Tensor>> grad_owner_;
-  bool slots_built_ = false;
-  std::unordered_map<const TensorImpl*, ModuleSlotRef> slots_;
+  SourceFinder sources_{arguments_, out_.guards};
   std::vector<int32_t> arg_inputs_;
   size_t num_arg_inputs_ = 0;
 };

@@ -1,8 +1,8 @@
 // Module: registration, traversal, modes and state dicts.
 #include <mutex>
 #include <set>
-#include <unordered_set>
 #include <sstream>
+#include <unordered_set>
 
 #include "core/shape.h"
 #include "dispatch/dispatcher.h"
@@ -168,11 +168,11 @@ LoadReport Module::load_state_dict(const StateDict& dict, bool strict) {
     }
     const Tensor& src = it->second;
     if (!src.defined() || src.sizes() != t.sizes() || src.dtype() != t.dtype()) {
-      report.mismatched.push_back(name + ": expected " + t.shape_str() + " " +
-                                  std::string(dtype_name(t.dtype())) + ", got " +
-                                  (src.defined() ? src.shape_str() + " " +
-                                                       std::string(dtype_name(src.dtype()))
-                                                 : std::string("undefined")));
+      report.mismatched.push_back(
+          name + ": expected " + t.shape_str() + " " + std::string(dtype_name(t.dtype())) +
+          ", got " +
+          (src.defined() ? src.shape_str() + " " + std::string(dtype_name(src.dtype()))
+                         : std::string("undefined")));
       continue;
     }
     copies.emplace_back(t, src);
@@ -180,9 +180,10 @@ LoadReport Module::load_state_dict(const StateDict& dict, bool strict) {
   for (auto& [k, v] : given)
     if (!own_names.count(k)) report.unexpected.push_back(k);
   if (strict && !report.ok())
-    EMBER_FAIL("load_state_dict (", type_name_, "): the state dict does not match the module; "
-               "nothing was loaded.\n", report.str(),
-               "Pass strict=false to load the matching keys only.");
+    EMBER_FAIL("load_state_dict (", type_name_,
+               "): the state dict does not match the module; "
+               "nothing was loaded.\n",
+               report.str(), "Pass strict=false to load the matching keys only.");
   NoGradGuard no_grad;
   for (auto& [dst, src] : copies) {
     Tensor d = dst;

@@ -25,18 +25,22 @@ class ReplaySoundness : public ::testing::TestWithParam<const char*> {
 // Values equal within float32 rounding (generated kernels may contract or reorder).
 ::testing::AssertionResult same(const Tensor& got, const Tensor& want) {
   if (got.sizes() != want.sizes() || got.dtype() != want.dtype())
-    return ::testing::AssertionFailure() << "got " << dtype_name(got.dtype()) << got.shape_str()
-                                         << ", want " << dtype_name(want.dtype()) << want.shape_str();
+    return ::testing::AssertionFailure()
+           << "got " << dtype_name(got.dtype()) << got.shape_str() << ", want "
+           << dtype_name(want.dtype()) << want.shape_str();
   std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
   for (size_t i = 0; i < g.size(); ++i) {
     bool ok = g[i] == w[i] || (std::isnan(g[i]) && std::isnan(w[i])) ||
               std::abs(g[i] - w[i]) <= 1e-5 * (1 + std::abs(w[i]));
-    if (!ok) return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " vs " << w[i];
+    if (!ok)
+      return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " vs " << w[i];
   }
   return ::testing::AssertionSuccess();
 }
 
-std::vector<float> vec(const Tensor& t) { return t.to_vector<float>(); }
+std::vector<float> vec(const Tensor& t) {
+  return t.to_vector<float>();
+}
 
 // ---- tensors the function reaches other than through its arguments ----
 
@@ -200,10 +204,12 @@ TEST_P(ReplaySoundness, ExplicitStateIsReadOnEveryCallWithoutRetracing) {
   Tensor w = full({3}, 1.0), b = zeros({3});
   CompileOptions o = opts();
   o.state = [&] { return std::vector<Tensor>{w, b}; };
-  auto f = compile([&](const Tensor& x) {
-    b.add_(1.0);  // state updated in place, as MLX's outputs=
-    return x * w + b;
-  }, o);
+  auto f = compile(
+      [&](const Tensor& x) {
+        b.add_(1.0);  // state updated in place, as MLX's outputs=
+        return x * w + b;
+      },
+      o);
   EXPECT_EQ(vec(f(ones({3}))), std::vector<float>(3, 2.0f));
   Tensor other = full({3}, 4.0);
   std::swap(w, other);  // no handle assignment the watch could see: state reads w anew anyway
@@ -292,10 +298,12 @@ TEST_P(ReplaySoundness, DetachStopsGradientsOfAnArgument) {
 }
 
 TEST_P(ReplaySoundness, TensorMadeInsideTheFunctionIsReturnedFresh) {
-  auto f = compile([](const Tensor& x) {
-    Tensor c = from_vector<float>({1, 2, 3, 4}, {4});
-    return std::vector<Tensor>{x * 2.0, c, c.view({2, 2})};
-  }, opts());
+  auto f = compile(
+      [](const Tensor& x) {
+        Tensor c = from_vector<float>({1, 2, 3, 4}, {4});
+        return std::vector<Tensor>{x * 2.0, c, c.view({2, 2})};
+      },
+      opts());
   for (int i = 0; i < 3; ++i) {
     std::vector<Tensor> r = f(ones({1}));
     EXPECT_EQ(vec(r[1]), (std::vector<float>{1, 2, 3, 4}));
@@ -306,9 +314,11 @@ TEST_P(ReplaySoundness, TensorMadeInsideTheFunctionIsReturnedFresh) {
 }
 
 TEST_P(ReplaySoundness, InputFreeValueHandedOutThroughAViewIsFresh) {
-  auto f = compile([](const Tensor& x) {
-    return std::make_pair(full({3, 3}, 1.0).triu().view({9}), x + 1.0);
-  }, opts());
+  auto f = compile(
+      [](const Tensor& x) {
+        return std::make_pair(full({3, 3}, 1.0).triu().view({9}), x + 1.0);
+      },
+      opts());
   Tensor want = full({3, 3}, 1.0).triu().view({9});
   for (int i = 0; i < 3; ++i) {
     auto [t, y] = f(ones({1}));
@@ -355,11 +365,13 @@ TEST_P(ReplaySoundness, ThrowingTraceIsCountedApartAndUsesNoRecompileSlot) {
   bool fail = true;
   CompileOptions o = opts();
   o.recompile_limit = 1;
-  auto f = compile([&](const Tensor& x) {
-    Tensor y = x * 2.0;
-    EMBER_CHECK(!fail, "user error");
-    return y;
-  }, o);
+  auto f = compile(
+      [&](const Tensor& x) {
+        Tensor y = x * 2.0;
+        EMBER_CHECK(!fail, "user error");
+        return y;
+      },
+      o);
   expect_error([&] { f(ones({2})); }, "user error");
   expect_error([&] { f(ones({2})); }, "user error");
   CompileStats s = f.stats();
@@ -377,10 +389,12 @@ TEST_P(ReplaySoundness, ThrowingTraceIsCountedApartAndUsesNoRecompileSlot) {
 }
 
 TEST_P(ReplaySoundness, ThrowingRecompileIsNotARecompile) {
-  auto f = compile([](const Tensor& x) {
-    EMBER_CHECK(x.size(0) != 3, "size 3 rejected");
-    return x + 1.0;
-  }, opts());
+  auto f = compile(
+      [](const Tensor& x) {
+        EMBER_CHECK(x.size(0) != 3, "size 3 rejected");
+        return x + 1.0;
+      },
+      opts());
   f(ones({2}));
   expect_error([&] { f(ones({3})); }, "size 3 rejected");
   CompileStats s = f.stats();
