@@ -4,16 +4,27 @@
 // processes building one source both end up loading a complete library. The includes every
 // source opens with are precompiled once per cache directory, compiler, flags and functors
 // header, in the background, and passed to the builds that find the result ready.
+//
+// The cache holds code this process runs, so nothing in it is trusted blindly. A library ends
+// in a trailer with its size and hash, checked before dlopen (a truncated one would load and
+// die of SIGBUS; a damaged one is built again). As ssh treats its keys, a cache directory
+// writable by others or owned by another user is not used at all (one warning; builds go to a
+// private directory for the rest of the process), and a file in it that is not ours or is
+// writable by others is not loaded (one warning; it is built again over it).
 #include "compiler/toolchain.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <mutex>
@@ -22,6 +33,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "capture/capture.h"
+#include "core/logs.h"
 #include "ember/error.h"
 
 #ifndef EMBER_SRC_DIR
@@ -89,6 +102,179 @@ void make_dirs(const std::string& path) {
   }
 }
 
+// ---- trust: whose files the cache holds, and whether they are whole ----
+
+// EMBER_LOGS=compiler: what the cache found wrong and did about it.
+void log_cache(const std::string& text) {
+  static const bool on = log_category_enabled("compiler");
+  if (on) std::fprintf(stderr, "[ember:compiler] %s\n", text.c_str());
+}
+
+// Prints each distinct warning once per process.
+void warn_once(const std::string& key, const std::string& text) {
+  static std::mutex mu;
+  static std::unordered_set<std::string> said;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!said.insert(key).second) return;
+  }
+  capture::warn(text);
+}
+
+std::string octal_mode(mode_t m) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", unsigned(m & 07777));
+  return buf;
+}
+
+// Why a file or directory others could have written is not to be trusted, or "" when it is
+// ours (or root's, as ssh accepts) and writable by nobody else. `sticky_ok`: a directory
+// writable by others but with the sticky bit (/tmp) lets no one replace what is ours in it.
+std::string untrusted(const struct stat& st, bool sticky_ok) {
+  const uid_t me = ::geteuid();
+  if (st.st_uid != me && st.st_uid != 0)
+    return "it is owned by uid " + std::to_string(st.st_uid) + ", not by this user (uid " +
+           std::to_string(me) + ") or root";
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(sticky_ok && (st.st_mode & S_ISVTX)))
+    return std::string("it is writable by ") + (st.st_mode & S_IWOTH ? "every user" : "its group") +
+           " (mode " + octal_mode(st.st_mode) + ")";
+  return "";
+}
+
+// Why the cache directory `dir` is not to be trusted, or "": the directory itself, then each
+// directory above it (any of them writable by others could have it replaced).
+std::string untrusted_dir(const std::string& dir) {
+  struct stat st{};
+  if (::stat(dir.c_str(), &st) != 0) return "it cannot be read (errno " + std::to_string(errno) + ")";
+  if (!S_ISDIR(st.st_mode)) return "it is not a directory";
+  std::string why = untrusted(st, false);
+  if (!why.empty()) return why;
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::canonical(dir, ec);
+  if (ec) return "its path cannot be resolved (" + ec.message() + ")";
+  for (p = p.parent_path(); !p.empty(); p = p.parent_path()) {
+    if (::stat(p.c_str(), &st) != 0) break;
+    why = untrusted(st, true);
+    if (!why.empty()) return "the directory above it, " + p.string() + ", cannot be trusted: " + why;
+    if (p == p.root_path()) break;
+  }
+  return "";
+}
+
+// The private directory builds go to while the configured one is refused: made (mode 0700,
+// by mkdtemp) on first use, kept for the rest of the process, removed at exit.
+std::string g_private_dir;
+void remove_private_dir() {
+  std::error_code ec;
+  std::filesystem::remove_all(g_private_dir, ec);
+}
+const std::string& private_dir() {
+  static const std::string d = [] {
+    const std::string base = env_or("TMPDIR", "/tmp");
+    std::string tmpl = base + "/ember-kernels-XXXXXX";
+    EMBER_CHECK(::mkdtemp(tmpl.data()), "compiler: cannot create a private directory under ",
+                base, " (errno ", errno, "); set EMBER_CACHE_DIR to a directory of your own ",
+                "(mode 0700)");
+    g_private_dir = tmpl;
+    std::atexit(remove_private_dir);
+    return tmpl;
+  }();
+  return d;
+}
+
+// The directory builds use: the configured cache directory when it can be trusted, else a
+// private one (checked on each call: a cache directory can change hands while we run).
+std::string usable_cache_dir() {
+  const std::string dir = cache_dir();
+  make_dirs(dir);
+  const std::string why = untrusted_dir(dir);
+  if (why.empty()) return dir;
+  const std::string& own = private_dir();
+  warn_once("dir " + dir + ": " + why,
+            "compiler: not using the kernel cache directory " + dir + ": " + why +
+                ". A library or header planted there would run in this process, so its kernels "
+                "are built in " + own + ", a private directory of this process, instead; make the "
+                "directory yours and private (chown, chmod 700) or set EMBER_CACHE_DIR to one "
+                "that is");
+  return own;
+}
+
+// A library as published: the bytes the compiler wrote, then this trailer.
+struct Trailer {
+  char magic[8];
+  uint64_t size;  // bytes before the trailer
+  uint64_t hash;  // FNV-1a of them
+};
+constexpr char kTrailerMagic[8] = {'E', 'M', 'B', 'E', 'R', 'L', 'I', 'B'};
+
+uint64_t fnv1a(const char* p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 0x100000001b3ull;
+  return h;
+}
+
+// Appends the trailer to the library the compiler just wrote, and takes away any write
+// permission of others (the umask may have granted some).
+void seal_library(const std::string& lib) {
+  std::string bytes = read_file(lib);
+  EMBER_CHECK(!bytes.empty(), "compiler: cannot read the library just built, ", lib);
+  Trailer t;
+  std::memcpy(t.magic, kTrailerMagic, sizeof t.magic);
+  t.size = bytes.size();
+  t.hash = fnv1a(bytes.data(), bytes.size());
+  std::ofstream f(lib, std::ios::binary | std::ios::app);
+  f.write(reinterpret_cast<const char*>(&t), sizeof t);
+  f.close();
+  EMBER_CHECK(f.good(), "compiler: cannot write ", lib, " (errno ", errno, ")");
+  struct stat st{};
+  if (::stat(lib.c_str(), &st) == 0) ::chmod(lib.c_str(), st.st_mode & 0755);
+}
+
+// What is wrong with the disk entry at `path`, or "" when it may be loaded: it must be a
+// regular file of ours that nobody else can write, and end in a trailer that matches it.
+// `untrusted_file` is set when the problem is whose it is rather than what it holds.
+std::string check_entry(const std::string& path, bool* untrusted_file) {
+  *untrusted_file = false;
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    *untrusted_file = errno == ELOOP;
+    return errno == ELOOP ? "it is a symbolic link" : "it cannot be opened (errno " + std::to_string(errno) + ")";
+  }
+  struct stat st{};
+  std::string why;
+  if (::fstat(fd, &st) != 0) {
+    why = "it cannot be read";
+  } else if (!S_ISREG(st.st_mode)) {
+    why = "it is not a regular file";
+    *untrusted_file = true;
+  } else if (why = untrusted(st, false); !why.empty()) {
+    *untrusted_file = true;
+  }
+  std::string bytes;
+  if (why.empty()) {
+    bytes.resize(size_t(st.st_size));
+    size_t got = 0;
+    while (got < bytes.size()) {
+      ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+      if (n <= 0) break;
+      got += size_t(n);
+    }
+    if (got != bytes.size()) why = "it cannot be read";
+  }
+  ::close(fd);
+  if (!why.empty()) return why;
+  Trailer t{};
+  if (bytes.size() < sizeof t) return "it is truncated (" + std::to_string(bytes.size()) + " bytes)";
+  std::memcpy(&t, bytes.data() + bytes.size() - sizeof t, sizeof t);
+  if (std::memcmp(t.magic, kTrailerMagic, sizeof t.magic) != 0)
+    return "it has no trailer (truncated, or written by an older ember)";
+  if (t.size != bytes.size() - sizeof t)
+    return "its size is " + std::to_string(bytes.size() - sizeof t) + " bytes, " +
+           std::to_string(t.size) + " were published";
+  if (fnv1a(bytes.data(), size_t(t.size)) != t.hash) return "its contents changed since it was built";
+  return "";
+}
+
 void* try_open(const std::string& path, const std::string& entry) {
   void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) return nullptr;
@@ -119,19 +305,55 @@ const std::string& functors_header() {
   return h;
 }
 
+// Why the precompiled includes in `dir` are not to be used, or "": the directory and both
+// files ours and written by nobody else, and the header the one ember writes (the compiler
+// reads the header whenever the .gch does not suit it).
+std::string check_prelude(const std::string& dir, const std::string& header,
+                          const std::string& gch) {
+  struct stat st{};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return dir + " is not a directory";
+  if (std::string why = untrusted(st, false); !why.empty()) return dir + ": " + why;
+  if (::lstat(gch.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return gch + " is not a regular file";
+  if (std::string why = untrusted(st, false); !why.empty()) return gch + ": " + why;
+  int fd = ::open(header.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return header + " cannot be opened (errno " + std::to_string(errno) + ")";
+  std::string why;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) why = header + " is not a regular file";
+  if (why.empty()) {
+    why = untrusted(st, false);
+    if (!why.empty()) why = header + ": " + why;
+  }
+  ::close(fd);
+  if (why.empty() && read_file(header) != generated_includes())
+    why = header + " is not the header ember writes there";
+  return why;
+}
+
 // The precompiled includes: <cache>/pch-<key>/ember_prelude.h and its .gch, the key a hash of
 // what decides the precompiled result. Returns the header's path when its .gch is ready;
 // otherwise starts building it (once per process and directory) and returns "". The build
 // runs as a background shell job that publishes the .gch by rename, so it finishes even when
-// this process exits first, and a half-written file is never seen.
-std::string precompiled_includes() {
+// this process exits first, and a half-written file is never seen. Ready files that cannot be
+// trusted (check_prelude) are not used: removed and built again, or, in a directory that is
+// not ours, left alone.
+std::string precompiled_includes(const std::string& cache) {
   if (env_or("EMBER_PCH", "1") == "0") return "";
   const std::string dir =
-      cache_dir() + "/pch-" +
+      cache + "/pch-" +
       hash_hex(generated_includes() + '\0' + functors_header() + '\0' + compiler_version() +
                '\0' + compiler_flags());
   const std::string header = dir + "/ember_prelude.h", gch = header + ".gch";
-  if (::access(gch.c_str(), R_OK) == 0) return header;
+  if (::access(gch.c_str(), F_OK) == 0) {
+    const std::string why = check_prelude(dir, header, gch);
+    if (why.empty()) return header;
+    warn_once("pch " + dir + ": " + why,
+              "compiler: not using the precompiled includes in " + dir + ": " + why +
+                  "; building without them");
+    struct stat st{};
+    if (::stat(dir.c_str(), &st) != 0 || !untrusted(st, false).empty()) return "";
+    std::remove(gch.c_str());
+    std::remove(header.c_str());
+  }
   static std::mutex mu;
   static std::unordered_set<std::string> started;
   std::lock_guard<std::mutex> lock(mu);
@@ -143,22 +365,26 @@ std::string precompiled_includes() {
     f << generated_includes();
     if (!f.good()) return "";
   }
+  ::chmod(tmp_header.c_str(), 0644);
   if (std::rename(tmp_header.c_str(), header.c_str()) != 0) return "";
   const std::string tmp = gch + ".tmp." + unique_suffix();
-  // At the lowest priority: it must not slow down the builds that run meanwhile.
+  // At the lowest priority: it must not slow down the builds that run meanwhile. Published
+  // writable by us alone, whatever the umask: check_prelude refuses anything else.
   const std::string cmd =
       "( nice -n 19 " + compiler_command() + " " + compiler_flags() + " -x c++-header -I" +
       shell_quote(EMBER_SRC_DIR) + " -o " + shell_quote(tmp) + " " + shell_quote(header) +
-      " > /dev/null 2>&1 && mv -f " + shell_quote(tmp) + " " + shell_quote(gch) + " || rm -f " +
-      shell_quote(tmp) + " ) > /dev/null 2>&1 &";
+      " > /dev/null 2>&1 && chmod go-w " + shell_quote(tmp) + " && mv -f " + shell_quote(tmp) +
+      " " + shell_quote(gch) + " || rm -f " + shell_quote(tmp) + " ) > /dev/null 2>&1 &";
   std::system(cmd.c_str());  // returns at once; the job goes on by itself
   return "";
 }
 
-// Builds source into `final_path`: compile to a private temporary, then rename over. With
-// the precompiled includes first; should that build fail, once more without them (a .gch
-// another compiler cannot read, say), and the .gch is dropped so that it is built again.
-void build(const std::string& source, const std::string& final_path) {
+// Builds source into `final_path`: compile to a private temporary, seal it (seal_library),
+// then rename over. With the precompiled includes of `cache` first (when `use_pch`);
+// should that build fail, once more without them (a .gch another compiler cannot read, say),
+// and the .gch is dropped so that it is built again.
+void build(const std::string& source, const std::string& cache, const std::string& final_path,
+           bool use_pch) {
   const std::string tmp = final_path + ".tmp." + unique_suffix();
   const std::string src = tmp + ".cpp", lib = tmp + ".so", log = tmp + ".log";
   {
@@ -166,7 +392,7 @@ void build(const std::string& source, const std::string& final_path) {
     f << source;
     EMBER_CHECK(f.good(), "compiler: cannot write ", src);
   }
-  const std::string pch = precompiled_includes();
+  const std::string pch = use_pch ? precompiled_includes(cache) : "";
   auto command = [&](const std::string& extra) {
     return compiler_command() + " " + compiler_flags() + extra + " -I" +
            shell_quote(EMBER_SRC_DIR) + " -o " + shell_quote(lib) + " " + shell_quote(src) + " > " +
@@ -189,6 +415,13 @@ void build(const std::string& source, const std::string& final_path) {
     EMBER_FAIL("compiler: building generated code failed (", cmd, "):\n", msgs);
   }
   std::remove(log.c_str());
+  try {
+    seal_library(lib);
+  } catch (...) {
+    std::remove(src.c_str());
+    std::remove(lib.c_str());
+    throw;
+  }
   // The source is kept next to the library for reading (EMBER_LOGS=output_code prints it too).
   std::rename(src.c_str(), (final_path.substr(0, final_path.size() - 3) + ".cpp").c_str());
   EMBER_CHECK(std::rename(lib.c_str(), final_path.c_str()) == 0, "compiler: cannot move ", lib,
@@ -257,11 +490,28 @@ std::string cache_dir() {
   return env_or("HOME", "/tmp") + "/.cache/ember";
 }
 
+// A disk entry that can be loaded as it is, or null (and why in `why`). `untrusted_file`:
+// the entry is not ours or others can write it, rather than damaged.
+void* open_entry(const std::string& path, const std::string& entry, std::string* why,
+                 bool* untrusted_file) {
+  *why = check_entry(path, untrusted_file);
+  if (!why->empty()) return nullptr;
+  void* h = try_open(path, entry);
+  if (!h) {
+    const char* e = ::dlerror();
+    *why = e ? std::string(e) : "it lacks the entry point " + entry;
+  }
+  return h;
+}
+
 std::shared_ptr<const Library> load_source(const std::string& source, const std::string& entry) {
   // The functors header is part of what the library computes: a change to it is a new entry.
   const std::string key = hash_hex(source + '\0' + functors_header() + '\0' + compiler_version() +
                                    '\0' + compiler_flags());
-  const std::string dir = cache_dir();
+  const std::string dir = usable_cache_dir();
+  // A private directory lives as long as the process: a precompiled header there would pay
+  // for itself too rarely, and its background build could outlive the directory.
+  const bool use_pch = dir == cache_dir();
   const std::string path = dir + "/" + key + ".so";
 
   MemoryCache& mc = memory_cache();
@@ -277,18 +527,25 @@ std::shared_ptr<const Library> load_source(const std::string& source, const std:
     mc.libs.emplace(path, promise.get_future().share());
   }
   try {
-    make_dirs(dir);
     void* h = nullptr;
-    if (::access(path.c_str(), F_OK) == 0) {
-      h = try_open(path, entry);
+    struct stat st{};
+    if (::lstat(path.c_str(), &st) == 0) {
+      std::string why;
+      bool untrusted_file = false;
+      h = open_entry(path, entry, &why, &untrusted_file);
       if (h) {
         ++g_disk_hits;
       } else {
-        ++g_rebuilds;  // truncated, foreign or stale: build it again over the bad one
+        ++g_rebuilds;  // truncated, damaged, foreign or stale: build it again over the bad one
+        if (untrusted_file)
+          warn_once("file " + path + ": " + why,
+                    "compiler: not loading the cached library " + path + ": " + why +
+                        "; building it again in its place");
+        log_cache("rebuilding the cached library " + path + ": " + why);
       }
     }
     if (!h) {
-      build(source, path);
+      build(source, dir, path, use_pch);
       h = try_open(path, entry);
       if (!h) {
         const char* why = ::dlerror();

@@ -38,7 +38,10 @@ bool compiler_available();
 const std::string& compiler_version();
 // $EMBER_CXXFLAGS, else the default flags (-O3 -march=native -fopenmp ...).
 const std::string& compiler_flags();
-// $EMBER_CACHE_DIR, else ~/.cache/ember; created (mode 0700) by the first build.
+// $EMBER_CACHE_DIR, else ~/.cache/ember; created (mode 0700) by the first build. Not used
+// when others could write into it (it, or a directory above it without the sticky bit, is
+// writable by group or others, or owned by another user than this one or root): builds then
+// go to a private directory made for the process, with one warning.
 std::string cache_dir();
 // The #include lines that open every generated source. Builds pass them precompiled (a header
 // kept in the cache directory per compiler, flags and functors header, built in the background
@@ -48,7 +51,9 @@ const std::string& generated_includes();
 
 // Compiles `source` into a shared library (or finds it in the caches) and loads it. Throws
 // Error with the compiler's messages when compilation fails. `entry` is a symbol the library
-// must export: a disk entry without it counts as corrupt and is rebuilt.
+// must export. A disk entry is loaded only when its size and hash match those recorded when it
+// was built and it is ours, writable by no one else; otherwise (or when it lacks `entry`) it
+// counts as a rebuild and is built again in its place.
 std::shared_ptr<const Library> load_source(const std::string& source, const std::string& entry);
 
 ToolchainStats toolchain_stats();
