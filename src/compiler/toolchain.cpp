@@ -144,8 +144,9 @@ std::string untrusted(const struct stat& st, bool sticky_ok) {
 // Why the cache directory `dir` is not to be trusted, or "": the directory itself, then each
 // directory above it (any of them writable by others could have it replaced).
 std::string untrusted_dir(const std::string& dir) {
-  struct stat st{};
-  if (::stat(dir.c_str(), &st) != 0) return "it cannot be read (errno " + std::to_string(errno) + ")";
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0)
+    return "it cannot be read (errno " + std::to_string(errno) + ")";
   if (!S_ISDIR(st.st_mode)) return "it is not a directory";
   std::string why = untrusted(st, false);
   if (!why.empty()) return why;
@@ -155,7 +156,8 @@ std::string untrusted_dir(const std::string& dir) {
   for (p = p.parent_path(); !p.empty(); p = p.parent_path()) {
     if (::stat(p.c_str(), &st) != 0) break;
     why = untrusted(st, true);
-    if (!why.empty()) return "the directory above it, " + p.string() + ", cannot be trusted: " + why;
+    if (!why.empty())
+      return "the directory above it, " + p.string() + ", cannot be trusted: " + why;
     if (p == p.root_path()) break;
   }
   return "";
@@ -172,8 +174,8 @@ const std::string& private_dir() {
   static const std::string d = [] {
     const std::string base = env_or("TMPDIR", "/tmp");
     std::string tmpl = base + "/ember-kernels-XXXXXX";
-    EMBER_CHECK(::mkdtemp(tmpl.data()), "compiler: cannot create a private directory under ",
-                base, " (errno ", errno, "); set EMBER_CACHE_DIR to a directory of your own ",
+    EMBER_CHECK(::mkdtemp(tmpl.data()), "compiler: cannot create a private directory under ", base,
+                " (errno ", errno, "); set EMBER_CACHE_DIR to a directory of your own ",
                 "(mode 0700)");
     g_private_dir = tmpl;
     std::atexit(remove_private_dir);
@@ -192,8 +194,8 @@ std::string usable_cache_dir() {
   const std::string& own = private_dir();
   warn_once("dir " + dir + ": " + why,
             "compiler: not using the kernel cache directory " + dir + ": " + why +
-                ". A library or header planted there would run in this process, so its kernels "
-                "are built in " + own + ", a private directory of this process, instead; make the "
+                ". A library or header planted there would run in this process, so kernels are "
+                "built in " + own + ", a private directory of this process, instead. Make the "
                 "directory yours and private (chown, chmod 700) or set EMBER_CACHE_DIR to one "
                 "that is");
   return own;
@@ -226,7 +228,7 @@ void seal_library(const std::string& lib) {
   f.write(reinterpret_cast<const char*>(&t), sizeof t);
   f.close();
   EMBER_CHECK(f.good(), "compiler: cannot write ", lib, " (errno ", errno, ")");
-  struct stat st{};
+  struct stat st {};
   if (::stat(lib.c_str(), &st) == 0) ::chmod(lib.c_str(), st.st_mode & 0755);
 }
 
@@ -238,9 +240,10 @@ std::string check_entry(const std::string& path, bool* untrusted_file) {
   int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     *untrusted_file = errno == ELOOP;
-    return errno == ELOOP ? "it is a symbolic link" : "it cannot be opened (errno " + std::to_string(errno) + ")";
+    return errno == ELOOP ? "it is a symbolic link"
+                          : "it cannot be opened (errno " + std::to_string(errno) + ")";
   }
-  struct stat st{};
+  struct stat st {};
   std::string why;
   if (::fstat(fd, &st) != 0) {
     why = "it cannot be read";
@@ -264,14 +267,16 @@ std::string check_entry(const std::string& path, bool* untrusted_file) {
   ::close(fd);
   if (!why.empty()) return why;
   Trailer t{};
-  if (bytes.size() < sizeof t) return "it is truncated (" + std::to_string(bytes.size()) + " bytes)";
+  if (bytes.size() < sizeof t)
+    return "it is truncated (" + std::to_string(bytes.size()) + " bytes)";
   std::memcpy(&t, bytes.data() + bytes.size() - sizeof t, sizeof t);
   if (std::memcmp(t.magic, kTrailerMagic, sizeof t.magic) != 0)
     return "it has no trailer (truncated, or written by an older ember)";
   if (t.size != bytes.size() - sizeof t)
     return "its size is " + std::to_string(bytes.size() - sizeof t) + " bytes, " +
            std::to_string(t.size) + " were published";
-  if (fnv1a(bytes.data(), size_t(t.size)) != t.hash) return "its contents changed since it was built";
+  if (fnv1a(bytes.data(), size_t(t.size)) != t.hash)
+    return "its contents changed since it was built";
   return "";
 }
 
@@ -310,7 +315,7 @@ const std::string& functors_header() {
 // reads the header whenever the .gch does not suit it).
 std::string check_prelude(const std::string& dir, const std::string& header,
                           const std::string& gch) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return dir + " is not a directory";
   if (std::string why = untrusted(st, false); !why.empty()) return dir + ": " + why;
   if (::lstat(gch.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return gch + " is not a regular file";
@@ -338,18 +343,16 @@ std::string check_prelude(const std::string& dir, const std::string& header,
 // not ours, left alone.
 std::string precompiled_includes(const std::string& cache) {
   if (env_or("EMBER_PCH", "1") == "0") return "";
-  const std::string dir =
-      cache + "/pch-" +
-      hash_hex(generated_includes() + '\0' + functors_header() + '\0' + compiler_version() +
-               '\0' + compiler_flags());
+  const std::string dir = cache + "/pch-" +
+                          hash_hex(generated_includes() + '\0' + functors_header() + '\0' +
+                                   compiler_version() + '\0' + compiler_flags());
   const std::string header = dir + "/ember_prelude.h", gch = header + ".gch";
   if (::access(gch.c_str(), F_OK) == 0) {
     const std::string why = check_prelude(dir, header, gch);
     if (why.empty()) return header;
-    warn_once("pch " + dir + ": " + why,
-              "compiler: not using the precompiled includes in " + dir + ": " + why +
-                  "; building without them");
-    struct stat st{};
+    const std::string text = "compiler: not using the precompiled includes in " + dir + ": " + why;
+    warn_once("pch " + dir + ": " + why, text + "; building without them");
+    struct stat st {};
     if (::stat(dir.c_str(), &st) != 0 || !untrusted(st, false).empty()) return "";
     std::remove(gch.c_str());
     std::remove(header.c_str());
@@ -528,7 +531,7 @@ std::shared_ptr<const Library> load_source(const std::string& source, const std:
   }
   try {
     void* h = nullptr;
-    struct stat st{};
+    struct stat st {};
     if (::lstat(path.c_str(), &st) == 0) {
       std::string why;
       bool untrusted_file = false;
@@ -537,10 +540,8 @@ std::shared_ptr<const Library> load_source(const std::string& source, const std:
         ++g_disk_hits;
       } else {
         ++g_rebuilds;  // truncated, damaged, foreign or stale: build it again over the bad one
-        if (untrusted_file)
-          warn_once("file " + path + ": " + why,
-                    "compiler: not loading the cached library " + path + ": " + why +
-                        "; building it again in its place");
+        const std::string text = "compiler: not loading the cached library " + path + ": " + why;
+        if (untrusted_file) warn_once("file " + path + ": " + why, text + "; building it again");
         log_cache("rebuilding the cached library " + path + ": " + why);
       }
     }

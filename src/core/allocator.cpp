@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "ember/error.h"
+#include "kernels/device_memory.h"
 
 namespace ember {
 
@@ -36,7 +37,7 @@ size_t rounded(size_t n) {
 
 // RAM and swap of the machine, in bytes (0 when unknown).
 uint64_t memory_and_swap() {
-  struct sysinfo si{};
+  struct sysinfo si {};
   if (::sysinfo(&si) != 0) return 0;
   return (uint64_t(si.totalram) + uint64_t(si.totalswap)) * si.mem_unit;
 }
@@ -54,10 +55,11 @@ void* cpu_alloc(size_t nbytes) {
   // pass over it get the process killed, so it fails here as it would without overcommit.
   if (nbytes > size_t(PTRDIFF_MAX)) out_of_memory(nbytes, ", more than an address space holds");
   static const uint64_t limit = memory_and_swap();
-  if (limit != 0 && nbytes > limit)
-    out_of_memory(nbytes, (", more than the machine's " + std::to_string(limit) +
-                           " bytes of memory and swap")
-                              .c_str());
+  if (limit != 0 && nbytes > limit) {
+    const std::string why = ", more than the machine's " + std::to_string(limit) + " bytes of "
+                            "memory and swap";
+    out_of_memory(nbytes, why.c_str());
+  }
   size_t n = rounded(nbytes == 0 ? kAlign : nbytes);
   Cache& c = cache();
   if (n >= kCacheMin) {
@@ -122,8 +124,7 @@ void cpu_reset_peak() {
 }
 
 std::shared_ptr<Storage> new_storage(size_t nbytes, Device device) {
-  EMBER_CHECK(device.type == DeviceType::CPU, "device ", device.str(),
-              " is not supported by this build; use the CPU");
+  if (device.type == DeviceType::CUDA) return device_memory::new_cuda_storage(nbytes, device);
   auto s = std::make_shared<Storage>();
   s->data = cpu_alloc(nbytes);
   s->nbytes = nbytes;

@@ -6,7 +6,9 @@
 
 namespace ember {
 
-void check_sizes(const Shape& sizes, const char* op) { checked_numel(sizes, op); }
+void check_sizes(const Shape& sizes, const char* op) {
+  checked_numel(sizes, op);
+}
 void check_sizes(const Shape& sizes, DType dtype, const char* op) {
   checked_nbytes(sizes, dtype, op);
 }

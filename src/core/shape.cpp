@@ -38,8 +38,12 @@ int64_t shape_numel(const Shape& s) {
   return n;
 }
 
-bool size_mul(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow(a, b, out); }
-bool size_add(int64_t a, int64_t b, int64_t* out) { return !__builtin_add_overflow(a, b, out); }
+bool size_mul(int64_t a, int64_t b, int64_t* out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
+bool size_add(int64_t a, int64_t b, int64_t* out) {
+  return !__builtin_add_overflow(a, b, out);
+}
 
 namespace {
 // The product of the nonzero sizes (the outermost contiguous stride), or -1 when it does not

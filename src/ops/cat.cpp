@@ -9,8 +9,8 @@ MetaList infer_cat(std::span<const Tensor> in, const Attrs& a) {
   Shape s = in[0].sizes();
   s[a.dim] = 0;
   for (const Tensor& t : in)
-    EMBER_CHECK(size_add(s[a.dim], t.sizes()[a.dim], &s[a.dim]), "cat: the sizes of dim ",
-                a.dim, " add up past int64 (at most ", kMaxSize, ") over ", in.size(),
+    EMBER_CHECK(size_add(s[a.dim], t.sizes()[a.dim], &s[a.dim]), "cat: the sizes of dim ", a.dim,
+                " add up past int64 (at most ", kMaxSize, ") over ", in.size(),
                 " tensors of shapes like ", t.shape_str(), "; concatenate fewer or smaller ones");
   return {TensorMeta{s, {}, 0, in[0].dtype()}};
 }

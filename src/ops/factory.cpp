@@ -11,7 +11,10 @@ namespace {
 MetaList infer_factory(std::span<const Tensor>, const Attrs& a) {
   return {TensorMeta{a.shape, {}, 0, a.dtype}};
 }
+// Factories compute on the CPU and are copied to another device asked for (until devices
+// have fill kernels of their own).
 Tensor finish(Tensor t, const TensorOptions& o) {
+  if (t.device() != o.device) t = t.to(o.device);
   if (o.requires_grad) t.requires_grad_(true);
   return t;
 }
@@ -38,8 +41,12 @@ Tensor empty(const Shape& shape, TensorOptions opts) {
 Tensor full(const Shape& shape, double value, TensorOptions opts) {
   return full_named(shape, value, opts, "full");
 }
-Tensor zeros(const Shape& shape, TensorOptions opts) { return full_named(shape, 0, opts, "zeros"); }
-Tensor ones(const Shape& shape, TensorOptions opts) { return full_named(shape, 1, opts, "ones"); }
+Tensor zeros(const Shape& shape, TensorOptions opts) {
+  return full_named(shape, 0, opts, "zeros");
+}
+Tensor ones(const Shape& shape, TensorOptions opts) {
+  return full_named(shape, 1, opts, "ones");
+}
 Tensor zeros_like(const Tensor& t) { return full(t.sizes(), 0, t.dtype()); }
 Tensor ones_like(const Tensor& t) { return full(t.sizes(), 1, t.dtype()); }
 Tensor full_like(const Tensor& t, double value) { return full(t.sizes(), value, t.dtype()); }

@@ -51,7 +51,8 @@ std::array<OpImpl, kNumOps> checked_impls(std::index_sequence<I...>) {
 const OpInfo& op_info(OpId op) { return kInfos[size_t(op)]; }
 const OpImpl& op_impl(OpId op) {
   // Built on first use: the entries live in other translation units.
-  static const std::array<OpImpl, kNumOps> impls = checked_impls(std::make_index_sequence<kNumOps>());
+  static const std::array<OpImpl, kNumOps> impls =
+      checked_impls(std::make_index_sequence<kNumOps>());
   return impls[size_t(op)];
 }
 

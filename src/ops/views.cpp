@@ -320,8 +320,8 @@ Tensor Tensor::as_strided(const Shape& sz, const Shape& st, int64_t offset) cons
   bool empty = false, fits = true;
   int64_t last = offset, step = 0, end_bytes = 0;
   for (size_t i = 0; i < sz.size(); ++i) {
-    EMBER_CHECK(st[i] >= 0, "as_strided: negative stride in ", ember::shape_str(st),
-                " (sizes ", ember::shape_str(sz), ")");
+    EMBER_CHECK(st[i] >= 0, "as_strided: negative stride in ", ember::shape_str(st), " (sizes ",
+                ember::shape_str(sz), ")");
     empty |= sz[i] == 0;
     if (sz[i] > 0) fits = fits && size_mul(sz[i] - 1, st[i], &step) && size_add(last, step, &last);
   }
@@ -331,9 +331,9 @@ Tensor Tensor::as_strided(const Shape& sz, const Shape& st, int64_t offset) cons
               ember::shape_str(st), " offset ", offset,
               " reach an element whose offset does not fit in int64 (at most ", kMaxSize, ")");
   if (impl()->storage && !empty)
-    EMBER_CHECK(uint64_t(end_bytes) <= impl()->storage->nbytes,
-                "as_strided: sizes ", ember::shape_str(sz), " strides ", ember::shape_str(st), " offset ",
-                offset, " reach past the end of the storage (",
+    EMBER_CHECK(uint64_t(end_bytes) <= impl()->storage->nbytes, "as_strided: sizes ",
+                ember::shape_str(sz), " strides ", ember::shape_str(st), " offset ", offset,
+                " reach past the end of the storage (",
                 impl()->storage->nbytes / dtype_size(dtype()), " elements)");
   Attrs a;
   a.shape = sz;
@@ -348,8 +348,8 @@ std::vector<Tensor> Tensor::split_with_sizes(const Shape& split_sizes, int64_t d
   for (int64_t s : split_sizes) {
     EMBER_CHECK(s >= 0, "split_with_sizes: negative size in ", ember::shape_str(split_sizes));
     EMBER_CHECK(size_add(total, s, &total), "split_with_sizes: sizes ",
-                ember::shape_str(split_sizes), " sum past int64 (at most ", kMaxSize,
-                ") but dim ", d, " has size ", sizes()[d], " (shape ", ember::shape_str(sizes()), ")");
+                ember::shape_str(split_sizes), " sum past int64 (at most ", kMaxSize, ") but dim ",
+                d, " has size ", sizes()[d], " (shape ", ember::shape_str(sizes()), ")");
   }
   EMBER_CHECK(total == sizes()[d], "split_with_sizes: sizes ", ember::shape_str(split_sizes), " sum to ",
               total, " but dim ", d, " has size ", sizes()[d], " (shape ", ember::shape_str(sizes()), ")");

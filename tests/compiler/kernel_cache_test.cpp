@@ -40,8 +40,8 @@ const char* kPlantedCode =
 
 // A library whose entry returns v; `planted` adds the marker constructor.
 std::string value_source(int v, bool planted = false) {
-  return std::string(planted ? kPlantedCode : "") + "extern \"C\" int ember_cache_test_value() { return " +
-         std::to_string(v) + "; }\n";
+  return std::string(planted ? kPlantedCode : "") +
+         "extern \"C\" int ember_cache_test_value() { return " + std::to_string(v) + "; }\n";
 }
 
 int value_of(const compiler::Library& lib) {
@@ -60,7 +60,7 @@ std::string fresh_dir(const std::string& tag) {
 }
 
 mode_t mode_of(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
   return st.st_mode & 07777;
 }
@@ -70,7 +70,8 @@ bool starts_with(const std::string& s, const std::string& prefix) {
 }
 
 // Loads `source` with the cache in `dir`, the in-process cache emptied first.
-std::shared_ptr<const compiler::Library> load_in(const std::string& dir, const std::string& source) {
+std::shared_ptr<const compiler::Library> load_in(const std::string& dir,
+                                                 const std::string& source) {
   CacheDir guard(dir);
   compiler::clear_memory_cache();
   return compiler::load_source(source, kEntry);
@@ -160,9 +161,9 @@ void expect_rebuilt_in_child(const std::string& tag, void (*damage)(const std::s
   const std::string path = load_in(dir, value_source(11))->path();
   compiler::clear_memory_cache();  // nothing here holds it loaded now
   damage(path);
-  auto [status, out] = run_child("LoadsElevenAfterOneRebuild", {{"EMBER_CACHE_DIR", dir},
-                                                               {"EMBER_LOGS", "compiler"},
-                                                               {"EMBER_PCH", "0"}});
+  auto [status, out] =
+      run_child("LoadsElevenAfterOneRebuild",
+                {{"EMBER_CACHE_DIR", dir}, {"EMBER_LOGS", "compiler"}, {"EMBER_PCH", "0"}});
   EXPECT_EQ(status, 0) << "the child failed or died (a SIGBUS is status " << 128 + SIGBUS
                        << " or signal " << SIGBUS << "):\n"
                        << out;
@@ -182,9 +183,8 @@ void expect_rebuilt_in_child(const std::string& tag, void (*damage)(const std::s
 TEST(KernelCache, TruncatedLibraryIsRebuiltNotLoaded) {
   // Half a library still has its ELF headers: dlopen maps segments past the end of the file,
   // and the first touch of one is a SIGBUS.
-  expect_rebuilt_in_child("truncated", [](const std::string& path) {
-    fs::resize_file(path, fs::file_size(path) / 2);
-  });
+  expect_rebuilt_in_child(
+      "truncated", [](const std::string& path) { fs::resize_file(path, fs::file_size(path) / 2); });
 }
 
 TEST(KernelCache, LibraryWithChangedBytesIsRebuilt) {
@@ -342,26 +342,29 @@ void expect_file_refused(const std::string& tag, int v, void (*spoil)(const std:
 }
 
 TEST(KernelCache, LibraryWritableByOthersIsNotLoaded) {
-  expect_file_refused("filemode", 71, [](const std::string& p) { ::chmod(p.c_str(), 0666); },
-                      "it is writable by every user (mode 0666)");
-  expect_file_refused("filegroup", 72, [](const std::string& p) { ::chmod(p.c_str(), 0775); },
-                      "it is writable by its group (mode 0775)");
+  expect_file_refused(
+      "filemode", 71, [](const std::string& p) { ::chmod(p.c_str(), 0666); },
+      "it is writable by every user (mode 0666)");
+  expect_file_refused(
+      "filegroup", 72, [](const std::string& p) { ::chmod(p.c_str(), 0775); },
+      "it is writable by its group (mode 0775)");
 }
 
 TEST(KernelCache, LibraryOfAnotherUserIsNotLoaded) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a file to another user";
-  expect_file_refused("fileowner", 73,
-                      [](const std::string& p) { ASSERT_EQ(::chown(p.c_str(), 65534, 65534), 0); },
-                      "it is owned by uid 65534");
+  expect_file_refused(
+      "fileowner", 73, [](const std::string& p) { ASSERT_EQ(::chown(p.c_str(), 65534, 65534), 0); },
+      "it is owned by uid 65534");
 }
 
 TEST(KernelCache, LibraryThatIsASymlinkIsNotLoaded) {
-  expect_file_refused("filelink", 74,
-                      [](const std::string& p) {
-                        fs::rename(p, p + ".elsewhere");
-                        fs::create_symlink(p + ".elsewhere", p);
-                      },
-                      "it is a symbolic link");
+  expect_file_refused(
+      "filelink", 74,
+      [](const std::string& p) {
+        fs::rename(p, p + ".elsewhere");
+        fs::create_symlink(p + ".elsewhere", p);
+      },
+      "it is a symbolic link");
 }
 
 TEST(KernelCache, PreludeWritableByOthersOrChangedIsNotCompiledIn) {

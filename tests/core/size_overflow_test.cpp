@@ -19,7 +19,7 @@ using test::expect_error;
 
 constexpr int64_t k31 = int64_t(1) << 31, k32 = int64_t(1) << 32, k40 = int64_t(1) << 40,
                   k62 = int64_t(1) << 62;
-const std::string kLimit = "9223372036854775807";  // INT64_MAX, named by every overflow error
+const std::string kLimit = "9223372036854775807";      // INT64_MAX, named by every overflow error
 const std::string kHuge = "[2147483648, 2147483648]";  // 2^62 elements: 2^64 bytes of float32
 
 // ---- fresh tensors whose byte count wraps ----
@@ -76,14 +76,21 @@ TEST(SizeOverflow, ExpandedViewsFitButTheirCopiesDoNot) {
   expect_error([&] { (void)(v + 1.0); }, {"add", kHuge, kLimit});
   expect_error([&] { v.to(DType::Float64); }, {kHuge, "float64", kLimit});
   // A view whose element count does not fit is refused as it is made.
-  expect_error([] { ones({1, 1, 1}).expand({k32, k32, 2}); },
-               {"expand", "[4294967296, 4294967296, 2]", "too many elements", kLimit});
+  expect_error(
+      [] {
+        ones({1, 1, 1}).expand({k32, k32, 2});
+      },
+      {"expand", "[4294967296, 4294967296, 2]", "too many elements", kLimit});
 }
 
 TEST(SizeOverflow, BroadcastResultsThatOverflow) {
   Tensor col = ones({1, 1}).expand({k32, 1}), row = ones({1, 1}).expand({1, k32});
   expect_error([&] { (void)(col * row); }, {"mul", "[4294967296, 4294967296]", kLimit});
-  expect_error([&] { where(ones({1, 1}).gt(0.0), col, row); }, {"[4294967296, 4294967296]", kLimit});
+  expect_error(
+      [&] {
+        where(ones({1, 1}).gt(0.0), col, row);
+      },
+      {"[4294967296, 4294967296]", kLimit});
   expect_error([] { broadcast_shapes({k32, 1}, {1, k32}); }, {"broadcast", kLimit});
 }
 
@@ -149,8 +156,11 @@ TEST(SizeOverflow, SliceSplitNarrowAndChunkNearInt64Max) {
   // start + length overflowed and passed the check.
   expect_error([&] { x.narrow(0, 1, INT64_MAX); }, {"narrow", "exceeds the size 5"});
   // Sizes summing to 2^64 wrapped to the dim's size 0.
-  expect_error([] { zeros({0}).split_with_sizes({INT64_MAX, INT64_MAX, 2}); },
-               {"split_with_sizes", kLimit});
+  expect_error(
+      [] {
+        zeros({0}).split_with_sizes({INT64_MAX, INT64_MAX, 2});
+      },
+      {"split_with_sizes", kLimit});
   std::vector<Tensor> parts = x.chunk(INT64_MAX);
   ASSERT_EQ(parts.size(), 5u);
   EXPECT_EQ(parts[4].to_vector<int64_t>(), (std::vector<int64_t>{4}));
