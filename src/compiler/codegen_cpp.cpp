@@ -94,6 +94,66 @@ RowIndex row_index(const graph::Value& v, const Shape& out) {
   return ri;
 }
 
+void check_reads_declared(const std::string& code, const std::string& kernel) {
+  auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  auto value_name = [](const std::string& w) {  // v<digits>
+    return w.size() > 1 && w[0] == 'v' &&
+           std::all_of(w.begin() + 1, w.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  // A name declared by the generated code follows its type (or a pointer's qualifiers).
+  static const char* const kDeclarators[] = {"float", "double", "int32_t", "int64_t",   "bool",
+                                             "auto",  "*",      "&",       "__restrict"};
+  std::vector<std::vector<std::string>> scopes(1);
+  std::string prev;  // the token before the current one
+  for (size_t i = 0; i < code.size();) {
+    const char c = code[i];
+    if (c == '/' && i + 1 < code.size() && code[i + 1] == '/') {  // a comment: to the line's end
+      i = code.find('\n', i);
+      if (i == std::string::npos) break;
+      continue;
+    }
+    if (c == '#' && (i == 0 || code[i - 1] == '\n')) {  // a pragma line
+      i = code.find('\n', i);
+      if (i == std::string::npos) break;
+      continue;
+    }
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      ++i;
+      continue;
+    }
+    if (!word_char(c)) {
+      if (c == '{') scopes.emplace_back();
+      if (c == '}' && scopes.size() > 1) scopes.pop_back();
+      prev = std::string(1, c);
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < code.size() &&
+           (word_char(code[j]) || (std::isdigit(static_cast<unsigned char>(c)) && code[j] == '.')))
+      ++j;
+    const std::string w = code.substr(i, j - i);
+    i = j;
+    if (value_name(w)) {
+      const bool declares =
+          std::find_if(std::begin(kDeclarators), std::end(kDeclarators),
+                       [&](const char* d) { return prev == d; }) != std::end(kDeclarators);
+      bool known = false;
+      for (const auto& scope : scopes)
+        known |= std::find(scope.begin(), scope.end(), w) != scope.end();
+      if (declares)
+        scopes.back().push_back(w);
+      else
+        EMBER_CHECK(known, "compiler: ", kernel, " reads ", w,
+                    " without loading or computing it (the fusion plan gave the kernel a value "
+                    "its form does not provide; a compiler bug, please report it with the graph: "
+                    "EMBER_LOGS=output_code prints the source)\n",
+                    code);
+    }
+    prev = w;
+  }
+}
+
 void emit_functor_line(std::ostringstream& os, const graph::Node& node, const char* T,
                        const std::string& indent) {
   os << indent << "const " << T << " " << var(node.outputs[0])
@@ -172,6 +232,9 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
         }
         const size_t k =
             size_t(std::find(grp.inputs.begin(), grp.inputs.end(), &g) - grp.inputs.begin());
+        // The grad is read at other columns than j: only a buffer, never a value computed here.
+        EMBER_CHECK(k < grp.inputs.size(), "compiler: slice_backward's grad ", var(&g),
+                    " is computed inside its kernel, which reads it at other columns");
         os << in << "const bool " << o << "_in = j >= " << a.start << " && j < " << a.end
            << (a.step > 1 ? " && (j - " + std::to_string(a.start) + ") % " +
                                 std::to_string(a.step) + " == 0"
@@ -202,11 +265,22 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
       os << ind << "for (int64_t r = 0; r < rows; ++r) {\n";
     }
     const std::string in1 = std::string(ind) + "  ", in2 = in1 + "  ";
-    std::vector<const graph::Value*> sliced;  // grads read by slice_backward nodes
+    // Grads read by slice_backward nodes (at their own columns) and not element for element
+    // by another node: no load at column j.
+    std::vector<const graph::Value*> sliced, only_sliced;
     for (const graph::Node* node : grp.nodes)
-      if (node->op == OpId::slice_backward) sliced.push_back(node->inputs[0]);
+      if (node->op == OpId::slice_backward &&
+          std::find(sliced.begin(), sliced.end(), node->inputs[0]) == sliced.end())
+        sliced.push_back(node->inputs[0]);
+    for (const graph::Value* g : sliced) {
+      bool direct = false;
+      for (const graph::Node* node : grp.nodes)
+        if (node->op != OpId::slice_backward)
+          direct |= std::find(node->inputs.begin(), node->inputs.end(), g) != node->inputs.end();
+      if (!direct) only_sliced.push_back(g);
+    }
     const std::vector<std::string> bases =
-        emit_row_bases(os, grp, out.meta.sizes, in1.c_str(), sliced);
+        emit_row_bases(os, grp, out.meta.sizes, in1.c_str(), only_sliced);
     for (const graph::Value* g : sliced) {
       if (shape_numel(g->meta.sizes) == 0) continue;
       const size_t k =
@@ -416,20 +490,23 @@ std::string generate_cpp(const FusionPlan& plan, const std::vector<KernelBatch>&
     for (int k : b.kernels) batched[size_t(k)] = 1;
   SharedCode shared;
   for (size_t k = 0; k < plan.groups.size(); ++k) {
+    std::ostringstream ks;  // the kernel, checked before it joins the source
     if (batched[k])
-      emit_kernel_comment(os, k, plan.groups[k]);
+      emit_kernel_comment(ks, k, plan.groups[k]);
     else if (plan.groups[k].col)
-      emit_column_kernel(os, kernel_name(k), plan.groups[k]);
+      emit_column_kernel(ks, kernel_name(k), plan.groups[k]);
     else if (plan.groups[k].attn_bwd)
-      emit_attention_backward_kernel(os, kernel_name(k), plan.groups[k], shared);
+      emit_attention_backward_kernel(ks, kernel_name(k), plan.groups[k], shared);
     else if (plan.groups[k].ln_bwd)
-      emit_layer_norm_backward_kernel(os, kernel_name(k), plan.groups[k]);
+      emit_layer_norm_backward_kernel(ks, kernel_name(k), plan.groups[k]);
     else if (plan.groups[k].attn_qk)
-      emit_attention_kernel(os, kernel_name(k), plan.groups[k]);
+      emit_attention_kernel(ks, kernel_name(k), plan.groups[k]);
     else if (plan.groups[k].row)
-      emit_row_kernel(os, kernel_name(k), plan.groups[k]);
+      emit_row_kernel(ks, kernel_name(k), plan.groups[k]);
     else
-      emit_kernel(os, k, plan.groups[k]);
+      emit_kernel(ks, k, plan.groups[k]);
+    check_reads_declared(ks.str(), kernel_name(k));
+    os << ks.str();
   }
   // A batch calls each kernel's part as a function of its own arguments, and kernels that
   // differ only in their values' names (an optimizer's update of same-shaped parameters) share
@@ -441,6 +518,7 @@ std::string generate_cpp(const FusionPlan& plan, const std::vector<KernelBatch>&
       const size_t k = size_t(batch.kernels[i]);
       std::ostringstream body;
       emit_pointwise_body(body, plan.groups[k], 0, true, "  ");
+      check_reads_declared(body.str(), kernel_name(k) + " (in " + batch_name(b) + ")");
       calls.push_back(
           shared.use(os,
                      "static __attribute__((noinline)) void @NS@(void* const* args) {\n" +

@@ -49,6 +49,13 @@ std::vector<std::string> emit_row_bases(std::ostringstream& os, const FusionGrou
                                         const Shape& out, const char* indent,
                                         const std::vector<const graph::Value*>& skip = {});
 
+// Fails, naming the kernel and the value, when the generated `code` of a kernel (or of a
+// batch's part) reads a value v<id> before declaring it in an enclosing scope: a value the
+// fusion plan let a kernel read that it neither loads nor computes (an input it never took, a
+// product its form does not compute). Such a plan fails here, at generation, not in the C++
+// compiler.
+void check_reads_declared(const std::string& code, const std::string& kernel);
+
 // One fused node as a line: `const T v<id> = ember::fn::<Functor>{}(v<a>, ...)`.
 void emit_functor_line(std::ostringstream& os, const graph::Node& node, const char* T,
                        const std::string& indent);

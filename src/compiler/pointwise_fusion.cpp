@@ -7,6 +7,7 @@
 #include "compiler/decompositions.h"
 #include "compiler/pattern_groups.h"
 #include "core/shape.h"
+#include "graph/graph_util.h"
 
 namespace ember::compiler {
 
@@ -80,6 +81,24 @@ bool can_fuse(const graph::Node& n) {
     const size_t lead = out.meta.sizes.size() - v->meta.sizes.size();
     for (size_t d = 0; d < v->meta.sizes.size(); ++d)
       if (v->meta.sizes[d] != 1 && v->meta.sizes[d] != out.meta.sizes[lead + d]) return false;
+  }
+  return true;
+}
+
+// Whether a row group's result v, read by a consumer whose output has the row op's input shape
+// `out`, gives the consumer's element (r, j) the row kernel's value for row r: v has the whole
+// shape (one value per element), or is one value per row broadcast along the last dim only,
+// [..., 1] (a row reduction with keepdim). Without keepdim, broadcasting aligns the sums with
+// the trailing dims instead (x - x.sum(-1) on [n, n] is x[i][j] - s[j]): that stays two
+// kernels, the consumer reading the sums through its own index arithmetic.
+bool row_aligned(const graph::Value& v, const Shape& out) {
+  const Shape& s = v.meta.sizes;
+  if (s == out) return true;
+  if (s.size() > out.size()) return false;
+  const size_t lead = out.size() - s.size();
+  for (size_t d = 0; d < out.size(); ++d) {
+    const int64_t vd = d < lead ? 1 : s[d - lead];
+    if (d + 1 == out.size() ? vd != 1 : vd != out[d]) return false;
   }
   return true;
 }
@@ -194,6 +213,30 @@ void try_attention(FusionGroup& grp, const std::vector<int>& uses,
   }
 }
 
+// Checks a planned group against the forms codegen has kernels for, so that a plan mixing them
+// fails here, naming the nodes, instead of in generated code that reads a value it never
+// loads: a product is the gemm's only in a pointwise kernel (the epilogue reads it from the
+// output; any other kernel would need it as an input), and a slice_backward's grad, read at
+// other columns than the node's own, is a buffer (an input), never a value of the kernel
+// (pattern groups, whose emitters place such grads themselves, aside).
+void check_form(const FusionGroup& grp) {
+  auto where = [&] {
+    std::string s;
+    for (const graph::Node* n : grp.nodes) s += "\n  " + graph::node_str(*n);
+    return s;
+  };
+  EMBER_CHECK(!grp.gemm || grp.elementwise(), "compiler: a ", grp.row ? "row" : "non-pointwise",
+              " kernel planned as the epilogue of ", graph::node_str(*grp.gemm),
+              ", which only a pointwise kernel can be; its nodes:", where());
+  if (grp.attn_bwd || grp.ln_bwd) return;  // patterns: their emitters read their own way
+  for (const graph::Node* n : grp.nodes)
+    if (n->op == OpId::slice_backward)
+      EMBER_CHECK(!grp.row && std::find(grp.inputs.begin(), grp.inputs.end(), n->inputs[0]) !=
+                                  grp.inputs.end(),
+                  "compiler: ", graph::node_str(*n),
+                  " planned with its grad computed in the kernel; its nodes:", where());
+}
+
 }  // namespace
 
 bool contiguous(const graph::Value& v) {
@@ -297,8 +340,9 @@ FusionPlan plan_fusion(const graph::Graph& g) {
     }
     // Absorb each producer group whose root feeds only this node and matches its shape (a row
     // op only the producer of its row input). One row op per group; a row group whose
-    // statistics are read elsewhere stays the root of its kernel.
-    const size_t absorbable = row ? 1 : n.inputs.size();
+    // statistics are read elsewhere stays the root of its kernel. A slice_backward reads its
+    // grad at other columns than its own (shifted, strided): the grad stays a buffer, an input.
+    const size_t absorbable = row ? 1 : n.op == OpId::slice_backward ? 0 : n.inputs.size();
     for (size_t a = 0; a < absorbable; ++a) {
       const graph::Value* v = n.inputs[a];
       // A row op absorbs producers of its input's shape (a reduction's output is smaller).
@@ -306,30 +350,33 @@ FusionPlan plan_fusion(const graph::Graph& g) {
       const bool same_shape = v->meta.sizes == full;
       // A matmul product read only here: the group becomes a gemm group around it. A batched
       // product starts one only through an add, so that scores scaled or masked on their way
-      // to a softmax stay an attention group's.
-      if (!row && !group.gemm && v->producer && same_shape && uses[size_t(v->id)] == 1 &&
-          can_run_gemm_group(*v->producer) &&
+      // to a softmax stay an attention group's. A row kernel has no gemm: a row group that
+      // reads a product reads it as an input.
+      if (!row && !group.gemm && !group.row && v->producer && same_shape &&
+          uses[size_t(v->id)] == 1 && can_run_gemm_group(*v->producer) &&
           (adds_operand(n, a) || v->producer->inputs[1]->meta.sizes.size() == 2)) {
         group.gemm = v->producer;
         continue;
       }
       const int src = group_of_value[size_t(v->id)];
-      // A row group is absorbed by consumers over whole rows: its row op's input shape (a row
-      // reduction's one value per row is broadcast back along the row).
+      // A row group is absorbed by consumers over whole rows: its row op's input shape, reading
+      // the group's result row for row (a row reduction's one value per row broadcast back
+      // along the row).
       const bool row_consumer =
           src >= 0 && plan.groups[size_t(src)].row &&
-          n.outputs[0]->meta.sizes == plan.groups[size_t(src)].row->inputs[0]->meta.sizes;
+          n.outputs[0]->meta.sizes == plan.groups[size_t(src)].row->inputs[0]->meta.sizes &&
+          row_aligned(*v, n.outputs[0]->meta.sizes);
       if (src >= 0 && uses[size_t(v->id)] == 1 &&
           (plan.groups[size_t(src)].row ? row_consumer : same_shape)) {
         FusionGroup& other = plan.groups[size_t(src)];
-        if (other.row && (group.row || !other.extra_outputs.empty())) continue;
+        if (other.row && (group.row || group.gemm || !other.extra_outputs.empty())) continue;
         // Row and attention kernels load inputs element for element: no slice_backward there.
         const bool rows = row || group.row || other.row;
         if (rows && (has_slice_backward(other) || has_slice_backward(group) ||
                      n.op == OpId::slice_backward))
           continue;
         // A gemm group's epilogue is pointwise, with one product.
-        if (other.gemm && (row || group.gemm)) continue;
+        if (other.gemm && (row || group.gemm || group.row)) continue;
         if (other.gemm) group.gemm = other.gemm;
         if (other.row) group.row = other.row;
         group.nodes.insert(group.nodes.end(), other.nodes.begin(), other.nodes.end());
@@ -365,6 +412,7 @@ FusionPlan plan_fusion(const graph::Graph& g) {
     for (const graph::Node* n : grp.nodes)
       plan.group_of_node[size_t(index_of[size_t(n->outputs[0]->id)])] = int(kept.size());
     finish_pattern_group(grp, index_of);
+    check_form(grp);
     if (grp.gemm)
       plan.group_of_node[size_t(index_of[size_t(grp.gemm->outputs[0]->id)])] = int(kept.size());
     kept.push_back(std::move(grp));
