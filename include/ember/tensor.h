@@ -151,6 +151,11 @@ class Tensor {
   Tensor logical_xor(const Tensor& o) const;
   Tensor logical_not() const;
   Tensor to(DType t) const;  // cast (returns *this when the dtype already matches)
+  // A copy on `d` (*this when already there). A sync point under capture (a graph break), and
+  // not yet differentiable: a tensor that requires grad raises under grad mode.
+  Tensor to(Device d) const;
+  Tensor cuda(int index = 0) const { return to(Device{DeviceType::CUDA, index}); }
+  Tensor cpu() const { return to(kCPU); }
   Tensor masked_fill(const Tensor& mask, double value) const;
   Tensor where(const Tensor& cond, const Tensor& other) const;  // cond ? *this : other
 

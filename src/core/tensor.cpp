@@ -9,6 +9,7 @@
 #include "dispatch/dispatcher.h"
 #include "ember/autograd.h"
 #include "kernels/cpu/dtype_visit.h"
+#include "kernels/device_memory.h"
 
 namespace ember {
 
@@ -37,6 +38,7 @@ double Tensor::item(ember::SourceLocation loc) const {
   EMBER_CHECK(numel() == 1, "item: a tensor with ", numel(), " elements (shape ", shape_str(),
               ") cannot be converted to a scalar; only one-element tensors can");
   sync_for_host_read(*this, "item", loc);
+  if (device().type != DeviceType::CPU) return cpu().item(loc);
   double v = 0;
   cpu::visit_all(dtype(), "item", [&]<class T>() {
     v = double(cpu::compute_t<T>(*static_cast<const T*>(impl_->data())));
@@ -57,6 +59,7 @@ template <class T>
 std::vector<T> Tensor::to_vector(ember::SourceLocation loc) const {
   EMBER_CHECK(defined(), "to_vector: undefined tensor");
   sync_for_host_read(*this, "to_vector", loc);
+  if (device().type != DeviceType::CPU) return cpu().to_vector<T>(loc);
   Tensor c;
   {
     NoGradGuard g;
@@ -130,6 +133,20 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
     throw;
   }
   set_capture_hook(hook);
+}
+
+Tensor Tensor::to(Device d) const {
+  EMBER_CHECK(defined(), "to(", d.str(), "): undefined tensor");
+  if (device() == d) return *this;
+  EMBER_CHECK(!(requires_grad() && is_grad_enabled()), "to(", d.str(),
+              "): copying a tensor that requires grad between devices is not differentiable "
+              "yet; move it before setting requires_grad, or copy under NoGradGuard");
+  sync_for_host_read(*this, "to(device)");
+  Tensor src = is_contiguous() ? *this : contiguous();
+  Tensor out = make_tensor(sizes(), dtype(), d);
+  device_memory::copy_bytes(out.impl()->data(), d, src.impl()->data(), device(),
+                            size_t(numel()) * dtype_size(dtype()));
+  return out;
 }
 
 namespace {

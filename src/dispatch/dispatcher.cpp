@@ -45,6 +45,16 @@ void sync_for_host_read(const Tensor& t, const char* why, ember::SourceLocation 
   EMBER_CHECK(!t.is_symbolic(), why, ": the tensor has no data (it is symbolic, from capture)");
 }
 
+namespace {
+// Kernels exist for the CPU only so far: a CUDA tensor reaching one is an error naming the op
+// (its data can be moved with .cpu()).
+void require_cpu_kernel(OpId op, Device dev) {
+  EMBER_CHECK(dev.type == DeviceType::CPU, op_name(op), ": no kernel for ", dev.str(),
+              " tensors yet (CUDA tensors can be made, copied with to()/cpu(), and read); "
+              "move the inputs to the CPU with .cpu()");
+}
+}  // namespace
+
 std::vector<Tensor> run_backend(OpId op, std::span<const Tensor> inputs, const Attrs& attrs) {
   const OpInfo& info = op_info(op);
   const OpImpl& impl = op_impl(op);
@@ -56,6 +66,7 @@ std::vector<Tensor> run_backend(OpId op, std::span<const Tensor> inputs, const A
     return outs;
   }
   Device dev = inputs.empty() ? kCPU : inputs[0].device();
+  require_cpu_kernel(op, dev);
   for (const TensorMeta& m : metas) outs.push_back(make_tensor(m.sizes, m.dtype, dev));
   bool any_work = false;
   for (const Tensor& o : outs) any_work |= o.numel() > 0;
@@ -76,7 +87,12 @@ void run_backend_into(OpId op, std::span<const Tensor> inputs, const Tensor& out
   EMBER_CHECK(metas[0].dtype == out.dtype(), info.name, "_: result dtype ",
               dtype_name(metas[0].dtype), " cannot be written into a ", dtype_name(out.dtype()),
               " tensor in place");
+  for (size_t i = 0; i < inputs.size(); ++i)
+    EMBER_CHECK(inputs[i].device() == out.device(), info.name, "_: the tensor written in place is on ",
+                out.device().str(), " but input ", i, " is on ", inputs[i].device().str(),
+                "; move one of them with to()");
   if (out.numel() == 0) return;
+  require_cpu_kernel(op, out.device());
   // An input that overlaps the output in a different layout would be read after being
   // written: compute out of place, then copy.
   bool overlap = false;

@@ -1,0 +1,36 @@
+// CUDA devices: whether one can be used, waiting for queued work, and the caching allocator.
+// Every function works in a build without CUDA and on a machine without a GPU or driver:
+// is_available() is then false, device_count() 0, and the rest raise an ember::Error saying so.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace ember::cuda {
+
+// Whether ember was built with its CUDA backend (a CUDA toolkit at configure time).
+bool built_with_cuda();
+// A CUDA build, a driver, and at least one device: CUDA tensors can be made.
+bool is_available();
+// Devices visible to this process (0 when none, or without a driver).
+int device_count();
+// Waits until the work queued on `device` (every device when -1) has finished; raises the
+// error of a kernel that failed (an out-of-range index found on the device, for one).
+void synchronize(int device = -1);
+
+// The caching allocator of one device. Freed blocks stay reserved for reuse; `reserved`
+// counts what was taken from the driver, `allocated` what tensors hold.
+struct MemoryStats {
+  size_t allocated_bytes = 0;
+  size_t reserved_bytes = 0;
+  size_t peak_allocated_bytes = 0;
+  size_t peak_reserved_bytes = 0;
+  int64_t allocations = 0;  // requests served
+  int64_t cache_hits = 0;   // of which from freed blocks, without the driver
+  int64_t ooms = 0;         // requests refused (after emptying the cache and retrying once)
+};
+MemoryStats memory_stats(int device = 0);
+void reset_peak_memory_stats(int device = 0);
+// Returns every cached block that no tensor uses to the driver.
+void empty_cache();
+
+}  // namespace ember::cuda

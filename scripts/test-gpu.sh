@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds ember with its CUDA backend and runs every test, the GPU tests included, on a machine
+# with an NVIDIA GPU. Usage: scripts/test-gpu.sh [gtest filter]. With OUT set, the report goes
+# to $OUT/gpu-tests.json. No GPU (or no CUDA toolkit) is a failure here, never a pass.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "[test-gpu] no NVIDIA GPU or driver on this machine: the GPU tests cannot run" >&2
+  exit 2
+fi
+# What the build needs: the system's packages, or (on a machine without a package registry)
+# the Debian packages scripts/gpu-deps.sh put in .gpu-deps, unpacked into a private prefix.
+if dpkg -s libopenblas-openmp-dev libgtest-dev >/dev/null 2>&1; then
+  :
+elif compgen -G ".gpu-deps/*.deb" >/dev/null; then
+  export EMBER_DEPS_PREFIX=/opt/ember-deps
+  mkdir -p "$EMBER_DEPS_PREFIX"
+  for f in .gpu-deps/*.deb; do dpkg -x "$f" "$EMBER_DEPS_PREFIX"; done
+  export CMAKE_PREFIX_PATH="$EMBER_DEPS_PREFIX/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  lib="$EMBER_DEPS_PREFIX/usr/lib/x86_64-linux-gnu"
+  export LD_LIBRARY_PATH="$lib:$lib/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+else
+  scripts/setup.sh
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_REQUIRE_CUDA=ON >/dev/null
+ninja -C build-gpu ember-tests
+echo "[test-gpu] running the test suite${1:+ ($1)}"
+./build-gpu/tests/ember-tests --gtest_brief=1 ${1:+--gtest_filter=$1} \
+  ${OUT:+--gtest_output=json:$OUT/gpu-tests.json}

@@ -1,0 +1,20 @@
+// The CUDA runtime as the backend uses it: checked calls, the current device, one stream per
+// device (all of ember's work on a device is ordered on it, which is what lets the caching
+// allocator reuse a freed block at once).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include "ember/error.h"
+
+namespace ember::cuda::detail {
+
+// Raises an ember::Error naming `what` and the CUDA error when `e` is not cudaSuccess.
+void check(cudaError_t e, const char* what);
+// Makes `device` current on this thread (cheap when it already is).
+void use_device(int device);
+// The device's stream, created on first use.
+cudaStream_t stream(int device);
+// Raises an Error unless `device` names a visible device.
+void check_device(int device, const char* what);
+
+}  // namespace ember::cuda::detail

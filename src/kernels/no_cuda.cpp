@@ -1,0 +1,33 @@
+// The CUDA backend of a build without a CUDA toolkit: no device is available, and anything
+// that needs one says how to get it.
+#include "ember/cuda.h"
+#include "ember/error.h"
+#include "kernels/device_memory.h"
+
+namespace ember {
+
+namespace {
+[[noreturn]] void no_cuda(const char* what) {
+  EMBER_FAIL(what, ": this build of ember has no CUDA backend (no CUDA toolkit was found when "
+                   "it was configured); install the toolkit and rebuild, or use the CPU");
+}
+}  // namespace
+
+namespace cuda {
+bool built_with_cuda() { return false; }
+bool is_available() { return false; }
+int device_count() { return 0; }
+void synchronize(int) { no_cuda("cuda::synchronize"); }
+MemoryStats memory_stats(int) { no_cuda("cuda::memory_stats"); }
+void reset_peak_memory_stats(int) { no_cuda("cuda::reset_peak_memory_stats"); }
+void empty_cache() {}
+}  // namespace cuda
+
+namespace device_memory {
+std::shared_ptr<Storage> new_cuda_storage(size_t, Device d) {
+  no_cuda(("a tensor on " + d.str()).c_str());
+}
+void copy_bytes(void*, Device, const void*, Device, size_t) { no_cuda("a copy to or from a GPU"); }
+}  // namespace device_memory
+
+}  // namespace ember

@@ -1,0 +1,104 @@
+// CUDA devices in tensors: availability as a normal state, clear errors without a device,
+// copies between host and device, sync points, and the caching allocator. Tests that need a
+// GPU are skipped (and say so) on a machine without one; scripts/test-gpu.sh runs them on one.
+#include <gtest/gtest.h>
+
+#include "ember/cuda.h"
+#include "ember/ember.h"
+#include "support/expect_error.h"
+
+namespace ember::test {
+namespace {
+
+const Device kGpu{DeviceType::CUDA, 0};
+
+#define REQUIRE_GPU() \
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine"
+
+TEST(CudaRuntime, NoDeviceIsANormalStateWithClearErrors) {
+  if (cuda::is_available()) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_EQ(cuda::device_count(), 0);
+  expect_error([] { zeros({2}).to(kGpu); }, {"cuda:0", "use the CPU"});
+  expect_error([] { ones({3}).cuda(); }, "cuda:0");
+  cuda::empty_cache();  // nothing to free: not an error
+  // The CPU path is untouched.
+  EXPECT_EQ((ones({2}) * 2.0).to_vector<float>(), std::vector<float>(2, 2.0f));
+}
+
+TEST(CudaRuntime, RoundTripThroughTheDevice) {
+  REQUIRE_GPU();
+  for (DType dt : {DType::Float32, DType::Float64, DType::BFloat16, DType::Int64, DType::Bool}) {
+    Tensor x = (arange(0.0, 24.0) - 7.0).to(dt).view({2, 3, 4});
+    Tensor g = x.cuda();
+    EXPECT_EQ(g.device(), kGpu);
+    EXPECT_EQ(g.sizes(), x.sizes());
+    EXPECT_EQ(g.dtype(), dt);
+    Tensor back = g.cpu();
+    EXPECT_EQ(back.device(), kCPU);
+    EXPECT_EQ(back.to_vector<double>(), x.to_vector<double>()) << dtype_name(dt);
+    EXPECT_EQ(g.to_vector<double>(), x.to_vector<double>());  // a sync point on the GPU
+  }
+  // A non-contiguous view is copied as its elements.
+  Tensor t = arange(0.0, 12.0).view({3, 4}).t();
+  EXPECT_EQ(t.cuda().cpu().to_vector<float>(), t.to_vector<float>());
+  EXPECT_EQ(full({1}, 3.5).cuda().item(), 3.5);
+  Tensor same = full({2}, 1.0).cuda();
+  EXPECT_EQ(same.to(kGpu).impl(), same.impl());  // already there
+  TensorOptions on_gpu;
+  on_gpu.device = kGpu;
+  Tensor z = zeros({2, 2}, on_gpu);  // factories with a device
+  EXPECT_EQ(z.device(), kGpu);
+  EXPECT_EQ(z.to_vector<float>(), std::vector<float>(4, 0.0f));
+}
+
+TEST(CudaRuntime, OpsWithoutAKernelAndMixedDevicesSayWhatToDo) {
+  REQUIRE_GPU();
+  Tensor g = ones({4}).cuda(), c = ones({4});
+  expect_error([&] { g + c; }, {"cuda:0", "cpu"});
+  expect_error([&] { g.exp(); }, {"exp", "cuda:0", ".cpu()"});
+  expect_error([&] { c.add_(g); }, {"cuda:0", "cpu"});
+  // The process goes on working.
+  EXPECT_EQ(g.cpu().to_vector<float>(), std::vector<float>(4, 1.0f));
+}
+
+TEST(CudaRuntime, CachingAllocatorReusesBlocksAndCountsThem) {
+  REQUIRE_GPU();
+  cuda::synchronize();
+  cuda::empty_cache();
+  cuda::MemoryStats s0 = cuda::memory_stats();
+  {
+    Tensor a = zeros({1 << 20}).cuda();  // 4 MiB
+    cuda::MemoryStats s1 = cuda::memory_stats();
+    EXPECT_GE(s1.allocated_bytes, s0.allocated_bytes + (size_t(4) << 20));
+    EXPECT_GE(s1.reserved_bytes, s1.allocated_bytes);
+  }
+  cuda::MemoryStats s2 = cuda::memory_stats();
+  EXPECT_EQ(s2.allocated_bytes, s0.allocated_bytes);
+  EXPECT_GT(s2.reserved_bytes, s0.reserved_bytes);  // kept for reuse
+  int64_t hits = s2.cache_hits;
+  { Tensor b = zeros({1 << 20}).cuda(); }
+  EXPECT_GT(cuda::memory_stats().cache_hits, hits);
+  // Small blocks share segments, and split blocks merge back when freed.
+  {
+    std::vector<Tensor> small;
+    for (int i = 0; i < 64; ++i) small.push_back(full({100}, double(i)).cuda());
+    for (int i = 0; i < 64; ++i) EXPECT_EQ(small[size_t(i)].to_vector<float>()[99], float(i));
+  }
+  cuda::synchronize();
+  cuda::empty_cache();
+  EXPECT_EQ(cuda::memory_stats().reserved_bytes, s0.reserved_bytes);
+  EXPECT_GE(cuda::memory_stats().peak_allocated_bytes, size_t(4) << 20);
+}
+
+TEST(CudaRuntime, OutOfMemoryIsAnErrorAndTheProcessGoesOn) {
+  REQUIRE_GPU();
+  // 2^46 bytes: more than any GPU has.
+  TensorOptions on_gpu;
+  on_gpu.device = kGpu;
+  expect_error([&] { empty({int64_t(1) << 44}, on_gpu); }, {"out of memory on cuda:0", "bytes"});
+  EXPECT_GE(cuda::memory_stats().ooms, 1);
+  EXPECT_EQ(ones({8}).cuda().cpu().to_vector<float>(), std::vector<float>(8, 1.0f));
+}
+
+}  // namespace
+}  // namespace ember::test
