@@ -1,6 +1,8 @@
-// Random op chains (views, broadcasts, reductions, casts, mixed dtypes) run eagerly and through
-// compile(): backend "eager" must match bit for bit, backend "compiler" within tolerance. A
-// mismatch is shrunk and the smallest failing program is printed with its seed.
+// Random op chains (views, broadcasts, reductions, casts, mixed dtypes, matmuls with row ops,
+// reductions broadcast against their input) run eagerly and through compile(): backend "eager"
+// must match bit for bit, backend "compiler" within tolerance. Training programs also return a
+// loss over their outputs, and the grads of their inputs are compared too. A mismatch is shrunk
+// and the smallest failing program is printed with its seed.
 //
 // All kPrograms programs run against backend "eager" one by one, and the first
 // kCompilerPrograms against backend "compiler" in batches of kBatch programs per compiled
@@ -11,12 +13,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <sstream>
 
 #include "compiler/compiler_test_util.h"
 #include "compiler/toolchain.h"
+#include "ember/autograd.h"
 #include "ember/compile.h"
 #include "support/program_gen.h"
 
@@ -25,9 +29,9 @@ namespace {
 
 using testgen::Program;
 
-constexpr uint64_t kPrograms = 600;
-constexpr uint64_t kCompilerPrograms = 500;
-constexpr uint64_t kBatch = 25;
+constexpr uint64_t kPrograms = 1200;
+constexpr uint64_t kCompilerPrograms = 1200;
+constexpr uint64_t kBatch = 40;
 
 // EMBER_RANDOM_PROGRAMS=N runs N programs instead against both backends, for longer hunts
 // outside CI.
@@ -70,38 +74,132 @@ std::vector<bool> float32_values(const Program& p, const std::vector<Tensor>& in
   return f32;
 }
 
+// The largest bound on a value that value v is computed from (v included): rounding errors are
+// relative to the values they happen in, and ops that shrink values (tanh, softmax) do not
+// shrink the absolute errors they are handed.
+double error_scale(const Program& p, int v) {
+  double b = testgen::value_bound(p, v);
+  if (size_t(v) >= p.inputs.size())
+    for (int a : p.steps[size_t(v) - p.inputs.size()].args) b = std::max(b, error_scale(p, a));
+  return b;
+}
+
 // Compares output i of p; exact for the eager backend and for non-float outputs.
 std::string compare_output(const Program& p, size_t i, const std::vector<bool>& f32,
                            const Tensor& got, const Tensor& want, bool eager_backend) {
   bool exact = eager_backend || !is_floating(want.dtype());
   // Rounding differences scale with the magnitude of the values involved.
   bool single = f32[size_t(p.outputs[i])];
-  double scale = std::max(1.0, testgen::value_bound(p, p.outputs[i]));
+  double scale = std::max(1.0, error_scale(p, p.outputs[i]));
   double rtol = single ? 1e-5 : 1e-12, atol = (single ? 1e-6 : 1e-12) * scale;
   return compare(got, want, exact, rtol, atol);
+}
+
+// A training program's loss sum((out * w).sum()): its rounding scales with the outputs' bounds
+// times their sizes (the weights are at most 1).
+std::string compare_loss(const Program& p, const std::vector<bool>& f32,
+                         const std::vector<Tensor>& outs, const Tensor& got, const Tensor& want,
+                         bool eager_backend) {
+  bool single = false;
+  double scale = 1;
+  for (size_t i = 0; i < p.outputs.size(); ++i) {
+    if (!is_floating(outs[i].dtype())) continue;
+    single |= f32[size_t(p.outputs[i])];
+    scale += error_scale(p, p.outputs[i]) * double(outs[i].numel());
+  }
+  return compare(got, want, eager_backend, single ? 1e-5 : 1e-12, (single ? 1e-6 : 1e-12) * scale);
+}
+
+// Compares the grads of a training program's leaves: relative to the largest grad of each (the
+// grads of fused and eager backward graphs sum in other orders).
+std::string compare_grads(const std::vector<bool>& f32, const std::vector<Tensor>& got,
+                          const std::vector<Tensor>& want, bool eager_backend) {
+  const bool single = std::find(f32.begin(), f32.end(), true) != f32.end();
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (got[i].defined() != want[i].defined())
+      return "grad of input " + std::to_string(i) + (want[i].defined() ? " missing" : " extra");
+    if (!want[i].defined()) continue;
+    double scale = 1;
+    for (double g : want[i].to_vector<double>()) scale = std::max(scale, std::abs(g));
+    std::string d = compare(got[i], want[i], eager_backend, single ? 1e-4 : 1e-10,
+                            (single ? 1e-5 : 1e-11) * scale);
+    if (!d.empty()) return "grad of input " + std::to_string(i) + ": " + d;
+  }
+  return {};
+}
+
+// One program's data and eager results: its outputs, and for a training program its loss and
+// the grads of its inputs.
+struct Expected {
+  std::vector<Tensor> inputs, weights, outputs, grads;
+  Tensor loss;
+  std::vector<bool> f32;
+};
+Expected expected(const Program& p) {
+  Expected e;
+  e.inputs = testgen::make_inputs(p, p.seed);
+  e.f32 = float32_values(p, e.inputs);
+  if (!p.backward) {
+    e.outputs = testgen::run_program(p, e.inputs);
+    return e;
+  }
+  e.weights = testgen::loss_weights(testgen::run_program(p, e.inputs), p.seed);
+  testgen::TrainingArgs t = testgen::training_args(p, p.seed, e.weights);
+  std::vector<Tensor> outs = testgen::run_training(p, t.args);
+  e.loss = outs.back();
+  outs.pop_back();
+  if (e.loss.requires_grad()) e.loss.backward();
+  e.grads = testgen::leaf_grads(t.leaves);
+  for (const Tensor& o : outs) e.outputs.push_back(o.detach());
+  e.loss = e.loss.detach();
+  return e;
+}
+
+// A program's part of a compiled call: its arguments (for a training program fresh leaves, whose
+// grads the backward fills), and its part of the results.
+struct Call {
+  std::vector<Tensor> args, leaves;
+};
+Call call_args(const Program& p, const Expected& e) {
+  if (!p.backward) return {e.inputs, {}};
+  testgen::TrainingArgs t = testgen::training_args(p, p.seed, e.weights);
+  return {t.args, t.leaves};
+}
+std::vector<Tensor> run_part(const Program& p, const std::vector<Tensor>& args) {
+  return p.backward ? testgen::run_training(p, args) : testgen::run_program(p, args);
+}
+
+// Checks program p's results `got` (outputs, then a training program's loss) against e; the
+// loss's backward must have run. Empty when they agree.
+std::string check_results(const Program& p, const Expected& e, const Call& c,
+                          const std::vector<Tensor>& got, bool eager_backend) {
+  if (got.size() != e.outputs.size() + (p.backward ? 1 : 0)) return "output count differs";
+  for (size_t i = 0; i < e.outputs.size(); ++i) {
+    std::string d = compare_output(p, i, e.f32, got[i].detach(), e.outputs[i], eager_backend);
+    if (!d.empty()) return "output " + std::to_string(i) + ": " + d;
+  }
+  if (!p.backward) return {};
+  std::string d = compare_loss(p, e.f32, e.outputs, got.back().detach(), e.loss, eager_backend);
+  if (!d.empty()) return "loss: " + d;
+  return compare_grads(e.f32, testgen::leaf_grads(c.leaves), e.grads, eager_backend);
 }
 
 // Runs `p` eagerly and compiled with `backend`; empty when they agree, else the difference.
 std::string check(const Program& p, const std::string& backend) {
   try {
-    std::vector<Tensor> inputs = testgen::make_inputs(p, p.seed);
-    std::vector<Tensor> want = testgen::run_program(p, inputs);
-    std::vector<bool> f32 = float32_values(p, inputs);
+    const Expected e = expected(p);
     CompileOptions opts;
     opts.backend = backend;
     opts.fullgraph = true;
-    auto f = compile([&p](const std::vector<Tensor>& xs) { return testgen::run_program(p, xs); },
-                     opts);
+    auto f = compile([&p](const std::vector<Tensor>& xs) { return run_part(p, xs); }, opts);
     // Twice: the first call traces, the second replays the cached graph.
     for (int call = 0; call < 2; ++call) {
-      std::vector<Tensor> got = f(inputs);
-      if (got.size() != want.size()) return "output count differs";
-      for (size_t i = 0; i < got.size(); ++i) {
-        std::string d = compare_output(p, i, f32, got[i], want[i], backend == "eager");
-        if (!d.empty())
-          return (call ? "replay" : "first call") + std::string(", output ") + std::to_string(i) +
-                 ": " + d;
-      }
+      const Call c = call_args(p, e);
+      std::vector<Tensor> got = f(c.args);
+      if (p.backward && got.size() == e.outputs.size() + 1 && got.back().requires_grad())
+        got.back().backward();
+      std::string d = check_results(p, e, c, got, backend == "eager");
+      if (!d.empty()) return (call ? "replay, " : "first call, ") + d;
     }
     CompileStats st = f.stats();
     if (st.traces != 1 || st.replays != 1)
@@ -113,47 +211,61 @@ std::string check(const Program& p, const std::string& backend) {
   return {};
 }
 
-// Runs the programs of seeds [first, first + n) in one compiled function with `backend`;
-// empty when every output agrees with eager, else the first difference.
+// Runs the programs of seeds [first, first + n) in one compiled function with `backend` (the
+// training programs' losses backward together); empty when every output and grad agrees with
+// eager, else the first difference.
 std::string check_batch(uint64_t first, uint64_t n, const std::string& backend) {
   try {
     std::vector<Program> ps;
-    std::vector<std::vector<Tensor>> ins, wants;
-    std::vector<std::vector<bool>> f32s;
-    std::vector<Tensor> flat;
+    std::vector<Expected> es;
     for (uint64_t seed = first; seed < first + n; ++seed) {
       ps.push_back(testgen::generate_program(seed));
-      ins.push_back(testgen::make_inputs(ps.back(), seed));
-      wants.push_back(testgen::run_program(ps.back(), ins.back()));
-      f32s.push_back(float32_values(ps.back(), ins.back()));
-      flat.insert(flat.end(), ins.back().begin(), ins.back().end());
+      es.push_back(expected(ps.back()));
     }
     CompileOptions opts;
     opts.backend = backend;
     opts.fullgraph = true;
-    auto f = compile([&ps](const std::vector<Tensor>& xs) {
-      std::vector<Tensor> outs;
-      size_t at = 0;
-      for (const Program& p : ps) {
-        std::vector<Tensor> in(xs.begin() + long(at), xs.begin() + long(at + p.inputs.size()));
-        at += p.inputs.size();
-        std::vector<Tensor> o = testgen::run_program(p, in);
-        outs.insert(outs.end(), o.begin(), o.end());
-      }
-      return outs;
-    }, opts);
+    std::vector<size_t> nargs;  // each program's inputs, then a training program's weights
+    for (size_t j = 0; j < ps.size(); ++j)
+      nargs.push_back(ps[j].inputs.size() + es[j].weights.size());
+    auto f = compile(
+        [&ps, &nargs](const std::vector<Tensor>& xs) {
+          std::vector<Tensor> outs;
+          size_t at = 0;
+          for (size_t j = 0; j < ps.size(); ++j) {
+            std::vector<Tensor> in(xs.begin() + long(at), xs.begin() + long(at + nargs[j]));
+            at += nargs[j];
+            std::vector<Tensor> o = run_part(ps[j], in);
+            outs.insert(outs.end(), o.begin(), o.end());
+          }
+          return outs;
+        },
+        opts);
     for (int call = 0; call < 2; ++call) {  // trace, then replay
+      std::vector<Call> calls;
+      std::vector<Tensor> flat;
+      for (size_t j = 0; j < ps.size(); ++j) {
+        calls.push_back(call_args(ps[j], es[j]));
+        flat.insert(flat.end(), calls.back().args.begin(), calls.back().args.end());
+      }
       std::vector<Tensor> got = f(flat);
+      std::vector<Tensor> losses;
       size_t k = 0;
-      for (size_t j = 0; j < ps.size(); ++j)
-        for (size_t i = 0; i < wants[j].size(); ++i, ++k) {
-          if (k >= got.size()) return "output count differs";
-          std::string d = compare_output(ps[j], i, f32s[j], got[k], wants[j][i],
-                                         backend == "eager");
-          if (!d.empty())
-            return "seed " + std::to_string(ps[j].seed) + ", output " + std::to_string(i) +
-                   ": " + d;
-        }
+      std::vector<std::vector<Tensor>> parts;
+      for (size_t j = 0; j < ps.size(); ++j) {
+        const size_t m = es[j].outputs.size() + (ps[j].backward ? 1 : 0);
+        if (k + m > got.size()) return "output count differs";
+        parts.emplace_back(got.begin() + long(k), got.begin() + long(k + m));
+        k += m;
+        if (ps[j].backward && parts.back().back().requires_grad())
+          losses.push_back(parts.back().back());
+      }
+      if (!losses.empty()) backward(losses);
+      for (size_t j = 0; j < ps.size(); ++j) {
+        std::string d = check_results(ps[j], es[j], calls[j], parts[j], backend == "eager");
+        if (!d.empty())
+          return "seed " + std::to_string(ps[j].seed) + (call ? ", replay" : "") + ", " + d;
+      }
     }
   } catch (const std::exception& e) {
     return std::string("threw: ") + e.what();
@@ -182,20 +294,50 @@ void run_programs(const std::string& backend, uint64_t stride) {
 }
 
 TEST(RandomPrograms, GeneratorCoversTheOpKinds) {
-  std::vector<int> seen(int(testgen::Op::Softmax) + 1, 0);
+  using testgen::Op;
+  std::vector<int> seen(size_t(Op::kCount), 0);
   int64_t broadcasts = 0, mixed = 0, zero_dim = 0, big = 0, strided = 0;
+  // The forms that once broke the compiler: a row op (reduction over the last dim, softmax,
+  // layer_norm) of a product, a row op and a product combined, a whole-dim narrow under backward,
+  // a reduction without keepdim broadcast against its input on square and other shapes.
+  int64_t training = 0, row_of_product = 0, row_with_product = 0, whole_narrow_trained = 0,
+          reduce_square = 0, reduce_other = 0;
+  auto row_op = [](const testgen::Step& s, const Tensor& x) {
+    const bool row = s.op == Op::Softmax || s.op == Op::Sum || s.op == Op::Mean ||
+                     s.op == Op::Amax || s.op == Op::LayerNorm;
+    return row && (s.op == Op::LayerNorm || s.dim == x.dim() - 1);
+  };
   for (uint64_t seed = 1; seed <= kPrograms; ++seed) {
     Program p = testgen::generate_program(seed);
     EXPECT_GE(p.steps.size(), 1u);
     EXPECT_LE(p.steps.size(), 10u);
+    training += p.backward;
     for (const auto& s : p.steps) ++seen[size_t(s.op)];
     std::vector<Tensor> v = testgen::run_all(p, testgen::make_inputs(p, seed));
+    const int ni = int(p.inputs.size());
+    auto producer = [&](int value) -> const testgen::Step* {
+      return value >= ni ? &p.steps[size_t(value - ni)] : nullptr;
+    };
     for (size_t i = 0; i < p.steps.size(); ++i) {
       const auto& s = p.steps[i];
-      if (s.op == testgen::Op::Binary) {
-        const Tensor &a = v[size_t(s.args[0])], &b = v[size_t(s.args[1])];
+      const Tensor& x = v[size_t(s.args[0])];
+      if (s.op == Op::Binary) {
+        const Tensor &a = x, &b = v[size_t(s.args[1])];
         broadcasts += a.sizes() != b.sizes();
         mixed += a.dtype() != b.dtype();
+        const testgen::Step *pa = producer(s.args[0]), *pb = producer(s.args[1]);
+        for (int k = 0; k < 2; ++k, std::swap(pa, pb))
+          row_with_product +=
+              pa && pb && pb->op == Op::Matmul && row_op(*pa, v[size_t(pa->args[0])]);
+      }
+      const testgen::Step* px = producer(s.args[0]);
+      row_of_product += px && px->op == Op::Matmul && row_op(s, x);
+      whole_narrow_trained +=
+          p.backward && s.op == Op::Narrow && s.start == 0 && s.end == x.size(s.dim);
+      if (s.op == Op::ReduceBroadcast && !s.keepdim) {
+        const bool square = x.dim() >= 2 && x.size(-1) == x.size(-2) && x.size(-1) > 1;
+        reduce_square += square;
+        reduce_other += !square;
       }
     }
     for (const auto& in : p.inputs) {
@@ -212,6 +354,18 @@ TEST(RandomPrograms, GeneratorCoversTheOpKinds) {
   EXPECT_GT(zero_dim, 20);
   EXPECT_GT(big, 10);  // multi-threaded kernel paths
   EXPECT_GT(strided, 50);
+  EXPECT_GT(training, int64_t(kPrograms / 8));
+  EXPECT_GT(row_of_product, 20);
+  EXPECT_GT(row_with_product, 10);
+  EXPECT_GT(whole_narrow_trained, 10);
+  EXPECT_GT(reduce_square, 10);
+  EXPECT_GT(reduce_other, 10);
+  std::printf(
+      "[ generator ] %d programs: %lld training, %lld row ops of a product, %lld row ops "
+      "combined with a product, %lld whole-dim narrows trained, %lld/%lld reductions "
+      "broadcast without keepdim over square/other trailing dims\n",
+      int(kPrograms), (long long)training, (long long)row_of_product, (long long)row_with_product,
+      (long long)whole_narrow_trained, (long long)reduce_square, (long long)reduce_other);
 }
 
 TEST(RandomPrograms, ShrinkFindsTheFailingStep) {

@@ -81,8 +81,86 @@ double result_bound(const Step& s, const std::vector<double>& b, const Tensor& i
     case Op::Where: return std::max(arg(1), arg(2));
     case Op::Sum: return arg(0) * double(in0.dim() ? in0.sizes()[size_t(s.dim)] : 1);
     case Op::Softmax: return 1;
+    case Op::Matmul: return arg(0) * arg(1) * double(in0.dim() ? in0.sizes().back() : 1);
+    case Op::LayerNorm:
+      // Normalized values stay within sqrt(n); a row of (nearly) equal values normalizes its
+      // rounding noise, which scales with the input.
+      return std::max(std::sqrt(double(in0.dim() ? in0.sizes().back() : 1)), arg(0));
+    case Op::ReduceBroadcast: {
+      const double red =
+          s.fn == 0 ? arg(0) * double(in0.dim() ? in0.sizes()[size_t(s.dim)] : 1) : arg(0);
+      return BinaryFn(s.fn2) == BinaryFn::Mul ? arg(0) * red : arg(0) + red;
+    }
     default: return arg(0);
   }
+}
+
+// A large layer_norm eps: a row of equal values (a broadcast) normalizes only rounding noise,
+// which eps keeps from growing past the tolerances.
+constexpr double kLayerNormEps = 0.25;
+
+// One of the row ops over a float x's last dim (value number x; the dim is resolved when the
+// step is applied): a reduction (kept or not), softmax or layer_norm.
+Step row_op(Rng& r, int x) {
+  Step s;
+  s.args = {x};
+  s.dim = -1;
+  const int which = int(uniform(r, 0, 4));
+  s.op = which == 0   ? Op::Sum
+         : which == 1 ? Op::Amax
+         : which == 2 ? Op::Mean
+         : which == 3 ? Op::Softmax
+                      : Op::LayerNorm;
+  s.keepdim = coin(r);
+  s.scalar = kLayerNormEps;
+  return s;
+}
+
+// A product of x (value a) with a matrix: a [k, m] value when x ends in k (the program's
+// weight), else x's own rows, matmul(x, x^T).
+Step product(Rng& r, const std::vector<Tensor>& vals, int a) {
+  const Tensor& x = vals[size_t(a)];
+  Step s;
+  s.op = Op::Matmul;
+  std::vector<int> ys;
+  for (int b = 0; b < int(vals.size()); ++b)
+    if (x.dim() >= 1 && vals[size_t(b)].dim() == 2 &&
+        vals[size_t(b)].sizes()[0] == x.sizes().back())
+      ys.push_back(b);
+  if (!ys.empty() && coin(r, 0.7)) {
+    s.args = {a, pick(r, ys)};
+  } else {
+    s.args = {a, a};
+    s.flag = true;
+  }
+  return s;
+}
+
+// Steps that exercise fusion across a matmul (a row op of a product, a row op's result combined
+// with a product, both with a pointwise op over the two), or none when x does not fit.
+std::vector<Step> draw_pattern(Rng& r, const std::vector<Tensor>& vals) {
+  const int n = int(vals.size());
+  const int a = n - 1 - int(uniform(r, 0, std::min(n - 1, 2)));
+  const Tensor& x = vals[size_t(a)];
+  if (x.dim() < 1 || x.dtype() == DType::Int64) return {};
+  std::vector<Step> steps;
+  Step combine;
+  combine.op = Op::Binary;
+  combine.fn = int(pick(r, std::vector<BinaryFn>{BinaryFn::Add, BinaryFn::Sub, BinaryFn::Mul}));
+  if (coin(r)) {  // a row op of a product, then maybe the two combined
+    steps.push_back(product(r, vals, a));
+    steps.push_back(row_op(r, n));
+    combine.args = {n + 1, n};
+  } else {  // a row op of x and a product of x combined
+    steps.push_back(row_op(r, a));
+    steps.push_back(product(r, vals, a));
+    combine.args = {n, n + 1};
+  }
+  if (coin(r, 0.7)) {
+    if (coin(r)) std::swap(combine.args[0], combine.args[1]);
+    steps.push_back(combine);
+  }
+  return steps;
 }
 
 // Picks a random step that applies to the current values; returns false when the draw does
@@ -107,7 +185,7 @@ bool draw_step(Rng& r, const std::vector<Tensor>& vals, Step& s) {
     }
     if (ok) partners.push_back(b);
   }
-  int kind = int(uniform(r, 0, 99));
+  int kind = int(uniform(r, 0, 119));
   if (kind < 22) {
     s.op = Op::Unary;
     s.fn = int(uniform(r, 0, int(UnaryFn::kCount) - 1));
@@ -188,10 +266,38 @@ bool draw_step(Rng& r, const std::vector<Tensor>& vals, Step& s) {
     if (s.op == Op::Mean && !is_float) return false;
     s.dim = uniform(r, 0, nd - 1);
     s.keepdim = coin(r);
-  } else {
+  } else if (kind < 100) {
     if (nd < 1 || !is_float) return false;
     s.op = Op::Softmax;
     s.dim = uniform(r, 0, nd - 1);
+  } else if (kind < 105) {
+    if (nd < 1) return false;
+    s.op = Op::Narrow;
+    s.dim = uniform(r, 0, nd - 1);
+    const int64_t size = x.sizes()[size_t(s.dim)];
+    if (coin(r, 0.6)) {  // the whole dim: a view that changes nothing, whose grad is the grad
+      s.start = 0;
+      s.end = size;
+    } else {
+      s.start = uniform(r, 0, size - 1);
+      s.end = uniform(r, s.start + 1, size);
+    }
+  } else if (kind < 110) {
+    if (nd < 1 || !is_float) return false;
+    s = product(r, vals, a);
+  } else if (kind < 113) {
+    if (nd < 1 || !is_float) return false;
+    s.op = Op::LayerNorm;
+    s.scalar = kLayerNormEps;
+  } else {
+    if (nd < 1) return false;
+    s.op = Op::ReduceBroadcast;
+    s.fn = int(uniform(r, 0, 2));
+    if (s.fn == 1 && !is_float) return false;
+    s.dim = uniform(r, 0, nd - 1);
+    s.keepdim = coin(r);
+    s.fn2 = int(pick(r, std::vector<BinaryFn>{BinaryFn::Add, BinaryFn::Sub, BinaryFn::Mul}));
+    s.flag = coin(r);
   }
   return true;
 }
@@ -251,6 +357,29 @@ Tensor apply_step(const Step& s, const std::vector<Tensor>& v) {
     case Op::Mean: return x.mean({s.dim}, s.keepdim);
     case Op::Amax: return x.amax({s.dim}, s.keepdim);
     case Op::Softmax: return x.softmax(s.dim);
+    case Op::Narrow: return x.narrow(s.dim, s.start, s.end - s.start);
+    case Op::Matmul: {
+      const Tensor& y = other(1);
+      return x.matmul(s.flag ? y.transpose(y.dim() - 2, y.dim() - 1) : y);
+    }
+    case Op::LayerNorm: return layer_norm(x, {x.size(-1)}, Tensor(), Tensor(), s.scalar);
+    case Op::ReduceBroadcast: {
+      const Tensor red = s.fn == 0   ? x.sum({s.dim}, s.keepdim)
+                         : s.fn == 1 ? x.mean({s.dim}, s.keepdim)
+                                     : x.amax({s.dim}, s.keepdim);
+      const Tensor& a = s.flag ? red : x;
+      const Tensor& b = s.flag ? x : red;
+      switch (BinaryFn(s.fn2)) {
+        case BinaryFn::Add:
+          return a.add(b);
+        case BinaryFn::Sub:
+          return a.sub(b);
+        default:
+          return a.mul(b);
+      }
+    }
+    case Op::kCount:
+      break;
   }
   EMBER_CHECK(false, "program_gen: bad step");
   return x;
@@ -270,17 +399,24 @@ std::vector<Tensor> run_program(const Program& p, const std::vector<Tensor>& inp
 
 double value_bound(const Program& p, int v) {
   size_t ni = p.inputs.size();
-  return size_t(v) < ni ? 4.0 : p.steps[size_t(v) - ni].bound;
+  return size_t(v) < ni ? 2 * p.inputs[size_t(v)].range : p.steps[size_t(v) - ni].bound;
 }
 
-std::vector<Tensor> make_inputs(const Program& p, uint64_t data_seed) {
+namespace {
+
+// A strided input is every other element along its last dim of a twice-as-wide tensor.
+Tensor strided_view(const Tensor& buffer) {
+  const int64_t last = buffer.dim() - 1;
+  return buffer.slice(last, 1, buffer.size(last), 2);
+}
+
+// Each input's data: the whole buffer a strided input views.
+std::vector<Tensor> make_buffers(const Program& p, uint64_t data_seed) {
   Rng r(data_seed * 0x9E3779B97F4A7C15ull + 1);
   std::vector<Tensor> out;
   for (const InputSpec& in : p.inputs) {
-    // A strided input is every other element along its last dim of a twice-as-wide tensor.
     Shape shape = in.shape;
-    bool strided = in.strided && !shape.empty();
-    if (strided) shape.back() *= 2;
+    if (in.strided && !shape.empty()) shape.back() *= 2;
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     if (in.dtype == DType::Int64) {
@@ -289,15 +425,76 @@ std::vector<Tensor> make_inputs(const Program& p, uint64_t data_seed) {
       out.push_back(from_vector(v, shape, DType::Int64));
     } else {
       std::vector<double> v(static_cast<size_t>(n));
-      for (auto& e : v) e = std::uniform_real_distribution<double>(-2, 2)(r);
+      for (auto& e : v) e = std::uniform_real_distribution<double>(-in.range, in.range)(r);
       out.push_back(from_vector(v, shape, in.dtype));
-    }
-    if (strided) {
-      int64_t last = int64_t(shape.size()) - 1;
-      out.back() = out.back().slice(last, 1, shape.back(), 2);
     }
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<Tensor> make_inputs(const Program& p, uint64_t data_seed) {
+  std::vector<Tensor> out = make_buffers(p, data_seed);
+  for (size_t i = 0; i < out.size(); ++i)
+    if (p.inputs[i].strided && !p.inputs[i].shape.empty()) out[i] = strided_view(out[i]);
+  return out;
+}
+
+TrainingArgs training_args(const Program& p, uint64_t data_seed,
+                           const std::vector<Tensor>& weights) {
+  TrainingArgs t;
+  std::vector<Tensor> buffers = make_buffers(p, data_seed);
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const bool strided = p.inputs[i].strided && !p.inputs[i].shape.empty();
+    Tensor leaf = buffers[i];  // the whole buffer a strided input views
+    if (is_floating(leaf.dtype())) leaf.requires_grad_(true);
+    t.args.push_back(strided ? strided_view(leaf) : leaf);
+    t.leaves.push_back(leaf);
+  }
+  t.args.insert(t.args.end(), weights.begin(), weights.end());
+  return t;
+}
+
+std::vector<Tensor> loss_weights(const std::vector<Tensor>& outs, uint64_t data_seed) {
+  Rng r(data_seed * 0xD1B54A32D192ED03ull + 7);
+  std::vector<Tensor> w;
+  for (const Tensor& o : outs) {
+    if (!is_floating(o.dtype())) continue;
+    std::vector<double> v(size_t(o.numel()));
+    for (auto& e : v) e = std::uniform_real_distribution<double>(-1, 1)(r);
+    w.push_back(from_vector(v, o.sizes(), o.dtype()));
+  }
+  return w;
+}
+
+std::vector<Tensor> run_training(const Program& p, const std::vector<Tensor>& args) {
+  const size_t ni = p.inputs.size();
+  std::vector<Tensor> outs =
+      run_program(p, std::vector<Tensor>(args.begin(), args.begin() + long(ni)));
+  Tensor loss = zeros({}, DType::Float64);
+  size_t k = ni;
+  for (const Tensor& o : outs)
+    if (is_floating(o.dtype())) loss = loss + (o * args.at(k++)).sum().to(DType::Float64);
+  outs.push_back(loss);
+  return outs;
+}
+
+std::vector<Tensor> leaf_grads(const std::vector<Tensor>& leaves) {
+  std::vector<Tensor> g;
+  for (const Tensor& l : leaves) g.push_back(l.requires_grad() ? l.grad() : Tensor());
+  return g;
+}
+
+// Whether some float output of p depends on a float input (so a loss over the outputs has
+// grads w.r.t. the inputs).
+bool has_grads(const Program& p) {
+  std::vector<Tensor> in;
+  for (const InputSpec& i : p.inputs)
+    in.push_back(zeros(i.shape, i.dtype).requires_grad_(is_floating(i.dtype)));
+  for (const Tensor& o : run_program(p, in))
+    if (is_floating(o.dtype()) && o.requires_grad()) return true;
+  return false;
 }
 
 Program generate_program(uint64_t seed) {
@@ -308,6 +505,12 @@ Program generate_program(uint64_t seed) {
   // One program in twelve is big enough for the multi-threaded paths (kParallelGrain).
   bool big = coin(r, 1.0 / 12);
   for (int i = 0; i < 3; ++i) base.push_back(big ? uniform(r, 16, 48) : uniform(r, 1, 7));
+  // Square trailing dims (sometimes all three), so a reduction without keepdim broadcasts
+  // against its input: x - x.sum(d) on [n, n].
+  if (coin(r, 0.3)) {
+    base[1] = base[2];
+    if (coin(r)) base[0] = base[2];
+  }
   int64_t ninputs = uniform(r, 1, 3);
   for (int64_t i = 0; i < ninputs; ++i) {
     InputSpec in;
@@ -317,30 +520,61 @@ Program generate_program(uint64_t seed) {
     in.strided = !in.shape.empty() && coin(r, 0.2);
     p.inputs.push_back(in);
   }
+  // A weight for matmuls, [k, m] with k the base's last dim (often m = k: products of the
+  // inputs' shape), its range such that a product stays near its operand's size.
+  if (coin(r, 0.3)) {
+    InputSpec w;
+    const int64_t k = base.back();
+    w.shape = {k, coin(r, 0.6) ? k : (big ? uniform(r, 16, 48) : uniform(r, 1, 7))};
+    w.dtype = coin(r, 0.7) ? DType::Float32 : DType::Float64;
+    w.range = 0.5 / double(k);
+    p.inputs.push_back(w);
+  }
   // Probe values: zeros of the right metadata, so each drawn step is checked against ember's
   // own shape and dtype rules (a step ember rejects is drawn again).
   std::vector<Tensor> vals;
   std::vector<double> bounds;
   for (const InputSpec& in : p.inputs) {
     vals.push_back(zeros(in.shape, in.dtype));
-    bounds.push_back(4.0);
+    bounds.push_back(2 * in.range);
   }
-  int64_t nsteps = uniform(r, 3, 10);
-  for (int tries = 0; int64_t(p.steps.size()) < nsteps && tries < 400; ++tries) {
-    Step s;
-    if (!draw_step(r, vals, s)) continue;
-    Tensor y;
-    try {
-      y = apply_step(s, vals);
-    } catch (const Error&) {
+  constexpr size_t kMaxSteps = 10;
+  const size_t nsteps = size_t(uniform(r, 3, int64_t(kMaxSteps)));
+  for (int tries = 0; p.steps.size() < nsteps && tries < 400; ++tries) {
+    // A pattern of a few steps now and then (matmuls with row ops), else one step.
+    std::vector<Step> steps;
+    if (coin(r, 0.12)) {
+      steps = draw_pattern(r, vals);
+    } else {
+      Step s;
+      if (draw_step(r, vals, s)) steps.push_back(s);
+    }
+    if (steps.empty() || p.steps.size() + steps.size() > kMaxSteps) continue;
+    const size_t before = vals.size();
+    bool ok = true;
+    for (Step& s : steps) {
+      if (s.dim < 0) s.dim += std::max<int64_t>(vals[size_t(s.args[0])].dim(), 1);  // the last
+      Tensor y;
+      try {
+        y = apply_step(s, vals);
+      } catch (const Error&) {
+        ok = false;
+        break;
+      }
+      s.bound = result_bound(s, bounds, vals[size_t(s.args[0])]);
+      if (y.numel() == 0 || y.numel() > (big ? 200000 : 512) || s.bound > kMaxBound) {
+        ok = false;
+        break;
+      }
+      vals.push_back(y);
+      bounds.push_back(s.bound);
+    }
+    if (!ok) {
+      vals.resize(before);
+      bounds.resize(before);
       continue;
     }
-    if (y.numel() == 0 || y.numel() > (big ? 200000 : 512)) continue;
-    s.bound = result_bound(s, bounds, vals[size_t(s.args[0])]);
-    if (s.bound > kMaxBound) continue;
-    p.steps.push_back(s);
-    vals.push_back(y);
-    bounds.push_back(s.bound);
+    p.steps.insert(p.steps.end(), steps.begin(), steps.end());
   }
   // Outputs: the last value and every value nothing else reads (so chains can fuse).
   std::set<int> used;
@@ -348,6 +582,8 @@ Program generate_program(uint64_t seed) {
   int nvals = int(vals.size());
   for (int v = int(p.inputs.size()); v < nvals; ++v)
     if (!used.count(v) || v == nvals - 1) p.outputs.push_back(v);
+  // One program in four trains: grads of a loss over its outputs.
+  p.backward = coin(r, 0.25) && !p.steps.empty() && has_grads(p);
   return p;
 }
 
@@ -362,8 +598,8 @@ std::string to_string(const Program& p) {
   os << "// program seed " << p.seed << "\n";
   for (size_t i = 0; i < ni; ++i)
     os << "Tensor x" << i << " = " << (p.inputs[i].strided ? "strided_input(" : "input(")
-       << shape_cpp(p.inputs[i].shape) << ", "
-       << dtype_cpp(p.inputs[i].dtype) << ");\n";
+       << shape_cpp(p.inputs[i].shape) << ", " << dtype_cpp(p.inputs[i].dtype)
+       << (p.inputs[i].range != 2 ? ", range " + num(p.inputs[i].range) : std::string()) << ");\n";
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const Step& s = p.steps[i];
     std::string x = name(s.args[0]), e;
@@ -402,12 +638,34 @@ std::string to_string(const Program& p) {
             std::to_string(s.dim) + "}, " + (s.keepdim ? "true" : "false") + ")";
         break;
       case Op::Softmax: e = x + ".softmax(" + std::to_string(s.dim) + ")"; break;
+      case Op::Narrow:
+        e = x + ".narrow(" + std::to_string(s.dim) + ", " + std::to_string(s.start) + ", " +
+            std::to_string(s.end - s.start) + ")";
+        break;
+      case Op::Matmul:
+        e = x + ".matmul(" + name(s.args[1]) + (s.flag ? ".transpose(-2, -1))" : ")");
+        break;
+      case Op::LayerNorm:
+        e = "layer_norm(" + x + ", {" + x + ".size(-1)}, {}, {}, " + num(s.scalar) + ")";
+        break;
+      case Op::ReduceBroadcast: {
+        const char* red[] = {".sum({", ".mean({", ".amax({"};
+        const std::string r =
+            x + red[s.fn] + std::to_string(s.dim) + "}, " + (s.keepdim ? "true" : "false") + ")";
+        e = (s.flag ? r : x) + "." + binary_name(BinaryFn(s.fn2)) + "(" + (s.flag ? x : r) + ")";
+        break;
+      }
+      case Op::kCount:
+        break;
     }
     os << "Tensor v" << i << " = " << e << ";\n";
   }
   os << "return {";
   for (size_t i = 0; i < p.outputs.size(); ++i) os << (i ? ", " : "") << name(p.outputs[i]);
   os << "};\n";
+  if (p.backward)
+    os << "// training: the loss sum((out * w).sum()) over the float outputs, random weights w,\n"
+       << "// and its grads w.r.t. the float inputs\n";
   return os.str();
 }
 
@@ -423,6 +681,7 @@ Program dead_code_eliminate(const Program& p) {
       for (int a : p.steps[size_t(v - ni)].args) live[size_t(a)] = true;
   Program q;
   q.seed = p.seed;
+  q.backward = p.backward;
   std::vector<int> map(size_t(nv), -1);
   int next = 0;
   for (int v = 0; v < ni; ++v)
@@ -456,6 +715,11 @@ Program substitute(const Program& p, int v, int by) {
 
 Program shrink(Program p, const std::function<bool(const Program&)>& fails) {
   p = dead_code_eliminate(p);
+  if (p.backward) {  // a forward that fails alone is the smaller program
+    Program q = p;
+    q.backward = false;
+    if (fails(q)) p = q;
+  }
   // One output at a time.
   if (p.outputs.size() > 1)
     for (int o : p.outputs) {

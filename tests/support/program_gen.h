@@ -11,11 +11,19 @@
 
 namespace ember::testgen {
 
+// clang-format off
 enum class Op : uint8_t {
   Unary, Binary, AddScalar, MulScalar, Where,                              // pointwise
   Transpose, Permute, Reshape, Unsqueeze, Slice, Expand, Cast,             // views and casts
-  Sum, Mean, Amax, Softmax                                                 // reductions
+  Sum, Mean, Amax, Softmax,                                                // reductions
+  Narrow,           // x.narrow(dim, start, end - start), often the whole dim
+  Matmul,           // matmul(x, y), y transposed when `flag` (a product with x's own rows)
+  LayerNorm,        // layer_norm over the last dim, eps `scalar`
+  ReduceBroadcast,  // x op reduce(x, dim, keepdim), reduce(x) op x when `flag`: the reduction
+                    // broadcast against its input (fn: 0 sum, 1 mean, 2 amax; fn2: BinaryFn)
+  kCount
 };
+// clang-format on
 // Unary and binary functions; the unsafe ones are wrapped so values stay finite and moderate.
 enum class UnaryFn : uint8_t { Neg, Exp, Log, Sqrt, Tanh, Sigmoid, Relu, Gelu, Silu, Abs, kCount };
 enum class BinaryFn : uint8_t { Add, Sub, Mul, Div, Maximum, Minimum, kCount };
@@ -30,6 +38,8 @@ struct Step {
   int64_t start = 0, end = 0, step = 1;  // Slice
   double scalar = 0;          // AddScalar / MulScalar operand, Where threshold
   bool keepdim = false;
+  bool flag = false;             // Matmul: y transposed; ReduceBroadcast: operands swapped
+  int fn2 = 0;                   // ReduceBroadcast: the BinaryFn
   DType dtype = DType::Float32;  // Cast target
   double bound = 1;              // a bound on |value| of the result (scales the tolerance)
 };
@@ -38,6 +48,7 @@ struct InputSpec {
   Shape shape;
   DType dtype = DType::Float32;
   bool strided = false;  // passed as a non-contiguous view (every other element of a bigger tensor)
+  double range = 2;      // floats uniform in [-range, range] (a matmul's weight: smaller)
 };
 
 struct Program {
@@ -45,12 +56,33 @@ struct Program {
   std::vector<InputSpec> inputs;
   std::vector<Step> steps;
   std::vector<int> outputs;  // value numbers the program returns
+  // A training program: besides its outputs it returns a scalar loss, the sum of each float
+  // output times random weights (extra inputs), whose grads w.r.t. the float inputs are checked.
+  bool backward = false;
 };
 
-// A program of 3-10 steps over 1-3 inputs (0-D to 3-D, float32/float64/int64).
+// A program of 3-10 steps over 1-3 inputs (0-D to 3-D, float32/float64/int64), sometimes with a
+// matmul weight as one more input; about one in four a training program.
 Program generate_program(uint64_t seed);
-// Fresh input data: floats uniform in [-2, 2], integers in [-4, 4]; strided inputs are views.
+// Fresh input data: floats uniform in [-range, range], integers in [-4, 4]; strided inputs
+// are views.
 std::vector<Tensor> make_inputs(const Program& p, uint64_t data_seed);
+
+// A training program's arguments: `leaves` are fresh buffers of make_inputs' data, the float
+// ones requiring grad, and `args` what the program gets (a strided input as a view of its
+// leaf), then the loss weights, one per float output (loss_weights).
+struct TrainingArgs {
+  std::vector<Tensor> leaves, args;
+};
+TrainingArgs training_args(const Program& p, uint64_t data_seed,
+                           const std::vector<Tensor>& weights);
+// Random weights (uniform in [-1, 1]) for each float output of p, as the outputs `outs` are.
+std::vector<Tensor> loss_weights(const std::vector<Tensor>& outs, uint64_t data_seed);
+// The program over args = its inputs then its loss weights: its outputs, then the loss
+// sum((out * w).sum()) over the float outputs, in float64.
+std::vector<Tensor> run_training(const Program& p, const std::vector<Tensor>& args);
+// The grads of the leaves (undefined for those without a grad) after a backward.
+std::vector<Tensor> leaf_grads(const std::vector<Tensor>& leaves);
 // Runs one step on the values computed so far.
 Tensor apply_step(const Step& s, const std::vector<Tensor>& values);
 // Every value (inputs, then each step's result).
