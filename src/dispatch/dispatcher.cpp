@@ -5,6 +5,7 @@
 #include "core/make_tensor.h"
 #include "core/shape.h"
 #include "ember/autograd.h"
+#include "kernels/device_kernels.h"
 
 namespace ember {
 
@@ -46,12 +47,13 @@ void sync_for_host_read(const Tensor& t, const char* why, ember::SourceLocation 
 }
 
 namespace {
-// Kernels exist for the CPU only so far: a CUDA tensor reaching one is an error naming the op
-// (its data can be moved with .cpu()).
-void require_cpu_kernel(OpId op, Device dev) {
-  EMBER_CHECK(dev.type == DeviceType::CPU, op_name(op), ": no kernel for ", dev.str(),
-              " tensors yet (CUDA tensors can be made, copied with to()/cpu(), and read); "
-              "move the inputs to the CPU with .cpu()");
+// The CPU's kernel from the op table, or the device backend's.
+KernelFn kernel_for(OpId op, Device dev) {
+  if (dev.type == DeviceType::CPU) return op_impl(op).cpu;
+  KernelFn k = device_kernel(op, dev);
+  EMBER_CHECK(k, op_name(op), ": no kernel for ", dev.str(),
+              " tensors yet; move the inputs to the CPU with .cpu()");
+  return k;
 }
 }  // namespace
 
@@ -66,11 +68,11 @@ std::vector<Tensor> run_backend(OpId op, std::span<const Tensor> inputs, const A
     return outs;
   }
   Device dev = inputs.empty() ? kCPU : inputs[0].device();
-  require_cpu_kernel(op, dev);
+  KernelFn kernel = kernel_for(op, dev);
   for (const TensorMeta& m : metas) outs.push_back(make_tensor(m.sizes, m.dtype, dev));
   bool any_work = false;
   for (const Tensor& o : outs) any_work |= o.numel() > 0;
-  if (any_work) impl.cpu(inputs, outs, attrs);
+  if (any_work) kernel(inputs, outs, attrs);
   return outs;
 }
 
@@ -92,7 +94,7 @@ void run_backend_into(OpId op, std::span<const Tensor> inputs, const Tensor& out
                 out.device().str(), " but input ", i, " is on ", inputs[i].device().str(),
                 "; move one of them with to()");
   if (out.numel() == 0) return;
-  require_cpu_kernel(op, out.device());
+  KernelFn kernel = kernel_for(op, out.device());
   // An input that overlaps the output in a different layout would be read after being
   // written: compute out of place, then copy.
   bool overlap = false;
@@ -104,11 +106,12 @@ void run_backend_into(OpId op, std::span<const Tensor> inputs, const Tensor& out
   }
   Tensor target = overlap ? make_tensor(out.sizes(), out.dtype(), out.device()) : out;
   Tensor outs[1] = {target};
-  impl.cpu(inputs, std::span<Tensor>(outs, 1), attrs);
+  kernel(inputs, std::span<Tensor>(outs, 1), attrs);
   if (overlap) {
     Tensor ins[1] = {target};
     Tensor dst[1] = {out};
-    op_impl(OpId::clone).cpu(std::span<const Tensor>(ins, 1), std::span<Tensor>(dst, 1), Attrs{});
+    kernel_for(OpId::clone, out.device())(std::span<const Tensor>(ins, 1),
+                                          std::span<Tensor>(dst, 1), Attrs{});
   }
 }
 

@@ -2,6 +2,7 @@
 // that needs one says how to get it.
 #include "ember/cuda.h"
 #include "ember/error.h"
+#include "kernels/device_kernels.h"
 #include "kernels/device_memory.h"
 
 namespace ember {
@@ -22,6 +23,8 @@ MemoryStats memory_stats(int) { no_cuda("cuda::memory_stats"); }
 void reset_peak_memory_stats(int) { no_cuda("cuda::reset_peak_memory_stats"); }
 void empty_cache() {}
 }  // namespace cuda
+
+KernelFn device_kernel(OpId, Device) { return nullptr; }
 
 namespace device_memory {
 std::shared_ptr<Storage> new_cuda_storage(size_t, Device d) {

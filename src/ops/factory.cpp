@@ -47,9 +47,14 @@ Tensor zeros(const Shape& shape, TensorOptions opts) {
 Tensor ones(const Shape& shape, TensorOptions opts) {
   return full_named(shape, 1, opts, "ones");
 }
-Tensor zeros_like(const Tensor& t) { return full(t.sizes(), 0, t.dtype()); }
-Tensor ones_like(const Tensor& t) { return full(t.sizes(), 1, t.dtype()); }
-Tensor full_like(const Tensor& t, double value) { return full(t.sizes(), value, t.dtype()); }
+// On t's device, as t.
+Tensor full_like(const Tensor& t, double value) {
+  TensorOptions o(t.dtype());
+  o.device = t.device();
+  return full(t.sizes(), value, o);
+}
+Tensor zeros_like(const Tensor& t) { return full_like(t, 0); }
+Tensor ones_like(const Tensor& t) { return full_like(t, 1); }
 Tensor scalar_tensor(double value, DType dtype) { return full({}, value, dtype); }
 
 Tensor arange(double start, double end, double step, TensorOptions opts) {

@@ -28,7 +28,14 @@ Tensor wrap_scalar(double v, const Tensor& like) {
     if (!integral_value) t = default_float_dtype();
     else if (t == DType::Bool && v != 0 && v != 1) t = DType::Int64;
   }
-  return scalar_tensor(v, t);
+  return scalar_tensor_on(v, t, like.device());
+}
+
+Tensor scalar_tensor_on(double v, DType dtype, Device device) {
+  if (device.type == DeviceType::CPU) return scalar_tensor(v, dtype);
+  TensorOptions o(dtype);
+  o.device = device;
+  return full({}, v, o);
 }
 
 Tensor to_floating(const Tensor& t) {

@@ -15,6 +15,8 @@ namespace ember {
 DType result_type(const Tensor& a, const Tensor& b);
 // A 0-dim tensor holding `v`, typed to combine with `like` as a Python scalar would.
 Tensor wrap_scalar(double v, const Tensor& like);
+// A 0-dim tensor holding v, on `device` (scalar operands live where the tensor they meet is).
+Tensor scalar_tensor_on(double v, DType dtype, Device device);
 // t cast to dtype (no-op when equal).
 inline Tensor cast_to(const Tensor& t, DType d) { return t.dtype() == d ? t : t.to(d); }
 // Integral and bool inputs are promoted to the default float dtype (exp, log, div ...).

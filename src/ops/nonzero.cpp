@@ -26,7 +26,9 @@ int64_t count_nonzero(const Tensor& x) {
               "nonzero: the output size depends on the input's values, which a symbolic "
               "tensor does not have");
   int64_t count = 0;
-  each_element(x, [&](int64_t, bool nz) { count += nz; });
+  // The shape rule reads values on the host (a GPU tensor's through a copy).
+  each_element(x.device().type == DeviceType::CPU ? x : x.cpu(),
+               [&](int64_t, bool nz) { count += nz; });
   return count;
 }
 

@@ -155,8 +155,8 @@ Tensor& Tensor::div_(const Tensor& o) {
   inplace_binary(OpId::div, *this, o);
   return *this;
 }
-Tensor& Tensor::add_(double v) { return add_(scalar_tensor(v, dtype())); }
-Tensor& Tensor::mul_(double v) { return mul_(scalar_tensor(v, dtype())); }
+Tensor& Tensor::add_(double v) { return add_(scalar_tensor_on(v, dtype(), device())); }
+Tensor& Tensor::mul_(double v) { return mul_(scalar_tensor_on(v, dtype(), device())); }
 
 Tensor& Tensor::copy_(const Tensor& src) {
   EMBER_CHECK(src.defined(), "copy_: undefined source tensor");

@@ -55,8 +55,17 @@ TEST(CudaRuntime, OpsWithoutAKernelAndMixedDevicesSayWhatToDo) {
   REQUIRE_GPU();
   Tensor g = ones({4}).cuda(), c = ones({4});
   expect_error([&] { g + c; }, {"cuda:0", "cpu"});
-  expect_error([&] { g.exp(); }, {"exp", "cuda:0", ".cpu()"});
+  expect_error([&] { g.sum(); }, {"sum", "cuda:0", ".cpu()"});
   expect_error([&] { c.add_(g); }, {"cuda:0", "cpu"});
+  // Scalars and *_like tensors follow the tensor's device.
+  EXPECT_EQ((g * 2.0 + 1.0).device(), kGpu);
+  EXPECT_EQ((g * 2.0 + 1.0).to_vector<float>(), std::vector<float>(4, 3.0f));
+  EXPECT_EQ(zeros_like(g).device(), kGpu);
+  EXPECT_EQ(full_like(g, 5.0).to_vector<float>(), std::vector<float>(4, 5.0f));
+  Tensor h = ones({4}).cuda();
+  h.add_(2.0);
+  h.mul_(g);
+  EXPECT_EQ(h.to_vector<float>(), std::vector<float>(4, 3.0f));
   // The process goes on working.
   EXPECT_EQ(g.cpu().to_vector<float>(), std::vector<float>(4, 1.0f));
 }

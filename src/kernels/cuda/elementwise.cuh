@@ -1,0 +1,143 @@
+// Elementwise kernels on the GPU. One thread an output element, grid-stride: each operand's
+// element is found from the output's linear index through the operand's own strides (0 along
+// broadcast dims), so views and broadcasts cost index math, not copies; when every operand is
+// contiguous and as large as the output the index is the offset itself. Half types are loaded
+// into float and rounded back on store (to nearest even, as on the CPU), so the functors of
+// kernels/functors.h compute in the same types as the CPU kernels.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <utility>
+
+#include "ember/tensor.h"
+#include "kernels/cuda/runtime.h"
+
+namespace ember::cuda {
+
+constexpr int kMaxDims = 8;
+
+// Storage type -> compute type (what functors take).
+template <class T> struct Compute { using type = T; };
+template <> struct Compute<__half> { using type = float; };
+template <> struct Compute<__nv_bfloat16> { using type = float; };
+template <class T> using compute_t = typename Compute<T>::type;
+
+template <class T>
+__device__ __forceinline__ compute_t<T> load(const T* p) {
+  if constexpr (std::is_same_v<T, __half>) return __half2float(*p);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(*p);
+  else return *p;
+}
+template <class T, class V>
+__device__ __forceinline__ void store(T* p, V v) {
+  if constexpr (std::is_same_v<T, __half>) *p = __float2half_rn(float(v));
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) *p = __float2bfloat16_rn(float(v));
+  else *p = T(v);
+}
+
+// Where every operand's elements are: operand 0 is the output.
+template <int N>
+struct Geometry {
+  int ndim = 0;
+  bool flat = true;
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[N + 1][kMaxDims] = {};
+  char* data[N + 1] = {};
+};
+
+template <class Out, class F, class... In, size_t... K>
+__device__ __forceinline__ void apply(const Geometry<sizeof...(In)>& g, const int64_t* off, F f,
+                                      std::index_sequence<K...>) {
+  store(reinterpret_cast<Out*>(g.data[0]) + off[0],
+        f(load(reinterpret_cast<const In*>(g.data[K + 1]) + off[K + 1])...));
+}
+
+template <class Out, class F, class... In>
+__global__ void elementwise_kernel(int64_t n, Geometry<sizeof...(In)> g, F f) {
+  constexpr int N = sizeof...(In);
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    int64_t off[N + 1];
+    if (g.flat) {
+      for (int k = 0; k <= N; ++k) off[k] = i;
+    } else {
+      for (int k = 0; k <= N; ++k) off[k] = 0;
+      int64_t r = i;
+      for (int d = g.ndim - 1; d >= 0; --d) {
+        const int64_t c = r % g.sizes[d];
+        r /= g.sizes[d];
+        for (int k = 0; k <= N; ++k) off[k] += c * g.strides[k][d];
+      }
+    }
+    apply<Out, F, In...>(g, off, f, std::index_sequence_for<In...>{});
+  }
+}
+
+// Launches f over out's elements on out's device; `in` broadcast to out's shape. Out and In...
+// are storage types matching the tensors' dtypes (checked by the callers' dtype visit).
+template <class Out, class... In, class F>
+void elementwise(const char* op, const Tensor& out, std::span<const Tensor> in, F f) {
+  constexpr int N = sizeof...(In);
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  EMBER_CHECK(out.dim() <= kMaxDims, op, ": CUDA kernels take up to ", kMaxDims,
+              " dims, got shape ", out.shape_str());
+  Geometry<N> g;
+  g.ndim = int(out.dim());
+  for (int d = 0; d < g.ndim; ++d) g.sizes[d] = out.sizes()[size_t(d)];
+  auto place = [&](int k, const Tensor& t) {
+    g.data[k] = static_cast<char*>(t.impl()->storage->data) +
+                t.storage_offset() * int64_t(dtype_size(t.dtype()));
+    const int lead = g.ndim - int(t.dim());
+    for (int d = 0; d < int(t.dim()); ++d)
+      g.strides[k][lead + d] = t.sizes()[size_t(d)] == 1 ? 0 : t.strides()[size_t(d)];
+    g.flat = g.flat && t.is_contiguous() && t.numel() == n;
+  };
+  place(0, out);
+  for (int k = 0; k < N; ++k) place(k + 1, in[size_t(k)]);
+  const int device = out.device().index;
+  detail::use_device(device);
+  constexpr int kThreads = 256;
+  static const int max_blocks = [] {
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    return (sms > 0 ? sms : 80) * 32;
+  }();
+  const int64_t want = (n + kThreads - 1) / kThreads;
+  const int blocks = int(want < max_blocks ? want : max_blocks);
+  elementwise_kernel<Out, F, In...><<<blocks, kThreads, 0, detail::stream(device)>>>(n, g, f);
+  detail::check(cudaGetLastError(), op);
+}
+
+// Calls f.template operator()<T>() with T the storage type of `dtype`; dtypes outside `K` are
+// an error (and their kernels are never instantiated).
+enum class Kinds { Float, Numeric, All };
+template <Kinds K, class F>
+void visit(DType dtype, const char* op, F&& f) {
+  const bool is_float = dtype == DType::Float32 || dtype == DType::Float64 ||
+                        dtype == DType::Float16 || dtype == DType::BFloat16;
+  EMBER_CHECK(K == Kinds::All || (K == Kinds::Float ? is_float : dtype != DType::Bool), op,
+              ": not supported for ", dtype_name(dtype), " tensors on CUDA");
+  constexpr bool ints = K != Kinds::Float;
+  switch (dtype) {
+    case DType::Bool:
+      if constexpr (K == Kinds::All) f.template operator()<bool>();
+      return;
+    case DType::Int32:
+      if constexpr (ints) f.template operator()<int32_t>();
+      return;
+    case DType::Int64:
+      if constexpr (ints) f.template operator()<int64_t>();
+      return;
+    case DType::Float16: return f.template operator()<__half>();
+    case DType::BFloat16: return f.template operator()<__nv_bfloat16>();
+    case DType::Float32: return f.template operator()<float>();
+    case DType::Float64: return f.template operator()<double>();
+  }
+}
+
+}  // namespace ember::cuda

@@ -1,0 +1,17 @@
+// device_kernel() for CUDA: the table every kernel family of src/kernels/cuda fills.
+#include "kernels/cuda/kernel_table.h"
+
+#include "kernels/device_kernels.h"
+
+namespace ember {
+
+KernelFn device_kernel(OpId op, Device device) {
+  static const cuda::KernelTable table = [] {
+    cuda::KernelTable t;
+    cuda::register_pointwise(t);
+    return t;
+  }();
+  return device.type == DeviceType::CUDA ? table.fns[size_t(op)] : nullptr;
+}
+
+}  // namespace ember

@@ -1,0 +1,16 @@
+// The CUDA backend's kernels by op, filled once by each family's register_* function.
+#pragma once
+#include <array>
+
+#include "ops/op_impl.h"
+
+namespace ember::cuda {
+
+struct KernelTable {
+  std::array<KernelFn, kNumOps> fns{};
+  KernelFn& operator[](OpId op) { return fns[size_t(op)]; }
+};
+
+void register_pointwise(KernelTable& t);
+
+}  // namespace ember::cuda
