@@ -12,5 +12,6 @@ struct KernelTable {
 };
 
 void register_pointwise(KernelTable& t);
+void register_reductions(KernelTable& t);
 
 }  // namespace ember::cuda

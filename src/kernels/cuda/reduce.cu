@@ -1,0 +1,168 @@
+// CUDA kernels of the reductions sum, mean, amax and amin over any set of dims. A block takes
+// an output element (grid-stride over outputs): its threads stride over the reduced elements,
+// each folding into a register, then the block combines the partials through warp shuffles and
+// shared memory. Operands are read through their strides (views need no copies). Sums
+// accumulate as the CPU kernels do: float for float32 and the half types, double for float64,
+// int64 for integers; extremes propagate NaN.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/kernel_table.h"
+
+namespace ember::cuda {
+
+namespace {
+
+template <class T> struct Acc { using type = float; };
+template <> struct Acc<double> { using type = double; };
+template <> struct Acc<int32_t> { using type = int64_t; };
+template <> struct Acc<int64_t> { using type = int64_t; };
+template <class T> using acc_t = typename Acc<T>::type;
+
+// Index spaces of one reduction: the kept dims (one output element each) and the reduced ones.
+struct ReducePlan {
+  int kept_ndim = 0, red_ndim = 0;
+  int64_t kept_sizes[kMaxDims], kept_strides[kMaxDims];
+  int64_t red_sizes[kMaxDims], red_strides[kMaxDims];
+  int64_t outputs = 1, reduced = 1;
+};
+
+__device__ __forceinline__ int64_t offset_of(int64_t i, int nd, const int64_t* sizes,
+                                             const int64_t* strides) {
+  int64_t off = 0;
+  for (int d = nd - 1; d >= 0; --d) {
+    off += (i % sizes[d]) * strides[d];
+    i /= sizes[d];
+  }
+  return off;
+}
+
+struct SumOp {
+  template <class A> __device__ A init() const { return A(0); }
+  template <class A> __device__ A fold(A a, A b) const { return a + b; }
+};
+template <bool Max>
+struct ExtremeOp {
+  template <class A>
+  __device__ A init() const {
+    if constexpr (std::is_floating_point_v<A>) return Max ? A(-INFINITY) : A(INFINITY);
+    else return Max ? std::numeric_limits<A>::lowest() : std::numeric_limits<A>::max();
+  }
+  template <class A>
+  __device__ A fold(A a, A b) const {
+    if constexpr (std::is_floating_point_v<A>) {
+      if (a != a) return a;
+      if (b != b) return b;
+    }
+    return (Max ? a < b : b < a) ? b : a;
+  }
+};
+
+// Block-wide fold of one value per thread; thread 0 gets the result.
+template <class A, class Op>
+__device__ A block_fold(A v, Op op) {
+  __shared__ alignas(16) unsigned char raw[32 * sizeof(A)];
+  A* partial = reinterpret_cast<A*>(raw);
+  for (int s = 16; s > 0; s >>= 1) v = op.fold(v, __shfl_down_sync(0xffffffffu, v, s));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    const int warps = (blockDim.x + 31) >> 5;
+    v = lane < warps ? partial[lane] : op.template init<A>();
+    for (int s = 16; s > 0; s >>= 1) v = op.fold(v, __shfl_down_sync(0xffffffffu, v, s));
+  }
+  __syncthreads();  // partial is reused by the next output of this block
+  return v;
+}
+
+// Mean divides by the count: `divide` is true for mean.
+template <class T, class A, class Op>
+__global__ void reduce_kernel(const T* in, T* out, ReducePlan p, Op op, bool divide) {
+  for (int64_t o = blockIdx.x; o < p.outputs; o += gridDim.x) {
+    const int64_t base = offset_of(o, p.kept_ndim, p.kept_sizes, p.kept_strides);
+    A acc = op.template init<A>();
+    for (int64_t r = threadIdx.x; r < p.reduced; r += blockDim.x)
+      acc = op.fold(acc, A(load(in + base + offset_of(r, p.red_ndim, p.red_sizes, p.red_strides))));
+    acc = block_fold<A>(acc, op);
+    if (threadIdx.x == 0) {
+      if (divide) acc = acc / A(p.reduced);  // 0 / 0: nan, as on the CPU
+      store(out + o, acc);
+    }
+  }
+}
+
+ReducePlan plan_of(const Tensor& x, const Shape& dims) {
+  ReducePlan p;
+  EMBER_CHECK(x.dim() <= kMaxDims, "reduction: CUDA kernels take up to ", kMaxDims,
+              " dims, got shape ", x.shape_str());
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    bool red = false;
+    for (int64_t r : dims) red |= r == d;
+    const int64_t size = x.sizes()[size_t(d)], stride = x.strides()[size_t(d)];
+    if (red) {
+      p.red_sizes[p.red_ndim] = size;
+      p.red_strides[p.red_ndim++] = stride;
+      p.reduced *= size;
+    } else {
+      p.kept_sizes[p.kept_ndim] = size;
+      p.kept_strides[p.kept_ndim++] = stride;
+      p.outputs *= size;
+    }
+  }
+  return p;
+}
+
+template <class T, class Op>
+void launch(const char* name, const Tensor& x, Tensor& out, const Shape& dims, Op op,
+            bool divide) {
+  ReducePlan p = plan_of(x, dims);
+  if (p.outputs == 0) return;
+  const int device = x.device().index;
+  detail::use_device(device);
+  const T* in = reinterpret_cast<const T*>(static_cast<const char*>(x.impl()->storage->data) +
+                                           x.storage_offset() * int64_t(sizeof(T)));
+  T* o = reinterpret_cast<T*>(static_cast<char*>(out.impl()->storage->data) +
+                              out.storage_offset() * int64_t(sizeof(T)));
+  const int threads = p.reduced >= 4096 ? 512 : p.reduced >= 256 ? 256 : 64;
+  const int blocks = int(p.outputs < 65535 ? p.outputs : 65535);
+  reduce_kernel<T, acc_t<T>, Op><<<blocks, threads, 0, detail::stream(device)>>>(in, o, p, op,
+                                                                                divide);
+  detail::check(cudaGetLastError(), name);
+}
+
+void sum(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  visit<Kinds::Numeric>(in[0].dtype(), "sum", [&]<class T>() {
+    launch<T>("sum", in[0], out[0], a.dims, SumOp{}, false);
+  });
+}
+void mean(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  visit<Kinds::Float>(in[0].dtype(), "mean", [&]<class T>() {
+    launch<T>("mean", in[0], out[0], a.dims, SumOp{}, true);
+  });
+}
+void amax(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  visit<Kinds::Numeric>(in[0].dtype(), "amax", [&]<class T>() {
+    launch<T>("amax", in[0], out[0], a.dims, ExtremeOp<true>{}, false);
+  });
+}
+void amin(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  visit<Kinds::Numeric>(in[0].dtype(), "amin", [&]<class T>() {
+    launch<T>("amin", in[0], out[0], a.dims, ExtremeOp<false>{}, false);
+  });
+}
+
+}  // namespace
+
+void register_reductions(KernelTable& t) {
+  t[OpId::sum] = sum;
+  t[OpId::mean] = mean;
+  t[OpId::amax] = amax;
+  t[OpId::amin] = amin;
+}
+
+}  // namespace ember::cuda
