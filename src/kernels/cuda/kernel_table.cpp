@@ -10,6 +10,7 @@ KernelFn device_kernel(OpId op, Device device) {
     cuda::KernelTable t;
     cuda::register_pointwise(t);
     cuda::register_reductions(t);
+    cuda::register_matmul(t);
     return t;
   }();
   return device.type == DeviceType::CUDA ? table.fns[size_t(op)] : nullptr;

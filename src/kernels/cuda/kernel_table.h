@@ -13,5 +13,6 @@ struct KernelTable {
 
 void register_pointwise(KernelTable& t);
 void register_reductions(KernelTable& t);
+void register_matmul(KernelTable& t);
 
 }  // namespace ember::cuda
