@@ -145,11 +145,13 @@ bool attention_matmul(const graph::Node* n) {
 }
 
 // Turns a softmax row group into an attention group when its neighbours allow (see
-// FusionGroup::attn_qk); `uses` counts the readers of each value (graph outputs count 2), and
-// `is_output` marks the graph's outputs.
+// FusionGroup::attn_qk); `uses` counts the readers of each value (graph outputs count 2),
+// `is_output` marks the graph's outputs, and `gemm_product` the products another group already
+// runs as its gemm (`softmax @ v + r`: that group's epilogue reads the probabilities, which an
+// attention kernel keeps to itself).
 void try_attention(FusionGroup& grp, const std::vector<int>& uses,
                    const std::vector<std::vector<const graph::Node*>>& readers,
-                   const std::vector<char>& is_output) {
+                   const std::vector<char>& is_output, const std::vector<char>& gemm_product) {
   const graph::Node& row = *grp.row;
   if (row.op != OpId::softmax || !grp.extra_outputs.empty() || grp.output != row.outputs[0])
     return;
@@ -160,6 +162,7 @@ void try_attention(FusionGroup& grp, const std::vector<int>& uses,
   if ((uses[size_t(p->id)] != 1 && !probs_out) || readers[size_t(p->id)].size() != 1) return;
   const graph::Node* pv = readers[size_t(p->id)][0];
   if (!attention_matmul(pv) || pv->inputs[0] != p || pv->inputs[1] == p) return;
+  if (gemm_product[size_t(pv->outputs[0]->id)]) return;
   if (!contiguous(*pv->outputs[0])) return;
   // The scores: a matmul product read by exactly one node of the group.
   const graph::Node* qk = nullptr;
@@ -235,6 +238,73 @@ void check_form(const FusionGroup& grp) {
                                   grp.inputs.end(),
                   "compiler: ", graph::node_str(*n),
                   " planned with its grad computed in the kernel; its nodes:", where());
+}
+
+// Drops the groups that no step runs: a group is run at its output's node, and an attention
+// group takes over the copy of its result, which the greedy grouping made a kernel of its own.
+// Only whole groups go: a node left in a dropped group would run nowhere.
+void drop_groups_never_run(const graph::Graph& g, FusionPlan& plan) {
+  const auto& nodes = g.nodes();
+  std::vector<int> index(plan.groups.size(), -1);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const int k = plan.group_of_node[i];
+    if (k >= 0 && nodes[i]->outputs[0] == plan.groups[size_t(k)].output) index[size_t(k)] = 0;
+  }
+  std::vector<FusionGroup> kept;
+  for (size_t k = 0; k < plan.groups.size(); ++k)
+    if (index[k] == 0) {
+      index[k] = int(kept.size());
+      kept.push_back(std::move(plan.groups[k]));
+    }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    int& k = plan.group_of_node[i];
+    if (k < 0) continue;
+    EMBER_CHECK(index[size_t(k)] >= 0, "compiler: ", graph::node_str(*nodes[i]),
+                " is planned in a kernel that never runs");
+    k = index[size_t(k)];
+  }
+  plan.groups = std::move(kept);
+}
+
+// Checks the plan as a whole: every value a step reads from a buffer (an eager node's
+// operands, a kernel's inputs, its gemm's or attention's operands, the graph's outputs and
+// write-backs) is one a step writes (a graph input, an eager node's result, a kernel's output
+// or extra outputs). A value that one kernel keeps to itself (a fused intermediate, a product
+// its epilogue reads in place, attention probabilities) read by another step fails here,
+// naming both, instead of running on a buffer nobody wrote.
+void check_plan(const graph::Graph& g, const FusionPlan& plan) {
+  const auto& nodes = g.nodes();
+  std::vector<char> written(g.values().size(), 0);
+  for (const graph::Value* v : g.inputs()) written[size_t(v->id)] = 1;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (plan.group_of_node[i] < 0)
+      for (const graph::Value* v : nodes[i]->outputs) written[size_t(v->id)] = 1;
+  for (const FusionGroup& grp : plan.groups) {
+    written[size_t(grp.output->id)] = 1;
+    for (const graph::Value* v : grp.extra_outputs) written[size_t(v->id)] = 1;
+  }
+  auto need = [&](const graph::Value* v, const std::string& reader) {
+    if (written[size_t(v->id)]) return;
+    std::string producer = v->producer ? graph::node_str(*v->producer) : "no node";
+    EMBER_FAIL("compiler: ", reader, " reads %", v->id, " (made by ", producer,
+               "), which the fusion plan keeps inside a kernel; a compiler bug, please report "
+               "it with the graph");
+  };
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (plan.group_of_node[i] < 0)
+      for (const graph::Value* v : nodes[i]->inputs) need(v, graph::node_str(*nodes[i]));
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    const FusionGroup& grp = plan.groups[k];
+    const std::string reader = "the kernel of " + graph::node_str(*grp.nodes.back());
+    std::vector<const graph::Value*> reads = grp.inputs;
+    if (grp.gemm) reads.insert(reads.end(), grp.gemm->inputs.begin(), grp.gemm->inputs.end());
+    if (grp.attn_qk)
+      reads.insert(reads.end(),
+                   {grp.attn_qk->inputs[0], grp.attn_qk->inputs[1], grp.attn_pv->inputs[1]});
+    for (const graph::Value* v : reads) need(v, reader);
+  }
+  for (const graph::Value* v : g.outputs()) need(v, "the graph's outputs");
+  for (const graph::Mutation& m : g.mutations()) need(m.value, "a write-back");
 }
 
 }  // namespace
@@ -419,16 +489,20 @@ FusionPlan plan_fusion(const graph::Graph& g) {
   }
   plan.groups = std::move(kept);
 
-  std::vector<char> is_output(g.values().size(), 0);
+  std::vector<char> is_output(g.values().size(), 0), gemm_product(g.values().size(), 0);
   for (const graph::Value* v : g.outputs()) is_output[size_t(v->id)] = 1;
+  for (const FusionGroup& grp : plan.groups)
+    if (grp.gemm) gemm_product[size_t(grp.gemm->outputs[0]->id)] = 1;
   for (size_t k = 0; k < plan.groups.size(); ++k) {
     FusionGroup& grp = plan.groups[k];
     if (!grp.row) continue;
-    try_attention(grp, uses, readers, is_output);
+    try_attention(grp, uses, readers, is_output, gemm_product);
     if (!grp.attn_qk) continue;
     for (const graph::Node* mm : {grp.attn_qk, grp.attn_pv, grp.out_permute, grp.out_copy})
       if (mm) plan.group_of_node[size_t(index_of[size_t(mm->outputs[0]->id)])] = int(k);
   }
+  drop_groups_never_run(g, plan);
+  check_plan(g, plan);
   return plan;
 }
 

@@ -301,7 +301,7 @@ TEST(RandomPrograms, GeneratorCoversTheOpKinds) {
   // layer_norm) of a product, a row op and a product combined, a whole-dim narrow under backward,
   // a reduction without keepdim broadcast against its input on square and other shapes.
   int64_t training = 0, row_of_product = 0, row_with_product = 0, whole_narrow_trained = 0,
-          reduce_square = 0, reduce_other = 0;
+          reduce_square = 0, reduce_other = 0, attention = 0;
   auto row_op = [](const testgen::Step& s, const Tensor& x) {
     const bool row = s.op == Op::Softmax || s.op == Op::Sum || s.op == Op::Mean ||
                      s.op == Op::Amax || s.op == Op::LayerNorm;
@@ -332,6 +332,10 @@ TEST(RandomPrograms, GeneratorCoversTheOpKinds) {
       }
       const testgen::Step* px = producer(s.args[0]);
       row_of_product += px && px->op == Op::Matmul && row_op(s, x);
+      // softmax(x y^T * c) @ z
+      const testgen::Step* scaled = px && px->op == Op::Softmax ? producer(px->args[0]) : nullptr;
+      const testgen::Step* scores = scaled ? producer(scaled->args[0]) : nullptr;
+      attention += s.op == Op::Matmul && scores && scores->op == Op::Matmul;
       whole_narrow_trained +=
           p.backward && s.op == Op::Narrow && s.start == 0 && s.end == x.size(s.dim);
       if (s.op == Op::ReduceBroadcast && !s.keepdim) {
@@ -360,12 +364,14 @@ TEST(RandomPrograms, GeneratorCoversTheOpKinds) {
   EXPECT_GT(whole_narrow_trained, 10);
   EXPECT_GT(reduce_square, 10);
   EXPECT_GT(reduce_other, 10);
+  EXPECT_GT(attention, 10);
   std::printf(
       "[ generator ] %d programs: %lld training, %lld row ops of a product, %lld row ops "
       "combined with a product, %lld whole-dim narrows trained, %lld/%lld reductions "
-      "broadcast without keepdim over square/other trailing dims\n",
+      "broadcast without keepdim over square/other trailing dims, %lld attentions\n",
       int(kPrograms), (long long)training, (long long)row_of_product, (long long)row_with_product,
-      (long long)whole_narrow_trained, (long long)reduce_square, (long long)reduce_other);
+      (long long)whole_narrow_trained, (long long)reduce_square, (long long)reduce_other,
+      (long long)attention);
 }
 
 TEST(RandomPrograms, ShrinkFindsTheFailingStep) {

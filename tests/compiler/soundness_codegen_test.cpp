@@ -154,6 +154,31 @@ TEST_F(SoundnessCodegenTest, LayerNormMatmulBackward) {
       {randn({5, 8}), randn({5, 5})});
 }
 
+// softmax(q k^T) @ v + r: the add took the last product as its gemm, and the attention group
+// took the same product as its softmax @ v, keeping the probabilities to itself; the gemm then
+// ran on probabilities nobody wrote. Found by the random programs (seed 2552 of 0627f4a's
+// generator with the attention pattern).
+TEST_F(SoundnessCodegenTest, AttentionResultPlusResidual) {
+  using V = const std::vector<Tensor>&;
+  expect_forward(
+      [](V v) {
+        return matmul((matmul(v[0], v[0].transpose(1, 2)) * 0.5).softmax(2), v[0]) + v[0];
+      },
+      {randn({2, 3, 4})});
+  expect_forward(
+      [](V v) {
+        Tensor q = v[0].unsqueeze(1);
+        return (matmul(matmul(q, q.transpose(1, 2)).softmax(2), q) + q).abs();
+      },
+      {randn({2, 2})});
+  expect_grads(
+      [](V v) {
+        Tensor p = (matmul(v[0], v[1].transpose(1, 2)) * 0.25).softmax(2);
+        return ((matmul(p, v[2]) + v[0]) * v[3]).sum();
+      },
+      {randn({2, 16, 16}), randn({2, 16, 16}), randn({2, 16, 16}), randn({2, 16, 16})});
+}
+
 // --- Reductions broadcast against their input ------------------------------------------------
 
 // A row reduction without keepdim broadcasts along the LAST dim of its consumer: x - x.sum(1) is

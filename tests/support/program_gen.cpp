@@ -137,13 +137,30 @@ Step product(Rng& r, const std::vector<Tensor>& vals, int a) {
 }
 
 // Steps that exercise fusion across a matmul (a row op of a product, a row op's result combined
-// with a product, both with a pointwise op over the two), or none when x does not fit.
+// with a product, both with a pointwise op over the two, or a softmax between two products as
+// in attention), or none when x does not fit.
 std::vector<Step> draw_pattern(Rng& r, const std::vector<Tensor>& vals) {
   const int n = int(vals.size());
   const int a = n - 1 - int(uniform(r, 0, std::min(n - 1, 2)));
   const Tensor& x = vals[size_t(a)];
   if (x.dim() < 1 || x.dtype() == DType::Int64) return {};
   std::vector<Step> steps;
+  if (x.dim() >= 2 && coin(r, 0.25)) {
+    // Self-attention over x's rows: softmax(x x^T * c) x (an attention group's form).
+    Step qk, scale, probs, pv;
+    qk.op = Op::Matmul;
+    qk.args = {a, a};
+    qk.flag = true;
+    scale.op = Op::MulScalar;
+    scale.args = {n};
+    scale.scalar = double(uniform(r, 1, 4)) / 4;
+    probs.op = Op::Softmax;
+    probs.args = {n + 1};
+    probs.dim = -1;
+    pv.op = Op::Matmul;
+    pv.args = {n + 2, a};
+    return {qk, scale, probs, pv};
+  }
   Step combine;
   combine.op = Op::Binary;
   combine.fn = int(pick(r, std::vector<BinaryFn>{BinaryFn::Add, BinaryFn::Sub, BinaryFn::Mul}));
