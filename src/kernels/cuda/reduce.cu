@@ -1,4 +1,5 @@
-// CUDA kernels of the reductions sum, mean, amax and amin over any set of dims. A block takes
+// CUDA kernels of the reductions sum, mean, amax and amin over any set of dims, and of
+// softmax and log_softmax. A block takes
 // an output element (grid-stride over outputs): its threads stride over the reduced elements,
 // each folding into a register, then the block combines the partials through warp shuffles and
 // shared memory. Operands are read through their strides (views need no copies). Sums
@@ -12,6 +13,7 @@
 
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/kernel_table.h"
+#include "kernels/functors.h"
 
 namespace ember::cuda {
 
@@ -156,9 +158,68 @@ void amin(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   });
 }
 
+// softmax / log_softmax along one dim: a block a row, three passes over it (max, sum of
+// exp(x - max), write), as the CPU kernel computes it.
+template <class T, class A>
+__global__ void softmax_kernel(const T* in, T* out, ReducePlan p, ReducePlan q, bool log) {
+  __shared__ A shared;
+  const int64_t sx = p.red_strides[0], sy = q.red_strides[0], n = p.reduced;
+  for (int64_t o = blockIdx.x; o < p.outputs; o += gridDim.x) {
+    const T* x = in + offset_of(o, p.kept_ndim, p.kept_sizes, p.kept_strides);
+    T* y = out + offset_of(o, q.kept_ndim, q.kept_sizes, q.kept_strides);
+    const ExtremeOp<true> max_op;
+    A m = max_op.template init<A>();
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = max_op.fold(m, A(load(x + j * sx)));
+    m = block_fold<A>(m, max_op);
+    if (threadIdx.x == 0) shared = m;
+    __syncthreads();
+    m = shared;
+    A sum = 0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+      sum += fn::ExpFtz{}(A(load(x + j * sx)) - m);
+    sum = block_fold<A>(sum, SumOp{});
+    if (threadIdx.x == 0) shared = sum;
+    __syncthreads();
+    sum = shared;
+    const A log_sum = fn::Log{}(sum), inv = A(1) / sum;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const A v = A(load(x + j * sx)) - m;
+      store(y + j * sy, log ? v - log_sum : fn::ExpFtz{}(v) * inv);
+    }
+    __syncthreads();  // `shared` is rewritten for the next row
+  }
+}
+
+void softmax_like(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a, bool log,
+                  const char* name) {
+  visit<Kinds::Float>(in[0].dtype(), name, [&]<class T>() {
+    const Tensor& x = in[0];
+    Tensor& y = out[0];
+    const Shape dims{a.dim};
+    ReducePlan p = plan_of(x, dims), q = plan_of(y, dims);
+    if (p.outputs == 0 || p.reduced == 0) return;
+    const int device = x.device().index;
+    detail::use_device(device);
+    const T* xp = reinterpret_cast<const T*>(x.impl()->data());
+    T* yp = reinterpret_cast<T*>(y.impl()->data());
+    const int threads = p.reduced >= 2048 ? 512 : p.reduced >= 256 ? 256 : 64;
+    const int blocks = int(p.outputs < 65535 ? p.outputs : 65535);
+    softmax_kernel<T, acc_t<T>><<<blocks, threads, 0, detail::stream(device)>>>(xp, yp, p, q, log);
+    detail::check(cudaGetLastError(), name);
+  });
+}
+void softmax(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  softmax_like(in, out, a, false, "softmax");
+}
+void log_softmax(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  softmax_like(in, out, a, true, "log_softmax");
+}
+
 }  // namespace
 
 void register_reductions(KernelTable& t) {
+  t[OpId::softmax] = softmax;
+  t[OpId::log_softmax] = log_softmax;
   t[OpId::sum] = sum;
   t[OpId::mean] = mean;
   t[OpId::amax] = amax;
