@@ -79,13 +79,23 @@ double result_bound(const Step& s, const std::vector<double>& b, const Tensor& i
     case Op::AddScalar: return arg(0) + std::abs(s.scalar);
     case Op::MulScalar: return arg(0) * std::abs(s.scalar);
     case Op::Where: return std::max(arg(1), arg(2));
-    case Op::Sum: return arg(0) * double(in0.dim() ? in0.sizes()[size_t(s.dim)] : 1);
-    case Op::Softmax: return 1;
+    case Op::Sum: {
+      double n = in0.dim() ? double(in0.sizes()[size_t(s.dim)]) : 1;
+      if (!s.shape.empty()) {
+        n = 1;
+        for (int64_t d : s.shape) n *= double(in0.sizes()[size_t(d)]);
+      }
+      return arg(0) * n;
+    }
+    case Op::Softmax:  // log_softmax when flag: x - max - log(sum), down to -2 |x| - log(n)
+      return s.flag ? 2 * arg(0) + std::log(double(in0.dim() ? in0.sizes().back() : 1)) + 1 : 1;
     case Op::Matmul: return arg(0) * arg(1) * double(in0.dim() ? in0.sizes().back() : 1);
     case Op::LayerNorm:
       // Normalized values stay within sqrt(n); a row of (nearly) equal values normalizes its
       // rounding noise, which scales with the input.
-      return std::max(std::sqrt(double(in0.dim() ? in0.sizes().back() : 1)), arg(0));
+      return std::max(std::sqrt(double(in0.dim() ? in0.sizes().back() : 1)), arg(0)) *
+                 (s.args.size() > 1 ? arg(1) : 1) +
+             (s.args.size() > 2 ? arg(2) : 0);
     case Op::ReduceBroadcast: {
       const double red =
           s.fn == 0 ? arg(0) * double(in0.dim() ? in0.sizes()[size_t(s.dim)] : 1) : arg(0);
@@ -283,10 +293,13 @@ bool draw_step(Rng& r, const std::vector<Tensor>& vals, Step& s) {
     if (s.op == Op::Mean && !is_float) return false;
     s.dim = uniform(r, 0, nd - 1);
     s.keepdim = coin(r);
+    if (s.op != Op::Amax && nd >= 2 && coin(r, 0.25))  // every dim but the last (a bias grad)
+      for (int64_t d = 0; d + 1 < nd; ++d) s.shape.push_back(d);
   } else if (kind < 100) {
     if (nd < 1 || !is_float) return false;
     s.op = Op::Softmax;
     s.dim = uniform(r, 0, nd - 1);
+    s.flag = coin(r, 0.3);  // log_softmax
   } else if (kind < 105) {
     if (nd < 1) return false;
     s.op = Op::Narrow;
@@ -306,6 +319,15 @@ bool draw_step(Rng& r, const std::vector<Tensor>& vals, Step& s) {
     if (nd < 1 || !is_float) return false;
     s.op = Op::LayerNorm;
     s.scalar = kLayerNormEps;
+    // A weight (and a bias) when some value fits: [n] of x's dtype.
+    std::vector<int> params;
+    for (int b = 0; b < n; ++b)
+      if (vals[size_t(b)].sizes() == Shape{x.size(-1)} && vals[size_t(b)].dtype() == x.dtype())
+        params.push_back(b);
+    if (!params.empty() && coin(r, 0.7)) {
+      s.args.push_back(pick(r, params));
+      if (coin(r)) s.args.push_back(pick(r, params));
+    }
   } else {
     if (nd < 1) return false;
     s.op = Op::ReduceBroadcast;
@@ -370,16 +392,21 @@ Tensor apply_step(const Step& s, const std::vector<Tensor>& v) {
     case Op::Slice: return x.slice(s.dim, s.start, s.end, s.step);
     case Op::Expand: return x.expand(s.shape);
     case Op::Cast: return x.to(s.dtype);
-    case Op::Sum: return x.sum({s.dim}, s.keepdim);
-    case Op::Mean: return x.mean({s.dim}, s.keepdim);
+    case Op::Sum:
+      return x.sum(s.shape.empty() ? Shape{s.dim} : s.shape, s.keepdim);
+    case Op::Mean:
+      return x.mean(s.shape.empty() ? Shape{s.dim} : s.shape, s.keepdim);
     case Op::Amax: return x.amax({s.dim}, s.keepdim);
-    case Op::Softmax: return x.softmax(s.dim);
+    case Op::Softmax:
+      return s.flag ? x.log_softmax(s.dim) : x.softmax(s.dim);
     case Op::Narrow: return x.narrow(s.dim, s.start, s.end - s.start);
     case Op::Matmul: {
       const Tensor& y = other(1);
       return x.matmul(s.flag ? y.transpose(y.dim() - 2, y.dim() - 1) : y);
     }
-    case Op::LayerNorm: return layer_norm(x, {x.size(-1)}, Tensor(), Tensor(), s.scalar);
+    case Op::LayerNorm:
+      return layer_norm(x, {x.size(-1)}, s.args.size() > 1 ? other(1) : Tensor(),
+                        s.args.size() > 2 ? other(2) : Tensor(), s.scalar);
     case Op::ReduceBroadcast: {
       const Tensor red = s.fn == 0   ? x.sum({s.dim}, s.keepdim)
                          : s.fn == 1 ? x.mean({s.dim}, s.keepdim)
@@ -651,10 +678,16 @@ std::string to_string(const Program& p) {
       case Op::Sum:
       case Op::Mean:
       case Op::Amax:
-        e = x + (s.op == Op::Sum ? ".sum({" : s.op == Op::Mean ? ".mean({" : ".amax({") +
-            std::to_string(s.dim) + "}, " + (s.keepdim ? "true" : "false") + ")";
+        e = x +
+            (s.op == Op::Sum    ? ".sum("
+             : s.op == Op::Mean ? ".mean("
+                                : ".amax(") +
+            (s.shape.empty() ? "{" + std::to_string(s.dim) + "}" : shape_cpp(s.shape)) + ", " +
+            (s.keepdim ? "true" : "false") + ")";
         break;
-      case Op::Softmax: e = x + ".softmax(" + std::to_string(s.dim) + ")"; break;
+      case Op::Softmax:
+        e = x + (s.flag ? ".log_softmax(" : ".softmax(") + std::to_string(s.dim) + ")";
+        break;
       case Op::Narrow:
         e = x + ".narrow(" + std::to_string(s.dim) + ", " + std::to_string(s.start) + ", " +
             std::to_string(s.end - s.start) + ")";
@@ -663,7 +696,9 @@ std::string to_string(const Program& p) {
         e = x + ".matmul(" + name(s.args[1]) + (s.flag ? ".transpose(-2, -1))" : ")");
         break;
       case Op::LayerNorm:
-        e = "layer_norm(" + x + ", {" + x + ".size(-1)}, {}, {}, " + num(s.scalar) + ")";
+        e = "layer_norm(" + x + ", {" + x + ".size(-1)}, " +
+            (s.args.size() > 1 ? name(s.args[1]) : "{}") + ", " +
+            (s.args.size() > 2 ? name(s.args[2]) : "{}") + ", " + num(s.scalar) + ")";
         break;
       case Op::ReduceBroadcast: {
         const char* red[] = {".sum({", ".mean({", ".amax({"};

@@ -18,7 +18,7 @@ enum class Op : uint8_t {
   Sum, Mean, Amax, Softmax,                                                // reductions
   Narrow,           // x.narrow(dim, start, end - start), often the whole dim
   Matmul,           // matmul(x, y), y transposed when `flag` (a product with x's own rows)
-  LayerNorm,        // layer_norm over the last dim, eps `scalar`
+  LayerNorm,        // layer_norm over the last dim, eps `scalar`, args: x[, weight[, bias]]
   ReduceBroadcast,  // x op reduce(x, dim, keepdim), reduce(x) op x when `flag`: the reduction
                     // broadcast against its input (fn: 0 sum, 1 mean, 2 amax; fn2: BinaryFn)
   kCount
@@ -33,12 +33,12 @@ struct Step {
   Op op = Op::Unary;
   int fn = 0;                 // UnaryFn / BinaryFn
   std::vector<int> args;      // operand value numbers
-  Shape shape;                // Permute dims, Reshape / Expand sizes
+  Shape shape;                // Permute dims, Reshape / Expand sizes, Sum / Mean dims if any
   int64_t dim = 0, dim2 = 0;  // Transpose dims; Unsqueeze, Slice, reduction, Softmax dim
   int64_t start = 0, end = 0, step = 1;  // Slice
   double scalar = 0;          // AddScalar / MulScalar operand, Where threshold
   bool keepdim = false;
-  bool flag = false;             // Matmul: y transposed; ReduceBroadcast: operands swapped
+  bool flag = false;  // Matmul: y transposed; ReduceBroadcast: operands swapped; Softmax: log
   int fn2 = 0;                   // ReduceBroadcast: the BinaryFn
   DType dtype = DType::Float32;  // Cast target
   double bound = 1;              // a bound on |value| of the result (scales the tolerance)
