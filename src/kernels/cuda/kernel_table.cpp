@@ -9,6 +9,7 @@ KernelFn device_kernel(OpId op, Device device) {
   static const cuda::KernelTable table = [] {
     cuda::KernelTable t;
     cuda::register_pointwise(t);
+    cuda::register_pointwise_attrs(t);
     cuda::register_reductions(t);
     cuda::register_matmul(t);
     return t;

@@ -12,6 +12,7 @@ struct KernelTable {
 };
 
 void register_pointwise(KernelTable& t);
+void register_pointwise_attrs(KernelTable& t);
 void register_reductions(KernelTable& t);
 void register_matmul(KernelTable& t);
 
