@@ -1,5 +1,5 @@
-// CUDA kernels of the reductions sum, mean, amax and amin over any set of dims, and of
-// softmax and log_softmax. A block takes
+// CUDA kernels of the reductions (sum, mean, amax, amin, var, std, logsumexp, argmax, argmin)
+// over any set of dims, and of softmax and log_softmax. A block takes
 // an output element (grid-stride over outputs): its threads stride over the reduced elements,
 // each folding into a register, then the block combines the partials through warp shuffles and
 // shared memory. Operands are read through their strides (views need no copies). Sums
@@ -158,6 +158,158 @@ void amin(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   });
 }
 
+// Two passes over each output's elements, as the CPU kernels: var and std (the mean, then the
+// squared deviations; divisor max(0, N - correction)) and logsumexp (the max, then the sum of
+// exp(x - max); an infinite or NaN max is the result itself).
+enum class TwoPass { Var, Std, LogSumExp };
+template <class T, class A>
+__global__ void two_pass_kernel(const T* in, T* out, ReducePlan p, TwoPass kind, double correction) {
+  __shared__ A shared;
+  for (int64_t o = blockIdx.x; o < p.outputs; o += gridDim.x) {
+    const T* x = in + offset_of(o, p.kept_ndim, p.kept_sizes, p.kept_strides);
+    auto at = [&](int64_t r) { return A(load(x + offset_of(r, p.red_ndim, p.red_sizes, p.red_strides))); };
+    A first;
+    if (kind == TwoPass::LogSumExp) {
+      const ExtremeOp<true> max_op;
+      A m = max_op.template init<A>();
+      for (int64_t r = threadIdx.x; r < p.reduced; r += blockDim.x) m = max_op.fold(m, at(r));
+      first = block_fold<A>(m, max_op);
+    } else {
+      A sum = 0;
+      for (int64_t r = threadIdx.x; r < p.reduced; r += blockDim.x) sum += at(r);
+      first = block_fold<A>(sum, SumOp{}) / A(p.reduced);
+    }
+    if (threadIdx.x == 0) shared = first;
+    __syncthreads();
+    first = shared;
+    A acc = 0;
+    for (int64_t r = threadIdx.x; r < p.reduced; r += blockDim.x) {
+      if (kind == TwoPass::LogSumExp) {
+        acc += fn::ExpFtz{}(at(r) - first);
+      } else {
+        const A d = at(r) - first;
+        acc += d * d;
+      }
+    }
+    acc = block_fold<A>(acc, SumOp{});
+    if (threadIdx.x == 0) {
+      A v;
+      if (kind == TwoPass::LogSumExp) {
+        v = isfinite(first) ? first + fn::Log{}(acc) : first;
+      } else {
+        const double n = double(p.reduced) - correction;
+        v = acc / A(n > 0 ? n : 0.0);
+        if (kind == TwoPass::Std) v = fn::Sqrt{}(v);
+      }
+      store(out + o, v);
+    }
+    __syncthreads();
+  }
+}
+
+void two_pass(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a, TwoPass kind,
+              const char* name) {
+  visit<Kinds::Float>(in[0].dtype(), name, [&]<class T>() {
+    ReducePlan p = plan_of(in[0], a.dims);
+    if (p.outputs == 0) return;
+    const int device = in[0].device().index;
+    detail::use_device(device);
+    const T* xp = reinterpret_cast<const T*>(in[0].impl()->data());
+    T* op = reinterpret_cast<T*>(out[0].impl()->data());
+    const int threads = p.reduced >= 4096 ? 512 : p.reduced >= 256 ? 256 : 64;
+    const int blocks = int(p.outputs < 65535 ? p.outputs : 65535);
+    two_pass_kernel<T, acc_t<T>><<<blocks, threads, 0, detail::stream(device)>>>(xp, op, p, kind,
+                                                                                a.value);
+    detail::check(cudaGetLastError(), name);
+  });
+}
+void var(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  two_pass(in, out, a, TwoPass::Var, "var");
+}
+void std_dev(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  two_pass(in, out, a, TwoPass::Std, "std");
+}
+void logsumexp(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  two_pass(in, out, a, TwoPass::LogSumExp, "logsumexp");
+}
+
+// argmax / argmin: (value, position) pairs folded per thread, then across the block; the
+// first position of the extreme wins, a NaN counting as the extreme (its first position).
+template <bool Max, class A>
+__device__ __forceinline__ bool better(A v, int64_t i, A bv, int64_t bi) {
+  const bool vn = v != v, bn = bv != bv;
+  if (vn || bn) return vn && (!bn || i < bi);
+  if (v == bv) return i < bi;
+  return Max ? v > bv : v < bv;
+}
+template <class T, class A, bool Max>
+__global__ void arg_kernel(const T* in, int64_t* out, ReducePlan p) {
+  __shared__ A sv[32];
+  __shared__ int64_t si[32];
+  for (int64_t o = blockIdx.x; o < p.outputs; o += gridDim.x) {
+    const T* x = in + offset_of(o, p.kept_ndim, p.kept_sizes, p.kept_strides);
+    A bv = 0;
+    int64_t bi = INT64_MAX;
+    for (int64_t r = threadIdx.x; r < p.reduced; r += blockDim.x) {
+      const A v = A(load(x + offset_of(r, p.red_ndim, p.red_sizes, p.red_strides)));
+      if (bi == INT64_MAX || better<Max>(v, r, bv, bi)) {
+        bv = v;
+        bi = r;
+      }
+    }
+    auto fold = [&]() {
+      for (int s = 16; s > 0; s >>= 1) {
+        const A v = __shfl_down_sync(0xffffffffu, bv, s);
+        const int64_t i = __shfl_down_sync(0xffffffffu, bi, s);
+        if (i != INT64_MAX && (bi == INT64_MAX || better<Max>(v, i, bv, bi))) {
+          bv = v;
+          bi = i;
+        }
+      }
+    };
+    fold();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+      sv[warp] = bv;
+      si[warp] = bi;
+    }
+    __syncthreads();
+    if (warp == 0) {
+      const int warps = (blockDim.x + 31) >> 5;
+      bv = lane < warps ? sv[lane] : A(0);
+      bi = lane < warps ? si[lane] : INT64_MAX;
+      fold();
+      if (lane == 0) out[o] = bi;
+    }
+    __syncthreads();
+  }
+}
+
+template <bool Max>
+void arg_extreme(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a,
+                 const char* name) {
+  visit<Kinds::Numeric>(in[0].dtype(), name, [&]<class T>() {
+    ReducePlan p = plan_of(in[0], a.dims);
+    if (p.outputs == 0) return;
+    const int device = in[0].device().index;
+    detail::use_device(device);
+    const T* xp = reinterpret_cast<const T*>(in[0].impl()->data());
+    int64_t* op = reinterpret_cast<int64_t*>(out[0].impl()->data());
+    const int threads = p.reduced >= 4096 ? 512 : p.reduced >= 256 ? 256 : 64;
+    const int blocks = int(p.outputs < 65535 ? p.outputs : 65535);
+    using A = std::conditional_t<std::is_same_v<T, double>, double,
+                                 std::conditional_t<std::is_integral_v<T>, int64_t, float>>;
+    arg_kernel<T, A, Max><<<blocks, threads, 0, detail::stream(device)>>>(xp, op, p);
+    detail::check(cudaGetLastError(), name);
+  });
+}
+void argmax(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  arg_extreme<true>(in, out, a, "argmax");
+}
+void argmin(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  arg_extreme<false>(in, out, a, "argmin");
+}
+
 // softmax / log_softmax along one dim: a block a row, three passes over it (max, sum of
 // exp(x - max), write), as the CPU kernel computes it.
 template <class T, class A>
@@ -218,6 +370,11 @@ void log_softmax(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
 }  // namespace
 
 void register_reductions(KernelTable& t) {
+  t[OpId::var] = var;
+  t[OpId::std_dev] = std_dev;
+  t[OpId::logsumexp] = logsumexp;
+  t[OpId::argmax] = argmax;
+  t[OpId::argmin] = argmin;
   t[OpId::softmax] = softmax;
   t[OpId::log_softmax] = log_softmax;
   t[OpId::sum] = sum;
