@@ -70,8 +70,9 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   std::vector<Tensor> inputs = {x};
   if (weight.defined() || bias.defined()) {
     if (weight.defined()) check_affine(weight, normalized_shape, "weight");
-    inputs.push_back(weight.defined() ? cast_to(weight, x.dtype())
-                                      : ones(normalized_shape, x.dtype()));
+    TensorOptions o(x.dtype());
+    o.device = x.device();
+    inputs.push_back(weight.defined() ? cast_to(weight, x.dtype()) : ones(normalized_shape, o));
   }
   if (bias.defined()) {
     check_affine(bias, normalized_shape, "bias");

@@ -12,6 +12,7 @@ KernelFn device_kernel(OpId op, Device device) {
     cuda::register_pointwise_attrs(t);
     cuda::register_reductions(t);
     cuda::register_matmul(t);
+    cuda::register_layer_norm(t);
     return t;
   }();
   return device.type == DeviceType::CUDA ? table.fns[size_t(op)] : nullptr;

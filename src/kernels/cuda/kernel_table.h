@@ -15,5 +15,6 @@ void register_pointwise(KernelTable& t);
 void register_pointwise_attrs(KernelTable& t);
 void register_reductions(KernelTable& t);
 void register_matmul(KernelTable& t);
+void register_layer_norm(KernelTable& t);
 
 }  // namespace ember::cuda
