@@ -98,8 +98,9 @@ TEST_F(Training, CompiledBackwardFreesSavedTensorsAsItGoes) {
   EXPECT_LT(freeing + 4 * one, holding) << "freeing " << freeing << " holding " << holding;
   auto [ex, ew] = grads_of(deep);
   auto [cx, cw] = grads_of([&](const Tensor& a, const Tensor& b) { return f(a, b); });
-  EXPECT_TRUE(close(cx, ex, 1e-5, 1e-6));
-  EXPECT_TRUE(close(cw, ew, 1e-5, 1e-6));
+  // Generated products sum in another order than BLAS: float32 rounding, more on other CPUs.
+  EXPECT_TRUE(close(cx, ex, 1e-4, 1e-5));
+  EXPECT_TRUE(close(cw, ew, 1e-4, 1e-5));
 }
 
 // The grads reaching the compiled backward are whatever the eager ops after it made: here a
@@ -117,8 +118,8 @@ TEST_F(Training, OutputGradsWithAnyLayout) {
   auto [gx, gw] = grads_of([&](const Tensor& x, const Tensor& w) { return loss(fn(x, w)); });
   for (int call = 0; call < 2; ++call) {
     auto [cx, cw] = grads_of([&](const Tensor& x, const Tensor& w) { return loss(f(x, w)); });
-    EXPECT_TRUE(close(cx, gx, 1e-5, 1e-6));
-    EXPECT_TRUE(close(cw, gw, 1e-5, 1e-6));
+    EXPECT_TRUE(close(cx, gx, 1e-4, 1e-5));
+    EXPECT_TRUE(close(cw, gw, 1e-4, 1e-5));
   }
 }
 
