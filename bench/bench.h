@@ -1,5 +1,5 @@
 // ember-bench: a registry of benchmark rows, each printing one JSON object per line:
-// {"name", "eager_ms", "compiled_ms", "speedup", ...extra fields}.
+// {"name", "device", "eager_ms", "compiled_ms", "speedup", ...extra fields}.
 #pragma once
 #include <chrono>
 #include <cmath>
@@ -13,6 +13,7 @@ namespace ember::bench {
 // One result line. Fields left NaN are printed as null.
 struct Row {
   std::string name;
+  std::string device = "cpu";  // where the row ran ("cpu", "cuda:0"), as the PyTorch rows say
   double eager_ms = NAN;
   double compiled_ms = NAN;
   std::vector<std::pair<std::string, double>> extra;  // e.g. {"gbps", 41.2}

@@ -79,7 +79,8 @@ std::string escape(const std::string& s) {
 }
 void print(const Row& r) {
   double speedup = r.eager_ms / r.compiled_ms;
-  std::cout << "{\"name\": \"" << escape(r.name) << "\", \"eager_ms\": " << num(r.eager_ms)
+  std::cout << "{\"name\": \"" << escape(r.name) << "\", \"device\": \"" << escape(r.device)
+            << "\", \"eager_ms\": " << num(r.eager_ms)
             << ", \"compiled_ms\": " << num(r.compiled_ms) << ", \"speedup\": " << num(speedup);
   for (auto& [k, v] : r.extra) std::cout << ", \"" << escape(k) << "\": " << num(v);
   if (!r.note.empty()) std::cout << ", \"note\": \"" << escape(r.note) << "\"";
@@ -111,7 +112,7 @@ int main(int argc, char** argv) {
       return 0;
     } else if (a == "--help" || a == "-h") {
       std::cout << "usage: ember-bench [--filter REGEX] [--repeat N] [--quick] [--list]\n"
-                   "Prints one JSON object per line: {name, eager_ms, compiled_ms, speedup, ...}.\n"
+                   "Prints one JSON object per line: {name, device, eager_ms, compiled_ms, speedup, ...}.\n"
                    "--filter selects groups or rows whose name matches REGEX.\n";
       return 0;
     } else {

@@ -16,9 +16,9 @@ rows = [json.loads(line) for line in sys.stdin if line.strip().startswith("{")]
 extra = []
 for r in rows:
     for k in r:
-        if k not in ("name", "eager_ms", "compiled_ms", "speedup", "note") and k not in extra:
+        if k not in ("name", "device", "eager_ms", "compiled_ms", "speedup", "note") and k not in extra:
             extra.append(k)
-cols = ["name", "eager_ms", "compiled_ms", "speedup"] + extra
+cols = ["name", "device", "eager_ms", "compiled_ms", "speedup"] + extra
 print("| " + " | ".join(cols) + " |")
 print("|" + "---|" * len(cols))
 for r in rows:
