@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   train->add_option("--compile", t.compile,
                     "compile the training step (model.loss, its backward and the AdamW step) "
                     "into generated code; evaluation runs eager")->capture_default_str();
-  train->add_option("--device", t.device, "cpu (CUDA is not built yet)")->capture_default_str();
+  train->add_option("--device", t.device, "cpu (the GPT does not run on CUDA yet)")->capture_default_str();
   train->add_flag("--quiet", t.quiet, "only the final summary");
 
   SampleOptions s;

@@ -13,7 +13,9 @@ namespace ember::app {
 
 int run_sample(const SampleOptions& o) {
   namespace fs = std::filesystem;
-  EMBER_CHECK(o.device == "cpu", "--device ", o.device, " is not available: this build runs on the CPU");
+  EMBER_CHECK(o.device == "cpu", "--device ", o.device,
+              ": the GPT runs on the CPU only for now (the CUDA backend lacks kernels it needs, "
+              "such as embedding and cross_entropy); use --device cpu");
   EMBER_CHECK(o.num_samples > 0 && o.max_new_tokens >= 0, "--num_samples must be positive and "
               "--max_new_tokens non-negative");
   std::string path = o.checkpoint;

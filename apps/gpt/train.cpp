@@ -59,7 +59,9 @@ std::pair<double, double> estimate_loss(nn::GPT& model, const io::TokenDataset& 
 }
 
 void validate(const TrainOptions& o) {
-  EMBER_CHECK(o.device == "cpu", "--device ", o.device, " is not available: this build runs on the CPU");
+  EMBER_CHECK(o.device == "cpu", "--device ", o.device,
+              ": the GPT runs on the CPU only for now (the CUDA backend lacks kernels it needs, "
+              "such as embedding and cross_entropy); use --device cpu");
   EMBER_CHECK(o.batch_size > 0 && o.block_size > 0 && o.max_iters >= 0 && o.eval_interval > 0 &&
                   o.eval_iters > 0 && o.log_interval > 0,
               "batch_size, block_size, eval_interval, eval_iters and log_interval must be positive "
