@@ -119,6 +119,9 @@ class Guards {
   // `passed` (when given) counts the checks that passed before the first failure, so that a
   // miss can be explained against the closest entry.
   bool check(const detail::CallFrame& f, std::string* why, int* passed = nullptr) const;
+  // True once a tensor the entry reads through a capture was freed or rebound: its check can
+  // never pass again, so the entry is dropped instead of counting against the recompile limit.
+  bool is_dead() const;
   std::string str() const;  // every guard, one a line (EMBER_LOGS=guards)
 
  private:

@@ -141,9 +141,13 @@ bool CompiledCore::call(CallFrame& frame, FunctionRef<void(CallFrame&)> body) {
 
   std::unique_lock<std::mutex> tl(s.trace_mu);
   if (auto e = s.find(frame, &why)) return run_entry(*e);  // another thread traced it
-  size_t n;
+  size_t n, before;  // entries counted against the limit; entries there were (a miss if any)
   {
-    std::shared_lock lock(s.entries_mu);
+    // Entries that read a captured tensor since freed or rebound can never hit again: the new
+    // trace takes their place rather than a slot of the recompile limit.
+    std::unique_lock lock(s.entries_mu);
+    before = s.entries.size();
+    std::erase_if(s.entries, [](const auto& e) { return e->guards.is_dead(); });
     n = s.entries.size();
   }
   if (n >= size_t(s.opts.recompile_limit)) {
@@ -157,7 +161,8 @@ bool CompiledCore::call(CallFrame& frame, FunctionRef<void(CallFrame&)> body) {
     body(frame);
     return true;
   }
-  if (n > 0) capture::log_line(capture::Log::Recompiles, s.name + ": recompiling because " + why);
+  if (before > 0)
+    capture::log_line(capture::Log::Recompiles, s.name + ": recompiling because " + why);
   capture::TraceConfig cfg{s.backend, s.opts.fullgraph, /*want_plan=*/true, s.name};
   capture::TraceResult r;
   try {
@@ -170,7 +175,7 @@ bool CompiledCore::call(CallFrame& frame, FunctionRef<void(CallFrame&)> body) {
     throw;
   }
   s.count(r);
-  if (n > 0) {
+  if (before > 0) {
     std::lock_guard<std::mutex> g(s.stats_mu);
     s.stats.recompiles++;
     s.report.recompile_reasons.push_back(why);
@@ -186,7 +191,7 @@ bool CompiledCore::call(CallFrame& frame, FunctionRef<void(CallFrame&)> body) {
   {
     std::lock_guard<std::mutex> g(s.stats_mu);
     s.stats.traces++;
-    if (n == 0) {
+    if (before == 0) {  // the first trace
       ExplainReport& rep = s.report;
       rep.graph_count = int64_t(r.ops_per_segment.size());
       rep.ops_per_graph = r.ops_per_segment;

@@ -204,6 +204,15 @@ bool Guards::check(const detail::CallFrame& f, std::string* why, int* passed) co
   return true;
 }
 
+bool Guards::is_dead() const {
+  for (const Source& src : sources_) {
+    if (src.kind != Source::Captured) continue;
+    std::shared_ptr<TensorImpl> p = src.weak.lock();
+    if (!p || p->rebinds.load(std::memory_order_relaxed) != src.rebinds) return true;
+  }
+  return false;
+}
+
 std::string Guards::str() const {
   std::ostringstream os;
   for (const TensorCheck& c : tensors_) {

@@ -58,6 +58,20 @@ TEST_P(ReplaySoundness, LambdaCapturedTensorRebound) {
   EXPECT_EQ(f.stats().traces, 3);
 }
 
+TEST_P(ReplaySoundness, RebindingOnEveryCallNeverFallsBackToEager) {
+  // A functional update of a captured tensor: each call reads a new one. Each retrace replaces
+  // the entry that can no longer hit, so the recompile limit is never reached.
+  Tensor w = zeros({2});
+  auto f = compile([&](const Tensor& x) { return x + w; }, opts());
+  for (int step = 1; step <= 12; ++step) {
+    w = w + 1.0;
+    EXPECT_EQ(vec(f(zeros({2}))), std::vector<float>(2, float(step)));
+  }
+  CompileStats s = f.stats();
+  EXPECT_EQ(s.eager_fallbacks, 0);
+  EXPECT_EQ(s.traces, 12);
+}
+
 TEST_P(ReplaySoundness, ReboundWhileTheOldTensorLivesOn) {
   Tensor w = full({3}, 1.0);
   Tensor keep = w;  // the old tensor stays alive: only the rebinding tells
