@@ -104,9 +104,11 @@ static void add_state(const CompileOptions& opts, CallFrame& frame) {
 }
 
 bool CompiledCore::would_hit(const CallFrame& frame) const {
-  CallFrame f = frame;
+  if (s_->fallen_back) return false;
+  if (!s_->opts.state) return s_->find(frame, nullptr) != nullptr;
+  CallFrame f = frame;  // the state joins a copy: the caller's frame stays as it gave it
   add_state(s_->opts, f);
-  return !s_->fallen_back && s_->find(f, nullptr) != nullptr;
+  return s_->find(f, nullptr) != nullptr;
 }
 
 bool CompiledCore::call(CallFrame& frame, FunctionRef<void(CallFrame&)> body) {

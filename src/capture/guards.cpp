@@ -152,6 +152,7 @@ bool Guards::check(const detail::CallFrame& f, std::string* why, int* passed) co
   std::vector<Tensor> found;
   found.reserve(sources_.size());
   f.captured.clear();
+  f.captured.reserve(source_inputs_.size());
   for (const Source& src : sources_) {
     Tensor t = src.resolve(f, found);
     if (!t.defined())
