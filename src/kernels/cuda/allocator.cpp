@@ -250,8 +250,10 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   cuda::detail::check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, s),
                       "copy between devices (cudaMemcpyAsync)");
   // Host memory written, or a device read by another stream: wait for the bytes.
-  if (!dst_gpu || (src_gpu && dst_gpu && src_device.index != dst_device.index))
+  if (!dst_gpu || (src_gpu && dst_gpu && src_device.index != dst_device.index)) {
     cuda::detail::check(cudaStreamSynchronize(s), "copy between devices");
+    cuda::detail::raise_fault(dev);
+  }
 }
 
 }  // namespace device_memory

@@ -16,5 +16,9 @@ void register_pointwise_attrs(KernelTable& t);
 void register_reductions(KernelTable& t);
 void register_matmul(KernelTable& t);
 void register_layer_norm(KernelTable& t);
+void register_index(KernelTable& t);         // index.cu
+void register_losses(KernelTable& t);        // cross_entropy.cu
+void register_random(KernelTable& t);        // random.cu
+void register_shape_ops(KernelTable& t);     // shape_ops.cu: cat, tril/triu, topk
 
 }  // namespace ember::cuda

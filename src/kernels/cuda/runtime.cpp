@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ember/cuda.h"
+#include "ops/op.h"
 
 namespace ember::cuda {
 
@@ -48,6 +49,79 @@ cudaStream_t stream(int device) {
   return streams[size_t(device)];
 }
 
+namespace {
+
+struct FaultSlots {
+  std::array<Fault*, 64> host{};
+  std::array<Fault*, 64> device{};
+  std::array<std::once_flag, 64> made;
+};
+FaultSlots& fault_slots() {
+  static FaultSlots s;
+  return s;
+}
+
+std::string fault_message(const Fault& f) {
+  const std::string op = f.op >= 0 && f.op < int32_t(kNumOps)
+                             ? std::string(op_info(OpId(f.op)).name)
+                             : "a CUDA kernel";
+  switch (FaultKind(f.kind)) {
+    case FaultKind::IndexOutOfRange:
+      return op + ": index " + std::to_string(f.value) + " is out of range for dim " +
+             std::to_string(f.dim) + " of size " + std::to_string(f.bound) +
+             " (valid: -size .. size-1)";
+    case FaultKind::TargetOutOfRange:
+      return op + ": target " + std::to_string(f.value) + " is out of range for " +
+             std::to_string(f.bound) + " classes (and is not the ignore_index)";
+    case FaultKind::BadWeight:
+      return op + ": a weight at index " + std::to_string(f.value) + " in row " +
+             std::to_string(f.dim) + " is negative, infinite or NaN; weights must be "
+             "non-negative and finite";
+    case FaultKind::ZeroRow:
+      return op + ": the weights in row " + std::to_string(f.dim) +
+             " are all zero; each row needs at least one positive weight";
+    case FaultKind::TooFewCategories:
+      return op + ": cannot draw " + std::to_string(f.bound) +
+             " samples without replacement in row " + std::to_string(f.dim) + ": only " +
+             std::to_string(f.value) + " categories have a positive weight";
+    case FaultKind::None: break;
+  }
+  return op + ": a CUDA kernel reported fault " + std::to_string(f.kind);
+}
+
+}  // namespace
+
+Fault* fault_slot(int device) {
+  FaultSlots& s = fault_slots();
+  check_device(device, "cuda fault slot");
+  std::call_once(s.made[size_t(device)], [&] {
+    use_device(device);
+    void* p = nullptr;
+    check(cudaHostAlloc(&p, sizeof(Fault), cudaHostAllocMapped | cudaHostAllocPortable),
+          "cudaHostAlloc (fault slot)");
+    auto* f = static_cast<Fault*>(p);
+    f->kind = 0;
+    f->op = -1;
+    void* d = nullptr;
+    check(cudaHostGetDevicePointer(&d, p, 0), "cudaHostGetDevicePointer (fault slot)");
+    s.host[size_t(device)] = f;
+    s.device[size_t(device)] = static_cast<Fault*>(d);
+  });
+  return s.device[size_t(device)];
+}
+
+void raise_fault(int device) {
+  FaultSlots& s = fault_slots();
+  if (device < 0 || device >= 64) return;
+  volatile Fault* f = s.host[size_t(device)];
+  if (f == nullptr || f->kind == 0) return;
+  Fault copy{f->kind, f->op, f->value, f->bound, f->dim};
+  f->kind = 0;
+  f->op = -1;
+  EMBER_FAIL(fault_message(copy), " [found by a kernel on cuda:", device,
+             ", raised at the next synchronization]");
+}
+
 }  // namespace detail
 
 bool built_with_cuda() { return true; }
@@ -71,6 +145,7 @@ void synchronize(int device) {
     detail::check_device(device, "cuda::synchronize");
     detail::use_device(device);
     detail::check(cudaStreamSynchronize(detail::stream(device)), "cuda::synchronize");
+    detail::raise_fault(device);
     return;
   }
   for (int d = 0; d < device_count(); ++d) synchronize(d);

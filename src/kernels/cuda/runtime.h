@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include "ember/error.h"
+#include "kernels/cuda/fault.cuh"
 
 namespace ember::cuda::detail {
 
@@ -16,5 +17,10 @@ void use_device(int device);
 cudaStream_t stream(int device);
 // Raises an Error unless `device` names a visible device.
 void check_device(int device, const char* what);
+// The device's fault slot, as a pointer kernels can write (see fault.cuh).
+Fault* fault_slot(int device);
+// Raises the fault a kernel on `device` recorded, if any, and clears it. Called after every
+// wait for the device, so the error surfaces at the first sync after the faulty kernel.
+void raise_fault(int device);
 
 }  // namespace ember::cuda::detail
