@@ -1,8 +1,231 @@
-// (being written)
+// CUDA cross entropy of logits [N, C] against class targets [N], and the target_weights op its
+// grad is built on. Cross entropy: a block a row (grid-stride over rows) folds the row's max,
+// then the sum of exp(x - max), through block reductions, and writes the row's logsumexp and
+// its loss lse - logit[target] (in double) to a scratch row; then one block sums the losses of
+// the non-ignored rows in double and divides by their count (nan when there are none). The
+// formulas and types are the CPU kernel's: float for float32 and the half types, double for
+// float64; a NaN max propagates. Logits and targets are read through their strides.
+// target_weights: one block counts the non-ignored targets, then every element of [..., C] is
+// 1/count at its row's target class and 0 elsewhere. A target neither in [0, C) nor equal to
+// ignore_index is recorded as a fault (fault.cuh) under cross_entropy's name, as the CPU kernel
+// names it, and its row does not read the logits.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/make_tensor.h"
+#include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/kernel_table.h"
+#include "kernels/device_kernels.h"
+#include "kernels/functors.h"
 
 namespace ember::cuda {
 
-void register_losses(KernelTable&) {}
+namespace {
+
+using In = std::span<const Tensor>;
+using Out = std::span<Tensor>;
+
+struct SumOp {
+  template <class A> __device__ A identity() const { return A(0); }
+  template <class A> __device__ A fold(A a, A b) const { return a + b; }
+};
+// Max that propagates NaN, as the CPU's ExtremeReducer.
+struct MaxOp {
+  template <class A> __device__ A identity() const { return A(-INFINITY); }
+  template <class A>
+  __device__ A fold(A a, A b) const {
+    if (a != a) return a;
+    if (b != b) return b;
+    return a < b ? b : a;
+  }
+};
+
+// Block-wide fold of one value per thread; every thread gets the result. blockDim.x is a
+// multiple of 32.
+template <class A, class Op>
+__device__ A block_reduce(A v, Op op) {
+  __shared__ alignas(16) unsigned char raw[33 * sizeof(A)];
+  A* partial = reinterpret_cast<A*>(raw);
+  for (int s = 16; s > 0; s >>= 1) v = op.fold(v, __shfl_xor_sync(0xffffffffu, v, s));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    const int warps = int(blockDim.x >> 5);
+    v = lane < warps ? partial[lane] : op.template identity<A>();
+    for (int s = 16; s > 0; s >>= 1) v = op.fold(v, __shfl_xor_sync(0xffffffffu, v, s));
+    if (lane == 0) partial[32] = v;
+  }
+  __syncthreads();
+  v = partial[32];
+  __syncthreads();  // partial is reused by the next call
+  return v;
+}
+
+__device__ __forceinline__ bool bad_target(int64_t t, int64_t classes, int64_t ignore) {
+  return t != ignore && (t < 0 || t >= classes);
+}
+
+// Per row: lse[r] and, for a non-ignored target, row_loss[r] (NaN for a target out of range).
+template <class T, class C>
+__global__ void cross_entropy_rows(const T* x, int64_t row_stride, int64_t col_stride,
+                                   const int64_t* t, int64_t t_stride, C* lse, int64_t lse_stride,
+                                   double* row_loss, int64_t rows, int64_t classes, int64_t ignore,
+                                   Fault* slot) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + r * row_stride;
+    C m = MaxOp{}.identity<C>();
+    for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
+      m = MaxOp{}.fold(m, C(load(xr + j * col_stride)));
+    m = block_reduce(m, MaxOp{});
+    C s = 0;
+    for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
+      s += fn::ExpFtz{}(C(load(xr + j * col_stride)) - m);
+    s = block_reduce(s, SumOp{});
+    if (threadIdx.x == 0) {
+      const C log_sum = fn::Log{}(s);
+      const C l = isfinite(m) ? m + log_sum : m;
+      lse[r * lse_stride] = l;
+      const int64_t target = t[r * t_stride];
+      double loss = 0;
+      if (bad_target(target, classes, ignore)) {
+        report_fault(slot, FaultKind::TargetOutOfRange, int32_t(OpId::cross_entropy), target,
+                     classes, r);
+        loss = NAN;
+      } else if (target != ignore) {
+        // (max - logit) + log(sum): exact up to the last rounding even when logits are large.
+        const C xt = C(load(xr + target * col_stride));
+        loss = isfinite(m) ? double((m - xt) + log_sum) : double(l - xt);
+      }
+      row_loss[r] = loss;
+    }
+  }
+}
+
+// One block: the mean of row_loss over rows whose target is not ignore_index.
+template <class T>
+__global__ void cross_entropy_mean(const double* row_loss, const int64_t* t, int64_t t_stride,
+                                   int64_t rows, int64_t ignore, T* out) {
+  double total = 0;
+  int64_t count = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    if (t[r * t_stride] == ignore) continue;
+    total += row_loss[r];
+    ++count;
+  }
+  total = block_reduce(total, SumOp{});
+  count = block_reduce(count, SumOp{});
+  // nan when every target is ignored (or there are no rows), as in PyTorch.
+  if (threadIdx.x == 0) store(out, compute_t<T>(total / double(count)));
+}
+
+void cross_entropy(In in, Out out, const Attrs& a) {
+  const Tensor& logits = in[0];
+  const Tensor& targets = in[1];
+  EMBER_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.dtype() == DType::Int64,
+              "cross_entropy: the CUDA kernel takes logits [N, C] and int64 targets [N], got ",
+              logits.shape_str(), " and ", dtype_name(targets.dtype()), " ",
+              targets.shape_str());
+  const int64_t rows = logits.sizes()[0], classes = logits.sizes()[1];
+  const int64_t ignore = a.end;
+  const int device = logits.device().index;
+  detail::use_device(device);
+  cudaStream_t stream = detail::stream(device);
+  const int64_t* tp = static_cast<const int64_t*>(targets.impl()->data());
+  const int64_t ts = targets.strides()[0];
+  visit<Kinds::Float>(logits.dtype(), "cross_entropy", [&]<class T>() {
+    using C = compute_t<T>;
+    const Tensor row_loss = make_tensor({rows}, DType::Float64, logits.device());
+    double* lp = static_cast<double*>(row_loss.impl()->data());
+    if (rows > 0 && classes > 0) {
+      const int threads = classes >= 2048 ? 512 : classes >= 256 ? 256 : 64;
+      const int blocks = int(rows < 65535 ? rows : 65535);
+      cross_entropy_rows<T, C><<<blocks, threads, 0, stream>>>(
+          static_cast<const T*>(logits.impl()->data()), logits.strides()[0], logits.strides()[1],
+          tp, ts, static_cast<C*>(out[1].impl()->data()), out[1].strides()[0], lp, rows, classes,
+          ignore, detail::fault_slot(device));
+      detail::check(cudaGetLastError(), "cross_entropy");
+    }
+    cross_entropy_mean<T><<<1, 512, 0, stream>>>(lp, tp, ts, rows, ignore,
+                                                 static_cast<T*>(out[0].impl()->data()));
+    detail::check(cudaGetLastError(), "cross_entropy");
+  });
+}
+
+// One block: the number of targets that are not ignore_index; faults for targets out of range.
+__global__ void count_targets(const int64_t* t, int64_t rows, int64_t classes, int64_t ignore,
+                              int64_t* count, Fault* slot) {
+  int64_t n = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    const int64_t target = t[r];
+    if (bad_target(target, classes, ignore))
+      report_fault(slot, FaultKind::TargetOutOfRange, int32_t(OpId::cross_entropy), target,
+                   classes, r);
+    n += target != ignore;
+  }
+  n = block_reduce(n, SumOp{});
+  if (threadIdx.x == 0) *count = n;
+}
+
+template <class T>
+__global__ void target_weights_kernel(const int64_t* t, const int64_t* count, T* o, int64_t rows,
+                                      int64_t classes, int64_t ignore) {
+  using C = compute_t<T>;
+  const int64_t c = *count;
+  const C w = C(c > 0 ? 1.0 / double(c) : 0.0);
+  const int64_t n = rows * classes, step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    const int64_t target = t[i / classes];
+    store(o + i, target != ignore && target == i % classes ? w : C(0));
+  }
+}
+
+void target_weights(In in, Out out, const Attrs& a) {
+  const Tensor& o = out[0];
+  const int64_t classes = a.start, ignore = a.end;
+  const int64_t rows = in[0].numel(), n = o.numel();
+  if (n == 0) return;
+  EMBER_CHECK(in[0].dtype() == DType::Int64, "target_weights: targets must be int64, got ",
+              dtype_name(in[0].dtype()));
+  const Tensor targets = in[0].contiguous();
+  // The kernel writes rows of C elements: through a contiguous buffer when o is a view.
+  const Tensor buf = o.is_contiguous() ? o : make_tensor(o.sizes(), o.dtype(), o.device());
+  const int device = o.device().index;
+  detail::use_device(device);
+  cudaStream_t stream = detail::stream(device);
+  const Tensor count = make_tensor({1}, DType::Int64, o.device());
+  const int64_t* tp = static_cast<const int64_t*>(targets.impl()->data());
+  int64_t* cp = static_cast<int64_t*>(count.impl()->data());
+  count_targets<<<1, 512, 0, stream>>>(tp, rows, classes, ignore, cp, detail::fault_slot(device));
+  detail::check(cudaGetLastError(), "target_weights");
+  visit<Kinds::Float>(o.dtype(), "target_weights", [&]<class T>() {
+    static const int max_blocks = [] {
+      int sms = 0;
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+      return (sms > 0 ? sms : 80) * 32;
+    }();
+    constexpr int kThreads = 256;
+    const int64_t want = (n + kThreads - 1) / kThreads;
+    const int blocks = int(want < max_blocks ? want : max_blocks);
+    target_weights_kernel<T><<<blocks, kThreads, 0, stream>>>(
+        tp, cp, static_cast<T*>(buf.impl()->data()), rows, classes, ignore);
+    detail::check(cudaGetLastError(), "target_weights");
+  });
+  if (buf.impl() != o.impl()) {
+    Tensor src[1] = {buf};
+    Tensor dst[1] = {o};
+    device_kernel(OpId::clone, o.device())(In(src, 1), Out(dst, 1), Attrs{});
+  }
+}
+
+}  // namespace
+
+void register_losses(KernelTable& t) {
+  t[OpId::cross_entropy] = cross_entropy;
+  t[OpId::target_weights] = target_weights;
+}
 
 }  // namespace ember::cuda
