@@ -67,7 +67,7 @@ std::vector<Tensor> run_backend(OpId op, std::span<const Tensor> inputs, const A
     for (const TensorMeta& m : metas) outs.push_back(make_view(inputs[0], m.sizes, m.strides, m.offset));
     return outs;
   }
-  Device dev = inputs.empty() ? kCPU : inputs[0].device();
+  Device dev = inputs.empty() ? attrs.device : inputs[0].device();
   KernelFn kernel = kernel_for(op, dev);
   for (const TensorMeta& m : metas) outs.push_back(make_tensor(m.sizes, m.dtype, dev));
   bool any_work = false;

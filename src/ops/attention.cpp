@@ -24,7 +24,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   Tensor att = matmul(q, k.transpose(-2, -1)) * s;
   if (is_causal) {
     // Top-left aligned: query i sees keys 0..i, as PyTorch's is_causal.
-    Tensor mask = full({L, S}, -INFINITY, att.dtype()).triu(1);
+    TensorOptions o(att.dtype());
+    o.device = att.device();
+    Tensor mask = full({L, S}, -INFINITY, o).triu(1);
     att = att + mask;
   }
   att = att.softmax(-1);

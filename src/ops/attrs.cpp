@@ -32,6 +32,7 @@ size_t Attrs::hash() const {
   mix(h, uint64_t(keepdim) | uint64_t(flag) << 1 | uint64_t(dtype) << 2);
   mix(h, seed);
   mix(h, offset);
+  mix(h, uint64_t(device.type) << 32 | uint32_t(device.index));
   return h;
 }
 
@@ -57,6 +58,7 @@ std::string Attrs::str() const {
   if (dtype != def.dtype) field("dtype", dtype_name(dtype));
   if (seed != def.seed) field("seed", seed);
   if (offset != def.offset) field("offset", offset);
+  if (device != def.device) field("device", device.str());
   return os.str();
 }
 

@@ -25,6 +25,7 @@ struct Attrs {
   DType dtype = DType::Float32;  // cast target, factory dtype
   uint64_t seed = 0;    // random ops: Philox key
   uint64_t offset = 0;  // random ops: Philox counter start
+  Device device{};      // factories and random ops (no tensor inputs): where the result lives
 
   bool operator==(const Attrs&) const = default;
   size_t hash() const;

@@ -11,10 +11,8 @@ namespace {
 MetaList infer_factory(std::span<const Tensor>, const Attrs& a) {
   return {TensorMeta{a.shape, {}, 0, a.dtype}};
 }
-// Factories compute on the CPU and are copied to another device asked for (until devices
-// have fill kernels of their own).
+// Factories run on the device asked for (Attrs::device).
 Tensor finish(Tensor t, const TensorOptions& o) {
-  if (t.device() != o.device) t = t.to(o.device);
   if (o.requires_grad) t.requires_grad_(true);
   return t;
 }
@@ -26,6 +24,7 @@ Tensor full_named(const Shape& shape, double value, TensorOptions opts, const ch
   a.shape = shape;
   a.value = value;
   a.dtype = opts.dtype;
+  a.device = opts.device;
   return finish(dispatch1(OpId::full, {}, a), opts);
 }
 }  // namespace
@@ -70,6 +69,7 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
   a.value = start;
   a.value2 = step;
   a.dtype = opts.dtype;
+  a.device = opts.device;
   return finish(dispatch1(OpId::arange, {}, a), opts);
 }
 Tensor arange(int64_t end, TensorOptions opts) { return arange(0, double(end), 1, opts); }

@@ -32,10 +32,15 @@ Tensor wrap_scalar(double v, const Tensor& like) {
 }
 
 Tensor scalar_tensor_on(double v, DType dtype, Device device) {
-  if (device.type == DeviceType::CPU) return scalar_tensor(v, dtype);
   TensorOptions o(dtype);
   o.device = device;
   return full({}, v, o);
+}
+
+Tensor zeros_shaped_like(const Shape& shape, const Tensor& like) {
+  TensorOptions o(like.dtype());
+  o.device = like.device();
+  return zeros(shape, o);
 }
 
 Tensor to_floating(const Tensor& t) {

@@ -17,6 +17,8 @@ DType result_type(const Tensor& a, const Tensor& b);
 Tensor wrap_scalar(double v, const Tensor& like);
 // A 0-dim tensor holding v, on `device` (scalar operands live where the tensor they meet is).
 Tensor scalar_tensor_on(double v, DType dtype, Device device);
+// Zeros of `shape` in `like`'s dtype, on `like`'s device.
+Tensor zeros_shaped_like(const Shape& shape, const Tensor& like);
 // t cast to dtype (no-op when equal).
 inline Tensor cast_to(const Tensor& t, DType d) { return t.dtype() == d ? t : t.to(d); }
 // Integral and bool inputs are promoted to the default float dtype (exp, log, div ...).

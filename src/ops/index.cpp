@@ -54,12 +54,12 @@ Attrs dim_attrs(int64_t dim) {
 // Grads of the gathers are scatters into zeros, and the other way round.
 std::vector<Tensor> grad_index_select(const GradCtx& c) {
   const Tensor& g = c.grads[0];
-  Tensor base = zeros(c.input_meta[0].sizes, g.dtype());
+  Tensor base = zeros_shaped_like(c.input_meta[0].sizes, g);
   return {dispatch1(OpId::index_add, {base, c.inputs[1], g}, dim_attrs(c.attrs.dim)), Tensor()};
 }
 std::vector<Tensor> grad_gather(const GradCtx& c) {
   const Tensor& g = c.grads[0];
-  Tensor base = zeros(c.input_meta[0].sizes, g.dtype());
+  Tensor base = zeros_shaped_like(c.input_meta[0].sizes, g);
   return {dispatch1(OpId::scatter_add, {base, c.inputs[1], g}, dim_attrs(c.attrs.dim)), Tensor()};
 }
 std::vector<Tensor> grad_index_add(const GradCtx& c) {

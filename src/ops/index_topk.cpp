@@ -17,7 +17,7 @@ std::vector<Tensor> grad_topk(const GradCtx& c) {
   if (!g.defined()) return {Tensor()};
   Attrs a;
   a.dim = c.attrs.dim;
-  Tensor base = zeros(c.input_meta[0].sizes, g.dtype());
+  Tensor base = zeros_shaped_like(c.input_meta[0].sizes, g);
   return {dispatch1(OpId::scatter_add, {base, c.outputs[1], g}, a)};
 }
 }  // namespace

@@ -21,11 +21,13 @@ MetaList infer_multinomial(std::span<const Tensor> in, const Attrs& a) {
   return {TensorMeta{s, {}, 0, DType::Int64}};
 }
 
-// Attrs of a random op making `shape` in `dtype` from `draws` fresh 32-bit draws.
-Attrs random_attrs(const Shape& shape, DType dtype, uint64_t draws, const char* op) {
+// Attrs of a random op making `shape` in `dtype` on `device` from `draws` fresh 32-bit draws.
+Attrs random_attrs(const Shape& shape, DType dtype, Device device, uint64_t draws,
+                   const char* op) {
   Attrs a;
   a.shape = shape;
   a.dtype = dtype;
+  a.device = device;
   RandomRange r = reserve_random(draws, op);
   a.seed = r.seed;
   a.offset = r.offset;
@@ -74,7 +76,7 @@ Tensor rand(const Shape& shape, TensorOptions opts) {
   check_sizes(shape, opts.dtype, "rand");
   check_floating(opts.dtype, "rand", "use randint for integers");
   uint64_t per = opts.dtype == DType::Float64 ? 2 : 1;
-  Attrs a = random_attrs(shape, opts.dtype, per * uint64_t(shape_numel(shape)), "rand");
+  Attrs a = random_attrs(shape, opts.dtype, opts.device, per * uint64_t(shape_numel(shape)), "rand");
   return finish(dispatch1(OpId::rand, {}, a), opts);
 }
 
@@ -84,7 +86,7 @@ Tensor randn(const Shape& shape, TensorOptions opts) {
   // Box-Muller pairs: an odd count still uses the draws of a whole pair.
   uint64_t pairs = (uint64_t(shape_numel(shape)) + 1) / 2;
   uint64_t per_pair = opts.dtype == DType::Float64 ? 4 : 2;
-  Attrs a = random_attrs(shape, opts.dtype, per_pair * pairs, "randn");
+  Attrs a = random_attrs(shape, opts.dtype, opts.device, per_pair * pairs, "randn");
   return finish(dispatch1(OpId::randn, {}, a), opts);
 }
 
@@ -102,7 +104,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts
   EMBER_CHECK(double(low) >= lo_min && double(high - 1) <= limit, "randint: the range [", low, ", ",
               high, ") does not fit ", dtype_name(opts.dtype),
               ", which holds every integer only in [", lo_min, ", ", limit, "]; use a wider dtype");
-  Attrs a = random_attrs(shape, opts.dtype, 2 * uint64_t(shape_numel(shape)), "randint");
+  Attrs a = random_attrs(shape, opts.dtype, opts.device, 2 * uint64_t(shape_numel(shape)), "randint");
   a.start = low;
   a.end = high;
   return finish(dispatch1(OpId::randint, {}, a), opts);
@@ -111,7 +113,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts
 Tensor bernoulli(const Shape& shape, double p, TensorOptions opts) {
   check_sizes(shape, opts.dtype, "bernoulli");
   EMBER_CHECK(p >= 0 && p <= 1, "bernoulli: probability ", p, " is outside [0, 1]");
-  Attrs a = random_attrs(shape, opts.dtype, uint64_t(shape_numel(shape)), "bernoulli");
+  Attrs a = random_attrs(shape, opts.dtype, opts.device, uint64_t(shape_numel(shape)), "bernoulli");
   a.value = p;
   return finish(dispatch1(OpId::bernoulli, {}, a), opts);
 }
@@ -128,7 +130,9 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   Tensor scaled_mask;
   {
     NoGradGuard no_grad;
-    scaled_mask = bernoulli(x.sizes(), keep, x.dtype()) * (1 / keep);
+    TensorOptions o(x.dtype());
+    o.device = x.device();
+    scaled_mask = bernoulli(x.sizes(), keep, o) * (1 / keep);
   }
   // The gradient of x * mask/(1-p) with respect to x is that same mask.
   return x * scaled_mask;
@@ -154,7 +158,7 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement) {
   uint64_t per_row = round_up_to_block(2 * uint64_t(race ? cols : num_samples));
   EMBER_CHECK(rows == 0 || per_row <= UINT64_MAX / uint64_t(rows),
               "multinomial: too many samples (", rows, " rows of ", per_row, " draws)");
-  Attrs a = random_attrs({}, DType::Int64, uint64_t(rows) * per_row, "multinomial");
+  Attrs a = random_attrs({}, DType::Int64, probs.device(), uint64_t(rows) * per_row, "multinomial");
   a.end = num_samples;
   a.flag = replacement;
   return dispatch1(OpId::multinomial, {probs}, a);

@@ -17,6 +17,7 @@ KernelFn device_kernel(OpId op, Device device) {
     cuda::register_losses(t);
     cuda::register_random(t);
     cuda::register_shape_ops(t);
+    cuda::register_factories(t);
     return t;
   }();
   return device.type == DeviceType::CUDA ? table.fns[size_t(op)] : nullptr;

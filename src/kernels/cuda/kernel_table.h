@@ -20,5 +20,6 @@ void register_index(KernelTable& t);         // index.cu
 void register_losses(KernelTable& t);        // cross_entropy.cu
 void register_random(KernelTable& t);        // random.cu
 void register_shape_ops(KernelTable& t);     // shape_ops.cu: cat, tril/triu, topk
+void register_factories(KernelTable& t);     // factory.cu: full, arange
 
 }  // namespace ember::cuda
