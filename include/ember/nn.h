@@ -53,6 +53,10 @@ class Module {
   // reports the rest. Keys prefixed "_orig_mod." (written by compiled wrappers elsewhere)
   // are accepted.
   LoadReport load_state_dict(const StateDict& dict, bool strict = true);
+  // Moves every parameter and buffer of this module and its children to `device` (a no-op for
+  // those already there). Tied tensors stay tied; grads are not moved (they are dropped). Make
+  // optimizers after moving: they hold the parameters they were given.
+  void to(Device device);
   // Replaces a registered parameter by another tensor (weight tying): the slot holds `t`.
   void tie_parameter(const std::string& name, const Tensor& t);
   // Every (name, slot) of this module alone (not its children), parameters then buffers; for

@@ -208,15 +208,22 @@ void for_each_run(const Tensor& t, Sink&& sink) {
 // Writes a whole file through `sink(const void*, size_t)`. The header keeps the callers'
 // order; data is laid out by descending element size so every tensor stays aligned.
 template <class Sink>
-void write_safetensors(const NamedTensors& tensors, const Metadata& metadata, Sink&& sink) {
+void write_safetensors(const NamedTensors& given, const Metadata& metadata, Sink&& sink) {
+  // Tensors on a GPU are written from a copy on the CPU.
+  NamedTensors moved;
+  bool any_gpu = false;
+  for (const auto& [name, t] : given) any_gpu |= t.defined() && t.device() != kCPU;
+  if (any_gpu) {
+    for (const auto& [name, t] : given)
+      moved.emplace_back(name, t.defined() && t.device() != kCPU ? t.detach().cpu() : t);
+  }
+  const NamedTensors& tensors = any_gpu ? moved : given;
   std::set<std::string_view> seen;
   for (const auto& [name, t] : tensors) {
     EMBER_CHECK(name != "__metadata__", "save_safetensors: '__metadata__' is reserved for the",
                 " metadata and cannot name a tensor");
     EMBER_CHECK(seen.insert(name).second, "save_safetensors: two tensors are named '", name, "'");
     EMBER_CHECK(t.defined(), "save_safetensors: tensor '", name, "' is undefined");
-    EMBER_CHECK(t.device() == kCPU, "save_safetensors: tensor '", name, "' is on ",
-                t.device().str(), "; move it to the CPU first");
   }
   std::vector<size_t> layout(tensors.size());
   for (size_t i = 0; i < layout.size(); ++i) layout[i] = i;

@@ -1,4 +1,6 @@
 // Module: registration, traversal, modes and state dicts.
+#include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -78,6 +80,26 @@ void Module::tie_parameter(const std::string& name, const Tensor& t) {
       return;
     }
   EMBER_FAIL(type_name_, ": no parameter named '", name, "' to tie");
+}
+
+void Module::to(Device device) {
+  std::map<const TensorImpl*, Tensor> moved;  // tied tensors: moved once, shared again
+  std::function<void(Module&)> visit = [&](Module& m) {
+    auto move = [&](Tensor* slot, bool param) {
+      if (!slot->defined() || slot->device() == device) return;
+      auto [it, fresh] = moved.try_emplace(slot->impl());
+      if (fresh) {
+        NoGradGuard no_grad;
+        it->second = slot->detach().to(device);
+        if (param) it->second.requires_grad_(true);
+      }
+      *slot = it->second;
+    };
+    for (auto& [n, p] : m.params_) move(p, true);
+    for (auto& [n, b] : m.buffers_) move(b, false);
+    for (auto& [n, c] : m.children_) visit(*c);
+  };
+  visit(*this);
 }
 
 void Module::for_each_slot(

@@ -160,7 +160,8 @@ Tensor& Tensor::mul_(double v) { return mul_(scalar_tensor_on(v, dtype(), device
 
 Tensor& Tensor::copy_(const Tensor& src) {
   EMBER_CHECK(src.defined(), "copy_: undefined source tensor");
-  Tensor s = cast_to(src, dtype());
+  Tensor s = src.device() == device() ? src : src.to(device());
+  s = cast_to(s, dtype());
   if (s.sizes() != sizes()) s = s.expand(sizes());
   dispatch_inplace(OpId::clone, *this, {s});
   return *this;

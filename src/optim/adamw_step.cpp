@@ -16,6 +16,12 @@ namespace {
 
 using Tensors = std::vector<Tensor>;
 
+Tensor scalar_on(double v, DType dtype, Device device) {
+  TensorOptions o(dtype);
+  o.device = device;
+  return full({}, v, o);
+}
+
 // One update of every parameter in ps (with grads gs, moments ms and vs). decay[i] is
 // 1 - lr * weight_decay of the parameter's group (1 without decay: p * 1 is p exactly).
 Tensors adamw_update(const Tensors& ps, const Tensors& gs, const Tensors& ms, const Tensors& vs,
@@ -62,9 +68,11 @@ void AdamW::step() {
   ++step_;
   const double bc1 = 1 - std::pow(beta1, double(step_));
   const double bc2 = 1 - std::pow(beta2, double(step_));
-  // The parameters with grads, by dtype: each dtype's scalars are tensors of that dtype.
+  // The parameters with grads, by dtype and device: each batch's scalars are tensors of that
+  // dtype on that device.
   struct Batch {
     DType dtype;
+    Device device;
     Tensors ps, gs, ms, vs, decay;
   };
   std::vector<Batch> batches;
@@ -74,19 +82,21 @@ void AdamW::step() {
       const Tensor& p = g.params[i];
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
-      auto b = std::find_if(batches.begin(), batches.end(),
-                            [&](const Batch& x) { return x.dtype == p.dtype(); });
-      if (b == batches.end()) b = batches.insert(batches.end(), Batch{p.dtype(), {}, {}, {}, {}, {}});
+      auto b = std::find_if(batches.begin(), batches.end(), [&](const Batch& x) {
+        return x.dtype == p.dtype() && x.device == p.device();
+      });
+      if (b == batches.end())
+        b = batches.insert(batches.end(), Batch{p.dtype(), p.device(), {}, {}, {}, {}, {}});
       b->ps.push_back(p);
       b->gs.push_back(grad);
       b->ms.push_back(exp_avg_[gi][i]);
       b->vs.push_back(exp_avg_sq_[gi][i]);
       // 1 without decay: p * 1 is p exactly.
-      b->decay.push_back(scalar_tensor(1 - lr_ * g.weight_decay, p.dtype()));
+      b->decay.push_back(scalar_on(1 - lr_ * g.weight_decay, p.dtype(), p.device()));
     }
   }
   for (const Batch& b : batches) {
-    auto s = [&](double v) { return scalar_tensor(v, b.dtype); };
+    auto s = [&](double v) { return scalar_on(v, b.dtype, b.device); };
     if (compiled_ && batches.size() == 1)
       compiled_->fn(b.ps, b.gs, b.ms, b.vs, b.decay, s(beta1), s(1 - beta1), s(beta2),
                     s(1 - beta2), s(bc2), s(eps), s(lr_ / bc1));

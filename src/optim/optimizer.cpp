@@ -1,4 +1,5 @@
 // Optimizer base, parameter grouping, gradient clipping, LR schedule.
+#include <algorithm>
 #include <cmath>
 
 #include "ember/autograd.h"
@@ -27,13 +28,21 @@ std::vector<ParamGroup> decay_groups(const nn::Module& m, double weight_decay) {
 
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard no_grad;
-  double total = 0;
+  // The squares summed on each device in float64, read once per device (one sync, not one a
+  // parameter).
+  std::vector<Tensor> per_device;
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     Tensor g64 = g.to(DType::Float64);
-    total += (g64 * g64).sum().item();
+    Tensor sq = (g64 * g64).sum();
+    auto same = [&](const Tensor& t) { return t.device() == sq.device(); };
+    auto it = std::find_if(per_device.begin(), per_device.end(), same);
+    if (it == per_device.end()) per_device.push_back(sq);
+    else *it = *it + sq;
   }
+  double total = 0;
+  for (const Tensor& t : per_device) total += t.item();
   double norm = std::sqrt(total);
   if (std::isfinite(norm) && norm > max_norm && max_norm > 0) {
     double scale = max_norm / (norm + 1e-6);
@@ -81,8 +90,8 @@ AdamW::AdamW(std::vector<ParamGroup> groups, double lr, double b1, double b2, do
     exp_avg_.emplace_back();
     exp_avg_sq_.emplace_back();
     for (const Tensor& p : g.params) {
-      exp_avg_.back().push_back(zeros(p.sizes(), p.dtype()));
-      exp_avg_sq_.back().push_back(zeros(p.sizes(), p.dtype()));
+      exp_avg_.back().push_back(zeros_like(p));
+      exp_avg_sq_.back().push_back(zeros_like(p));
     }
   }
 }
