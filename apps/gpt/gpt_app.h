@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ember/device.h"
+
 namespace ember::app {
 
 struct TrainOptions {
@@ -38,6 +40,8 @@ struct SampleOptions {
 };
 
 int run_train(const TrainOptions& o);
+// The device --device names, checked to be usable (a GPU present for cuda).
+Device app_device(const std::string& name);
 int run_sample(const SampleOptions& o);
 std::string default_data_path();
 

@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   train->add_option("--compile", t.compile,
                     "compile the training step (model.loss, its backward and the AdamW step) "
                     "into generated code; evaluation runs eager")->capture_default_str();
-  train->add_option("--device", t.device, "cpu (the GPT does not run on CUDA yet)")->capture_default_str();
+  train->add_option("--device", t.device, "cpu, cuda or cuda:N")->capture_default_str();
   train->add_flag("--quiet", t.quiet, "only the final summary");
 
   SampleOptions s;
@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   sample->add_option("--temperature", s.temperature)->capture_default_str();
   sample->add_option("--top_k", s.top_k, "keep the k most likely tokens (0: all)")->capture_default_str();
   sample->add_option("--seed", s.seed)->capture_default_str();
-  sample->add_option("--device", s.device)->capture_default_str();
+  sample->add_option("--device", s.device, "cpu, cuda or cuda:N")->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
   try {

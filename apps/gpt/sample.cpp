@@ -13,9 +13,7 @@ namespace ember::app {
 
 int run_sample(const SampleOptions& o) {
   namespace fs = std::filesystem;
-  EMBER_CHECK(o.device == "cpu", "--device ", o.device,
-              ": the GPT runs on the CPU only for now (the CUDA backend lacks kernels it needs, "
-              "such as embedding and cross_entropy); use --device cpu");
+  const Device device = app_device(o.device);
   EMBER_CHECK(o.num_samples > 0 && o.max_new_tokens >= 0, "--num_samples must be positive and "
               "--max_new_tokens non-negative");
   std::string path = o.checkpoint;
@@ -33,6 +31,7 @@ int run_sample(const SampleOptions& o) {
   cfg.dropout = 0;
   nn::GPT model(cfg);
   model.load_state_dict(ckpt.model);
+  model.to(device);
   model.eval();
 
   std::string start = o.start;
@@ -46,10 +45,10 @@ int run_sample(const SampleOptions& o) {
   std::vector<int64_t> ids = tok.encode(start);
   EMBER_CHECK(!ids.empty(), "--start must hold at least one character");
   manual_seed(o.seed);
-  Tensor idx = from_vector(ids, {1, int64_t(ids.size())}, DType::Int64);
+  Tensor idx = from_vector(ids, {1, int64_t(ids.size())}, DType::Int64).to(device);
   for (int64_t s = 0; s < o.num_samples; ++s) {
     Tensor out = model.generate(idx, o.max_new_tokens, o.temperature, o.top_k);
-    std::cout << tok.decode(out) << "\n---------------\n";
+    std::cout << tok.decode(out.cpu()) << "\n---------------\n";
     std::cout.flush();
   }
   return 0;

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "ember/compile.h"
+#include "ember/cuda.h"
 #include "ember/ember.h"
 #include "ember/io.h"
 #include "ember/nn.h"
@@ -40,7 +41,7 @@ std::string duration_str(double seconds) {
 // Mean loss over eval_iters batches of each split, in eval mode without grad.
 std::pair<double, double> estimate_loss(nn::GPT& model, const io::TokenDataset& train,
                                         const io::TokenDataset& val, const TrainOptions& o,
-                                        uint64_t seed) {
+                                        uint64_t seed, Device device) {
   NoGradGuard no_grad;
   model.eval();
   double out[2];
@@ -49,7 +50,7 @@ std::pair<double, double> estimate_loss(nn::GPT& model, const io::TokenDataset& 
     double total = 0;
     for (int64_t k = 0; k < o.eval_iters; ++k) {
       auto [x, y] = splits[s]->get_batch(o.batch_size, o.block_size, seed + 1 + uint64_t(s),
-                                         uint64_t(k));
+                                         uint64_t(k), device);
       total += model.loss(x, y).item();
     }
     out[s] = total / double(o.eval_iters);
@@ -59,9 +60,10 @@ std::pair<double, double> estimate_loss(nn::GPT& model, const io::TokenDataset& 
 }
 
 void validate(const TrainOptions& o) {
-  EMBER_CHECK(o.device == "cpu", "--device ", o.device,
-              ": the GPT runs on the CPU only for now (the CUDA backend lacks kernels it needs, "
-              "such as embedding and cross_entropy); use --device cpu");
+  const Device device = app_device(o.device);
+  EMBER_CHECK(!(o.compile && device.type == DeviceType::CUDA),
+              "--compile generates CPU code only for now; on --device ", o.device,
+              " train eager (leave out --compile)");
   EMBER_CHECK(o.batch_size > 0 && o.block_size > 0 && o.max_iters >= 0 && o.eval_interval > 0 &&
                   o.eval_iters > 0 && o.log_interval > 0,
               "batch_size, block_size, eval_interval, eval_iters and log_interval must be positive "
@@ -88,6 +90,22 @@ io::Checkpoint make_checkpoint(const nn::GPT& model, const optim::Optimizer& opt
 }
 
 }  // namespace
+
+Device app_device(const std::string& name) {
+  const Device d = parse_device(name);
+  if (d.type == DeviceType::CUDA) {
+    EMBER_CHECK(cuda::built_with_cuda(), "--device ", name,
+                ": this build of ember has no CUDA backend; rebuild with a CUDA toolkit or use "
+                "--device cpu");
+    EMBER_CHECK(d.index < cuda::device_count(), "--device ", name, ": ",
+                cuda::device_count() == 0 ? std::string("no CUDA device is available here")
+                                          : "there are only " +
+                                                std::to_string(cuda::device_count()) +
+                                                " CUDA devices",
+                "; use --device cpu");
+  }
+  return d;
+}
 
 int run_train(const TrainOptions& opts) {
   TrainOptions o = opts;
@@ -128,7 +146,9 @@ int run_train(const TrainOptions& opts) {
       best_val = std::stod(it->second);
   }
   manual_seed(o.seed);
-  nn::GPT model(cfg);
+  const Device device = app_device(o.device);
+  nn::GPT model(cfg);  // initialized on the CPU (the same weights on every device), then moved
+  model.to(device);
   optim::AdamW opt(optim::decay_groups(model, o.weight_decay), o.lr, o.beta1, o.beta2);
   // --compile also compiles the optimizer step: every parameter's update in one function.
   opt.set_compiled(o.compile);
@@ -169,7 +189,7 @@ int run_train(const TrainOptions& opts) {
     double lr = optim::cosine_lr(iter, o.lr, o.min_lr, o.warmup_iters, o.lr_decay_iters);
     opt.set_lr(lr);
     if (iter % o.eval_interval == 0 || iter == o.max_iters) {
-      auto [tl, vl] = estimate_loss(model, train, val, o, o.seed);
+      auto [tl, vl] = estimate_loss(model, train, val, o, o.seed, device);
       std::printf("step %lld: train loss %.4f, val loss %.4f\n", (long long)iter, tl, vl);
       csv << iter << ",," << vl << "," << lr << ",\n";
       bool improved = vl < best_val;
@@ -183,7 +203,7 @@ int run_train(const TrainOptions& opts) {
     if (iter >= o.max_iters) break;
 
     const auto t0 = Clock::now();
-    auto [x, y] = train.get_batch(o.batch_size, o.block_size, o.seed, uint64_t(iter));
+    auto [x, y] = train.get_batch(o.batch_size, o.block_size, o.seed, uint64_t(iter), device);
     Tensor loss = o.compile ? compiled_loss(x, y) : model.loss(x, y);
     opt.zero_grad();
     loss.backward();

@@ -1,6 +1,8 @@
 // Devices: where a tensor's storage lives.
 #pragma once
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace ember {
 
@@ -16,5 +18,8 @@ struct Device {
 };
 
 inline const Device kCPU{DeviceType::CPU, 0};
+
+// "cpu", "cuda" (cuda:0) or "cuda:N"; anything else is an Error saying what is accepted.
+Device parse_device(std::string_view text);
 
 }  // namespace ember

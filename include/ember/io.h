@@ -126,10 +126,11 @@ class TokenDataset {
 
   int64_t size() const { return int64_t(tokens_.size()); }
   const std::vector<uint16_t>& tokens() const { return tokens_; }
-  // (x, y), int64 tensors of shape [batch_size, block_size]. Throws Error when the data has
-  // no more than block_size tokens.
+  // (x, y), int64 tensors of shape [batch_size, block_size] on `device`. Throws Error when the
+  // data has no more than block_size tokens. For a GPU the batch is written into page-locked
+  // host memory and copied without making the host wait.
   std::pair<Tensor, Tensor> get_batch(int64_t batch_size, int64_t block_size, uint64_t seed,
-                                      uint64_t step) const;
+                                      uint64_t step, Device device = kCPU) const;
   // The window start that get_batch uses for (seed, step, row), in [0, size - block_size).
   int64_t window_start(int64_t block_size, uint64_t seed, uint64_t step, uint64_t row) const;
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/make_tensor.h"
+#include "kernels/device_memory.h"
 #include "ember/io.h"
 #include "io/file_io.h"
 
@@ -332,13 +333,28 @@ int64_t TokenDataset::window_start(int64_t block_size, uint64_t seed, uint64_t s
 }
 
 std::pair<Tensor, Tensor> TokenDataset::get_batch(int64_t batch_size, int64_t block_size,
-                                                  uint64_t seed, uint64_t step) const {
+                                                  uint64_t seed, uint64_t step,
+                                                  Device device) const {
   EMBER_CHECK(batch_size > 0, "TokenDataset ", name_, ": batch_size ", batch_size,
               " must be positive");
   window_start(block_size, seed, step, 0);  // checks block_size against the data
   check_sizes({batch_size, block_size}, "TokenDataset::get_batch");
-  Tensor x = make_tensor({batch_size, block_size}, DType::Int64);
-  Tensor y = make_tensor({batch_size, block_size}, DType::Int64);
+  Tensor x, y;
+  if (device.type != DeviceType::CPU) {
+    // Both halves in one pinned block: x its first half, y its second.
+    const int64_t n = batch_size * block_size;
+    auto storage = device_memory::new_pinned_storage(size_t(2 * n) * sizeof(int64_t));
+    if (storage) {
+      Tensor both = make_tensor({0}, DType::Int64);
+      both.impl()->storage = std::move(storage);
+      x = make_view(both, {batch_size, block_size}, {block_size, 1}, 0);
+      y = make_view(both, {batch_size, block_size}, {block_size, 1}, n);
+    }
+  }
+  if (!x.defined()) {
+    x = make_tensor({batch_size, block_size}, DType::Int64);
+    y = make_tensor({batch_size, block_size}, DType::Int64);
+  }
   auto* px = static_cast<int64_t*>(x.impl()->data());
   auto* py = static_cast<int64_t*>(y.impl()->data());
   for (int64_t b = 0; b < batch_size; ++b) {
@@ -348,6 +364,7 @@ std::pair<Tensor, Tensor> TokenDataset::get_batch(int64_t batch_size, int64_t bl
       py[b * block_size + t] = src[t + 1];
     }
   }
+  if (device.type != DeviceType::CPU) return {x.to(device), y.to(device)};
   return {x, y};
 }
 

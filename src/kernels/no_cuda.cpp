@@ -31,6 +31,7 @@ std::shared_ptr<Storage> new_cuda_storage(size_t, Device d) {
   no_cuda(("a tensor on " + d.str()).c_str());
 }
 void copy_bytes(void*, Device, const void*, Device, size_t) { no_cuda("a copy to or from a GPU"); }
+std::shared_ptr<Storage> new_pinned_storage(size_t) { return nullptr; }
 }  // namespace device_memory
 
 }  // namespace ember

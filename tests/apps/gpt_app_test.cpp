@@ -10,6 +10,8 @@
 #include <map>
 #include <sstream>
 
+#include "ember/cuda.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -100,9 +102,14 @@ TEST(GptApp, BadFlagsGiveClearErrors) {
   Result s = run("sample --out_dir " + temp_dir("nothing"));
   EXPECT_NE(s.code, 0);
   EXPECT_NE(s.output.find("no checkpoint"), std::string::npos) << s.output;
-  Result d = run("train --device cuda --max_iters 1 --out_dir " + temp_dir("dev"));
+  Result d = run("train --device tpu --max_iters 1 --out_dir " + temp_dir("dev"));
   EXPECT_NE(d.code, 0);
-  EXPECT_NE(d.output.find("cuda"), std::string::npos) << d.output;
+  EXPECT_NE(d.output.find("unknown device 'tpu'"), std::string::npos) << d.output;
+  if (!ember::cuda::is_available()) {
+    Result c = run("train --device cuda --max_iters 1 --out_dir " + temp_dir("dev"));
+    EXPECT_NE(c.code, 0);
+    EXPECT_NE(c.output.find("--device cuda"), std::string::npos) << c.output;
+  }
 }
 
 }  // namespace
