@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""The CUDA rows of ember-bench, run in PyTorch on the same card, and the ratios between them.
+
+Runs `ember-bench --filter cuda/` (the C++ rows), then the same workloads in PyTorch eager, and
+prints one JSON object per line: ember's rows, PyTorch's rows ("framework": "torch"), and one
+"ratio" row per workload (ember time / torch time, lower is better for ember; and each side's
+fraction of its own reference where the row has one). Every figure comes from this one run on
+this one machine.
+
+usage: bench/compare_torch.py [--ember PATH] [--quick] [--repeat N] [--only REGEX]
+"""
+import argparse
+import json
+import math
+import re
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DEV = "cuda:0"
+
+
+def gpu_ms(fn, repeat, inner=1, warmup=2):
+    """Median wall ms of `inner` calls of fn, the device synchronized around each batch."""
+    for _ in range(warmup):
+        for _ in range(inner):
+            fn()
+        torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1000)
+    times.sort()
+    return times[len(times) // 2] / inner
+
+
+def copy_ms(nbytes, repeat):
+    src = torch.empty(nbytes, dtype=torch.uint8, device=DEV)
+    dst = torch.empty_like(src)
+    return gpu_ms(lambda: dst.copy_(src), repeat)
+
+
+def row(name, ms, **extra):
+    r = {"name": name, "device": DEV, "framework": "torch", "eager_ms": ms}
+    r.update(extra)
+    return r
+
+
+def bandwidth_row(name, ms, nbytes, repeat):
+    ref = copy_ms(int(nbytes // 2), repeat)
+    return row(name, ms, gbps=nbytes / (ms * 1e6), copy_gbps=nbytes / (ref * 1e6),
+               fraction_of_copy=ref / ms)
+
+
+# ---- a GPT with nanoGPT's architecture, for the training-step row ----
+
+class Block(nn.Module):
+    def __init__(self, d, heads, dropout):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(d)
+        self.c_attn = nn.Linear(d, 3 * d)
+        self.c_proj = nn.Linear(d, d)
+        self.ln_2 = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.proj = nn.Linear(4 * d, d)
+        self.heads, self.dropout = heads, dropout
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        x = x + self.drop(self.c_proj(y.transpose(1, 2).contiguous().view(b, t, d)))
+        return x + self.drop(self.proj(F.gelu(self.fc(self.ln_2(x)))))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, block, layers, heads, d, dropout):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d)
+        self.wpe = nn.Embedding(block, d)
+        self.drop = nn.Dropout(dropout)
+        self.h = nn.ModuleList([Block(d, heads, dropout) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        self.wte.weight = self.lm_head.weight
+
+    def forward(self, idx, targets):
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for b in self.h:
+            x = b(x)
+        logits = self.lm_head(self.ln_f(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def gpt_step_row(name, batch, repeat, dtype):
+    torch.manual_seed(1)
+    model = GPT(65, 256, 6, 6, 384, 0.2).to(DEV)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.99), fused=False, foreach=True)
+    x = torch.randint(0, 65, (batch, 256), device=DEV)
+    y = torch.randint(0, 65, (batch, 256), device=DEV)
+    params = list(model.parameters())
+
+    def step():
+        with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
+            loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    ms = gpu_ms(step, repeat)
+    peak = torch.cuda.max_memory_allocated() - before
+    return row(name, ms, peak_mb=peak / 1e6, tokens_per_s=batch * 256 / (ms / 1000),
+               note=f"{str(dtype).replace('torch.', '')}, eager")
+
+
+def torch_rows(quick, repeat, wants):
+    out = []
+    if wants("cuda/add_f32_256M"):
+        n = (1 << 24) if quick else (256 << 20)
+        a, b = torch.rand(n, device=DEV), torch.rand(n, device=DEV)
+        out.append(bandwidth_row("cuda/add_f32_256M", gpu_ms(lambda: a + b, repeat), 3.0 * n * 4,
+                                 repeat))
+        del a, b
+    rows_n, cols = (1024 if quick else 16384), 4096
+    if wants("cuda/softmax_f32_16384x4096"):
+        x = torch.randn(rows_n, cols, device=DEV)
+        out.append(bandwidth_row("cuda/softmax_f32_16384x4096",
+                                 gpu_ms(lambda: x.softmax(-1), repeat), 2.0 * rows_n * cols * 4,
+                                 repeat))
+    if wants("cuda/layer_norm_f32_16384x4096"):
+        x = torch.randn(rows_n, cols, device=DEV)
+        w, b = torch.ones(cols, device=DEV), torch.zeros(cols, device=DEV)
+        out.append(bandwidth_row("cuda/layer_norm_f32_16384x4096",
+                                 gpu_ms(lambda: F.layer_norm(x, (cols,), w, b), repeat),
+                                 2.0 * rows_n * cols * 4, repeat))
+    if wants("cuda/matmul_bf16_8192"):
+        m = 1024 if quick else 8192
+        a = torch.randn(m, m, device=DEV, dtype=torch.bfloat16)
+        b = torch.randn(m, m, device=DEV, dtype=torch.bfloat16)
+        ms = gpu_ms(lambda: a @ b, repeat)
+        out.append(row("cuda/matmul_bf16_8192", ms, tflops=2.0 * m ** 3 / (ms * 1e9)))
+    if wants("cuda/add_1elem_overhead"):
+        a, b = torch.ones(1, device=DEV), torch.ones(1, device=DEV)
+        n = 1000 if quick else 20000
+        ms = gpu_ms(lambda: a + b, 3 if quick else 7, inner=n)
+        out.append(row("cuda/add_1elem_overhead", ms, us_per_op=ms * 1000))
+    if wants("cuda/gpt_train_step"):
+        batch = 8 if quick else 64
+        out.append(gpt_step_row("cuda/gpt_train_step", batch, 2 if quick else 10, torch.float32))
+        out.append(gpt_step_row("cuda/gpt_train_step_bf16", batch, 2 if quick else 10,
+                                torch.bfloat16))
+    return out
+
+
+def ember_rows(path, quick, repeat, only):
+    cmd = [path, "--filter", only or "cuda/", "--repeat", str(repeat)]
+    if quick:
+        cmd.append("--quick")
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.stderr.write(res.stderr)
+        raise SystemExit(f"compare_torch: {' '.join(cmd)} failed with status {res.returncode}")
+    rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    for r in rows:
+        r["framework"] = "ember"
+    return rows
+
+
+def ratios(ember, torch_):
+    by_name = {r["name"]: r for r in torch_}
+    out = []
+    for e in ember:
+        t = by_name.get(e["name"])
+        if not t or not e.get("eager_ms") or not t.get("eager_ms"):
+            continue
+        r = {"name": e["name"], "device": DEV, "framework": "ratio",
+             "ember_ms": e["eager_ms"], "torch_ms": t["eager_ms"],
+             "ember_over_torch": e["eager_ms"] / t["eager_ms"]}
+        for k in ("fraction_of_copy", "peak_mb", "us_per_op"):
+            if k in e and k in t:
+                r[f"ember_{k}"], r[f"torch_{k}"] = e[k], t[k]
+        out.append(r)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ember", default="build-gpu/bench/ember-bench")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--only", default="", help="regex selecting rows (default: every cuda/ row)")
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("compare_torch: PyTorch sees no CUDA device")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    wants = lambda name: re.search(a.only, name) is not None if a.only else True
+    ember = ember_rows(a.ember, a.quick, a.repeat, a.only)
+    torch.cuda.empty_cache()
+    theirs = torch_rows(a.quick, a.repeat, wants)
+    meta = {"name": "meta", "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+            "cuda": torch.version.cuda, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    for r in [meta] + ember + theirs + ratios(ember, theirs):
+        print(json.dumps(r), flush=True)
+
+
+if __name__ == "__main__":
+    main()

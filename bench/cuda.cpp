@@ -1,0 +1,159 @@
+// CUDA rows (only where a GPU is present): the same workloads bench/compare_torch.py runs in
+// PyTorch on the same card, under the same names, so each ratio is taken in one run.
+//   cuda/add_f32_256M        a + b on 256M float32 against a device-to-device copy of the same
+//                            bytes (fraction_of_copy)
+//   cuda/softmax_f32_16384x4096, cuda/layer_norm_f32_16384x4096: row ops against the copy
+//   cuda/matmul_bf16_8192    against cuBLAS called directly on the same buffers
+//   cuda/add_1elem_overhead  host time of one tiny op (us_per_op), kernels queued back to back
+//   cuda/gpt_train_step      nanoGPT's shakespeare_char step (6 layers, 6 heads, 384 wide,
+//                            block 256, batch 64, dropout 0.2, AdamW, grad clip 1), float32
+// GPU times are wall times around the work with the device synchronized before and after.
+#include "bench.h"
+#include "ember/cuda.h"
+#include "ember/ember.h"
+#include "ember/nn.h"
+#include "ember/optim.h"
+#include "gpt_configs.h"
+
+#ifdef EMBER_BENCH_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace ember::bench {
+
+#ifdef EMBER_BENCH_CUDA
+namespace {
+
+const Device kGpu{DeviceType::CUDA, 0};
+
+TensorOptions on_gpu(DType t = DType::Float32) {
+  TensorOptions o(t);
+  o.device = kGpu;
+  return o;
+}
+
+// Median ms of `inner` back-to-back calls of fn, synchronized around each timed batch.
+double gpu_ms(const std::function<void()>& fn, int repeat, int inner = 1) {
+  return time_ms([&] {
+    for (int i = 0; i < inner; ++i) fn();
+    cuda::synchronize();
+  }, repeat, 2) / inner;
+}
+
+// ms of a device-to-device copy of `bytes`.
+double copy_ms(size_t bytes, int repeat) {
+  void *src = nullptr, *dst = nullptr;
+  cudaMalloc(&src, bytes);
+  cudaMalloc(&dst, bytes);
+  const double ms = gpu_ms([&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0); },
+                           repeat);
+  cudaFree(src);
+  cudaFree(dst);
+  return ms;
+}
+
+Row bandwidth_row(const std::string& name, double ms, double bytes, int repeat) {
+  const double ref = copy_ms(size_t(bytes / 2), repeat);  // a copy reads and writes half each
+  Row r{name, ms};
+  r.device = kGpu.str();
+  r.extra = {{"gbps", bytes / (ms * 1e6)},
+             {"copy_gbps", bytes / (ref * 1e6)},
+             {"fraction_of_copy", ref / ms}};
+  return r;
+}
+
+}  // namespace
+
+EMBER_BENCH(cuda) {
+  std::vector<Row> rows;
+  if (!cuda::is_available()) return rows;
+  NoGradGuard no_grad;
+  const int repeat = opt.quick ? 3 : opt.repeat;
+
+  if (opt.wants("cuda/add_f32_256M")) {
+    const int64_t n = opt.quick ? (int64_t(1) << 24) : (int64_t(256) << 20);
+    Tensor a = rand({n}, on_gpu()), b = rand({n}, on_gpu());
+    const double ms = gpu_ms([&] { Tensor c = a + b; }, repeat);
+    rows.push_back(bandwidth_row("cuda/add_f32_256M", ms, 3.0 * double(n) * 4, repeat));
+  }
+  const int64_t rows_n = opt.quick ? 1024 : 16384, cols = 4096;
+  if (opt.wants("cuda/softmax_f32_16384x4096")) {
+    Tensor x = randn({rows_n, cols}, on_gpu());
+    const double ms = gpu_ms([&] { Tensor y = x.softmax(-1); }, repeat);
+    rows.push_back(bandwidth_row("cuda/softmax_f32_16384x4096", ms,
+                                 2.0 * double(rows_n * cols) * 4, repeat));
+  }
+  if (opt.wants("cuda/layer_norm_f32_16384x4096")) {
+    Tensor x = randn({rows_n, cols}, on_gpu());
+    Tensor w = ones({cols}, on_gpu()), b = zeros({cols}, on_gpu());
+    const double ms = gpu_ms([&] { Tensor y = layer_norm(x, {cols}, w, b); }, repeat);
+    rows.push_back(bandwidth_row("cuda/layer_norm_f32_16384x4096", ms,
+                                 2.0 * double(rows_n * cols) * 4, repeat));
+  }
+  if (opt.wants("cuda/matmul_bf16_8192")) {
+    const int64_t m = opt.quick ? 1024 : 8192;
+    Tensor a = randn({m, m}, on_gpu(DType::BFloat16)), b = randn({m, m}, on_gpu(DType::BFloat16));
+    Tensor c = empty({m, m}, on_gpu(DType::BFloat16));
+    const double ms = gpu_ms([&] { Tensor d = matmul(a, b); }, repeat);
+    cublasHandle_t h;
+    cublasCreate(&h);
+    const float one = 1, zero = 0;
+    const double blas_ms = gpu_ms([&] {
+      // Row-major C = A B is column-major C^T = B^T A^T.
+      cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, int(m), int(m), int(m), &one, b.data_ptr(),
+                   CUDA_R_16BF, int(m), a.data_ptr(), CUDA_R_16BF, int(m), &zero, c.data_ptr(),
+                   CUDA_R_16BF, int(m), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    }, repeat);
+    cublasDestroy(h);
+    const double flops = 2.0 * double(m) * double(m) * double(m);
+    Row r{"cuda/matmul_bf16_8192", ms};
+    r.device = kGpu.str();
+    r.extra = {{"tflops", flops / (ms * 1e9)},
+               {"cublas_tflops", flops / (blas_ms * 1e9)},
+               {"fraction_of_cublas", blas_ms / ms}};
+    rows.push_back(r);
+  }
+  if (opt.wants("cuda/add_1elem_overhead")) {
+    Tensor a = ones({1}, on_gpu()), b = ones({1}, on_gpu());
+    const int n = opt.quick ? 1000 : 20000;
+    const double ms = gpu_ms([&] { Tensor c = a + b; }, opt.quick ? 3 : 7, n);
+    Row r{"cuda/add_1elem_overhead", ms};
+    r.device = kGpu.str();
+    r.extra.push_back({"us_per_op", ms * 1000});
+    rows.push_back(r);
+  }
+  if (opt.wants("cuda/gpt_train_step")) {
+    GptBenchConfig c{"shakespeare_char", 6, 6, 384, 256, opt.quick ? 8 : 64, 0.2};
+    manual_seed(1);
+    nn::GPT model(gpt_config(c));
+    model.to(kGpu);
+    optim::AdamW adam(optim::decay_groups(model, 0.1), 1e-3, 0.9, 0.99);
+    const std::vector<Tensor> params = model.parameters();
+    TensorOptions ids = on_gpu(DType::Int64);
+    Tensor x = randint(0, 65, {c.batch, c.block}, ids), y = randint(0, 65, {c.batch, c.block}, ids);
+    auto step = [&] {
+      EnableGradGuard grad;
+      Tensor loss = model.loss(x, y);
+      adam.zero_grad();
+      loss.backward();
+      optim::clip_grad_norm_(params, 1.0);
+      adam.step();
+    };
+    step();
+    cuda::synchronize();
+    cuda::reset_peak_memory_stats();
+    const size_t before = cuda::memory_stats().allocated_bytes;
+    const double ms = gpu_ms(step, opt.quick ? 2 : 10);
+    Row r{"cuda/gpt_train_step", ms};
+    r.device = kGpu.str();
+    r.extra.push_back({"peak_mb", double(cuda::memory_stats().peak_allocated_bytes - before) / 1e6});
+    r.extra.push_back({"tokens_per_s", double(c.batch * c.block) / (ms / 1000)});
+    r.note = "float32, eager";
+    rows.push_back(r);
+  }
+  return rows;
+}
+#endif
+
+}  // namespace ember::bench
