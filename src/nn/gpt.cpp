@@ -92,7 +92,9 @@ Tensor GPT::forward(const Tensor& idx) const {
   const int64_t T = idx.size(1);
   EMBER_CHECK(T <= config.block_size, "GPT: cannot forward a sequence of length ", T,
               ", the block size is only ", config.block_size);
-  Tensor pos = arange(T);
+  TensorOptions pos_opts(DType::Int64);
+  pos_opts.device = idx.device();
+  Tensor pos = arange(T, pos_opts);
   Tensor x = drop->forward(wte->forward(idx) + wpe->forward(pos));
   for (const auto& b : h) x = b->forward(x);
   return lm_head->forward(ln_f->forward(x));
