@@ -24,7 +24,7 @@ else
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_REQUIRE_CUDA=ON >/dev/null
-ninja -C build-gpu ember-tests
+ninja -C build-gpu  # the library, the tests, ember-bench (bench/compare_torch.py runs it) and ember-gpt
 echo "[test-gpu] running the test suite${1:+ ($1)}"
 ./build-gpu/tests/ember-tests --gtest_brief=1 ${1:+--gtest_filter=$1} \
   ${OUT:+--gtest_output=json:$OUT/gpu-tests.json}
