@@ -122,15 +122,15 @@ TEST(CudaRuntime, BadIndicesOnTheGpuAreErrorsAtTheNextSync) {
   REQUIRE_GPU();
   Tensor w = randn({10, 4});
   Tensor wg = w.cuda();
-  Tensor bad = from_vector<int64_t>({1, 12, 3}, {3}).cuda();
+  Tensor bad = from_vector<int64_t>({1, 12, 3}, {3}, DType::Int64).cuda();
   expect_error([&] { wg.index_select(0, bad).cpu(); },
                {"index_select", "index 12", "out of range", "size 10"});
   Tensor logits = randn({3, 5}).cuda();
-  Tensor targets = from_vector<int64_t>({0, 7, 1}, {3}).cuda();
+  Tensor targets = from_vector<int64_t>({0, 7, 1}, {3}, DType::Int64).cuda();
   expect_error([&] { cross_entropy(logits, targets).item(); }, {"cross_entropy", "7"});
   // Raised once: the next sync is clean, and the same ops on good input are right.
   cuda::synchronize();
-  Tensor good = from_vector<int64_t>({1, 9, 3}, {3});
+  Tensor good = from_vector<int64_t>({1, 9, 3}, {3}, DType::Int64);
   Tensor got = wg.index_select(0, good.cuda()).cpu();
   EXPECT_EQ(got.to_vector<float>(), w.index_select(0, good).to_vector<float>());
 }

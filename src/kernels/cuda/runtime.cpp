@@ -69,7 +69,7 @@ std::string fault_message(const Fault& f) {
     case FaultKind::IndexOutOfRange:
       return op + ": index " + std::to_string(f.value) + " is out of range for dim " +
              std::to_string(f.dim) + " of size " + std::to_string(f.bound) +
-             " (valid: -size .. size-1)";
+             " (valid indices are 0 to " + std::to_string(f.bound - 1) + ")";
     case FaultKind::TargetOutOfRange:
       return op + ": target " + std::to_string(f.value) + " is out of range for " +
              std::to_string(f.bound) + " classes (and is not the ignore_index)";
