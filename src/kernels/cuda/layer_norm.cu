@@ -1,7 +1,10 @@
-// CUDA layer_norm forward: a block a row of the normalized dims; the mean, then the variance
-// around it (two passes, as the CPU kernel), then y = (x - mean) * rstd * w + b. Operands are made
-// contiguous first (views are rare here); mean and rstd are written in the compute type (float for
-// the half types), as the op's shape rule says.
+// CUDA layer_norm forward: the mean, then the variance around it (two passes, as the CPU kernel),
+// then y = (x - mean) * rstd * w + b. Operands are made contiguous first (views are rare here);
+// mean and rstd are written in the compute type (float for the half types), as the op's shape
+// rule says. Rows of up to 16384 elements (8192 for float64) are read once into registers and
+// written once (layer_norm_rows_kernel: a warp, part of one, or a block a row; 16-byte vector
+// loads and stores where x, y, w, b and every row start are 16-byte aligned, element-wise
+// otherwise); longer rows take the general kernel, a block a row with three passes over it.
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/kernel_table.h"
 #include "kernels/functors.h"
@@ -9,6 +12,185 @@
 namespace ember::cuda {
 
 namespace {
+
+// ---- Fast path: the row in registers ----
+// A group of G threads takes a row, thread t holding the chunks t, t + G, t + 2G, ... of V
+// elements (V = 16 bytes of T when aligned, else 1; a chunk past the end is loaded element-wise,
+// masked). Rows of up to 16 values a thread of a warp (8 for float64) take a power-of-two group
+// of up to 32 lanes (several rows a warp for short rows) and fold through shuffles; longer rows
+// take a block of 16 values a thread (8 for float64; 256 threads for 4096 elements), folding
+// through shuffles and a shared-memory array.
+
+template <class T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+// Elements past n read as 0.
+template <class T, class C, int V, int E>
+__device__ __forceinline__ void load_row(const T* x, int n, int t, int G, C (&r)[E][V]) {
+#pragma unroll
+  for (int k = 0; k < E; ++k) {
+    const int c = (k * G + t) * V;
+    if (V > 1 && c + V <= n) {
+      const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(x + c);
+#pragma unroll
+      for (int i = 0; i < V; ++i) r[k][i] = C(load(&p.v[i]));
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i) r[k][i] = c + i < n ? C(load(x + c + i)) : C(0);
+    }
+  }
+}
+
+// Sum over aligned groups of G lanes (a power of two <= 32); every lane gets the same result.
+template <class C>
+__device__ __forceinline__ C group_sum(C v, int G) {
+  for (int s = G >> 1; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s);
+  return v;
+}
+// Sum over the block; every thread gets the result. `partial` (32 slots) may be written again
+// once every thread has passed the block's next __syncthreads.
+template <class C>
+__device__ __forceinline__ C block_all_sum(C v, C* partial) {
+  v = group_sum(v, 32);
+  const int lane = threadIdx.x & 31;
+  if (lane == 0) partial[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = lane < int(blockDim.x >> 5) ? partial[lane] : C(0);
+  return group_sum(v, 32);
+}
+
+// kBlock: a block a row (G = blockDim.x, a multiple of 32); else groups of `group` lanes, a row
+// each. E chunks of V elements a thread.
+template <class T, class C, int V, int E, bool kBlock>
+__global__ void __launch_bounds__(kBlock ? 1024 : 256)
+    layer_norm_rows_kernel(const T* x, const T* w, const T* b, T* y, C* mean, C* rstd,
+                           int64_t rows, int n_, int group, C eps) {
+  __shared__ C partial[2][32];  // the mean's and the variance's: see block_all_sum
+  const int G = kBlock ? int(blockDim.x) : group;
+  const int t = kBlock ? int(threadIdx.x) : int(threadIdx.x) & (G - 1);
+  const int64_t per_block = kBlock ? 1 : blockDim.x / G;
+  const int64_t mine = kBlock ? 0 : threadIdx.x / G;
+  // The same rounds in every thread (the folds need whole warps); a group past the last row
+  // works on nothing (n 0) and stores nothing.
+  for (int64_t r0 = blockIdx.x * per_block; r0 < rows; r0 += int64_t(gridDim.x) * per_block) {
+    const int64_t row = r0 + mine;
+    const int n = row < rows ? n_ : 0;
+    const int64_t base = n ? row * n_ : 0;
+    const T* xr = x + base;
+    T* yr = y + base;
+    C r[E][V];
+    load_row<T, C, V, E>(xr, n, t, G, r);
+    C s = 0;  // the elements past n are 0
+#pragma unroll
+    for (int k = 0; k < E; ++k)
+#pragma unroll
+      for (int i = 0; i < V; ++i) s += r[k][i];
+    s = kBlock ? block_all_sum(s, partial[0]) : group_sum(s, G);
+    const C mu = s / C(n_);
+    C q = 0;
+#pragma unroll
+    for (int k = 0; k < E; ++k)
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        if ((k * G + t) * V + i < n) {
+          const C d = r[k][i] - mu;
+          q += d * d;
+        }
+      }
+    q = kBlock ? block_all_sum(q, partial[1]) : group_sum(q, G);
+    const C var = q / C(n_);
+    const C rs = C(1) / fn::Sqrt{}(var + eps);
+    if (t == 0 && n) {
+      mean[row] = mu;
+      rstd[row] = rs;
+    }
+#pragma unroll
+    for (int k = 0; k < E; ++k) {
+      const int c = (k * G + t) * V;
+      if (V > 1 && c + V <= n) {
+        C wv[V], bv[V];
+        if (w) {
+          const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(w + c);
+#pragma unroll
+          for (int i = 0; i < V; ++i) wv[i] = C(load(&p.v[i]));
+        }
+        if (b) {
+          const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(b + c);
+#pragma unroll
+          for (int i = 0; i < V; ++i) bv[i] = C(load(&p.v[i]));
+        }
+        Pack<T, V> o;
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          C v = (r[k][i] - mu) * rs;
+          if (w) v = v * wv[i];
+          if (b) v = v + bv[i];
+          store(&o.v[i], v);
+        }
+        *reinterpret_cast<Pack<T, V>*>(yr + c) = o;
+      } else {
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          if (c + i < n) {
+            C v = (r[k][i] - mu) * rs;
+            if (w) v = v * C(load(w + c + i));
+            if (b) v = v + C(load(b + c + i));
+            store(yr + c + i, v);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Launches the fast kernel, V elements a chunk: a group of up to 32 lanes with E in {1, 2, 4, 8}
+// chunks a thread (at most 16 values a thread, 8 for float64), else a block with 16 values a
+// thread, 8 for float64 (up to 1024 threads, so no spills). False where the row is too long.
+template <class T, int V>
+bool launch_rows(const T* x, const T* w, const T* b, T* y, compute_t<T>* mean,
+                 compute_t<T>* rstd, int64_t rows, int64_t n64, compute_t<T> eps,
+                 cudaStream_t stream) {
+  using C = compute_t<T>;
+  constexpr int kMaxWarpValues = sizeof(C) == 8 ? 8 : 16, kBlockValues = sizeof(C) == 8 ? 8 : 16;
+  constexpr int kWarpThreads = 256;
+  if (n64 > 16384) return false;
+  const int n = int(n64);
+  const int64_t max_grid = 0x7fffffff;
+  auto warp = [&]<int E>() {
+    int group = 32;
+    if (E == 1) {
+      const int chunks = (n + V - 1) / V;
+      group = 1;
+      while (group < chunks) group *= 2;
+    }
+    const int64_t per_block = kWarpThreads / group;
+    const int64_t want = (rows + per_block - 1) / per_block;
+    layer_norm_rows_kernel<T, C, V, E, false>
+        <<<int(want < max_grid ? want : max_grid), kWarpThreads, 0, stream>>>(
+            x, w, b, y, mean, rstd, rows, n, group, eps);
+  };
+  if (n <= 32 * V) {
+    warp.template operator()<1>();
+  } else if (n <= 64 * V && 2 * V <= kMaxWarpValues) {
+    warp.template operator()<2>();
+  } else if (n <= 128 * V && 4 * V <= kMaxWarpValues) {
+    if constexpr (4 * V <= kMaxWarpValues) warp.template operator()<4>();
+  } else if (n <= 256 * V && 8 * V <= kMaxWarpValues) {
+    if constexpr (8 * V <= kMaxWarpValues) warp.template operator()<8>();
+  } else {
+    constexpr int E = kBlockValues / V;
+    const int threads = ((n + E * V - 1) / (E * V) + 31) / 32 * 32;
+    if (threads > 1024) return false;
+    layer_norm_rows_kernel<T, C, V, E, true>
+        <<<int(rows < max_grid ? rows : max_grid), threads, 0, stream>>>(
+            x, w, b, y, mean, rstd, rows, n, 32, eps);
+  }
+  return true;
+}
+
+// ---- General kernel: a block a row, three passes ----
 
 template <class A>
 __device__ A block_sum(A v, A* scratch) {
@@ -71,12 +253,24 @@ void layer_norm(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& 
     auto ptr = [](const Tensor& t) {
       return t.defined() ? reinterpret_cast<const T*>(t.impl()->data()) : nullptr;
     };
-    const int threads = n >= 2048 ? 512 : n >= 256 ? 256 : 64;
-    const int blocks = int(rows < 65535 ? rows : 65535);
-    layer_norm_kernel<T, C><<<blocks, threads, 0, detail::stream(device)>>>(
-        ptr(x), ptr(wt), ptr(bt), reinterpret_cast<T*>(out[0].impl()->data()),
-        reinterpret_cast<C*>(out[1].impl()->data()), reinterpret_cast<C*>(out[2].impl()->data()),
-        rows, n, C(a.value));
+    const T *xp = ptr(x), *wp = ptr(wt), *bp = ptr(bt);
+    T* yp = reinterpret_cast<T*>(out[0].impl()->data());
+    C* mean = reinterpret_cast<C*>(out[1].impl()->data());
+    C* rstd = reinterpret_cast<C*>(out[2].impl()->data());
+    const cudaStream_t stream = detail::stream(device);
+    // Vector loads and stores need x, y, w and b and every row start 16-byte aligned.
+    constexpr int V = 16 / sizeof(T);
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    const bool vec = n % V == 0 && aligned(xp) && aligned(yp) && aligned(wp) && aligned(bp);
+    const C eps = C(a.value);
+    const bool fast = vec ? launch_rows<T, V>(xp, wp, bp, yp, mean, rstd, rows, n, eps, stream)
+                          : launch_rows<T, 1>(xp, wp, bp, yp, mean, rstd, rows, n, eps, stream);
+    if (!fast) {
+      const int threads = n >= 2048 ? 512 : n >= 256 ? 256 : 64;
+      const int blocks = int(rows < 65535 ? rows : 65535);
+      layer_norm_kernel<T, C>
+          <<<blocks, threads, 0, stream>>>(xp, wp, bp, yp, mean, rstd, rows, n, eps);
+    }
     detail::check(cudaGetLastError(), "layer_norm");
   });
 }

@@ -4,7 +4,9 @@
 // each folding into a register, then the block combines the partials through warp shuffles and
 // shared memory. Operands are read through their strides (views need no copies). Sums
 // accumulate as the CPU kernels do: float for float32 and the half types, double for float64,
-// int64 for integers; extremes propagate NaN.
+// int64 for integers; extremes propagate NaN. Softmax and log_softmax over a contiguous dim of
+// up to 16384 elements keep each row in registers (read once, written once, vector loads where
+// aligned; a warp, part of one, or a block a row); see softmax_rows_kernel.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -310,8 +312,231 @@ void argmin(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   arg_extreme<false>(in, out, a, "argmin");
 }
 
-// softmax / log_softmax along one dim: a block a row, three passes over it (max, sum of
-// exp(x - max), write), as the CPU kernel computes it.
+// softmax / log_softmax along one dim, as the CPU kernel computes it: the max, the sum of
+// exp(x - max), then exp(x - max) * (1 / sum) or (x - max) - log(sum).
+//
+// Fast path (the dim contiguous in x and y, n <= 16384): each row is read once into registers
+// and written once. A group of G threads takes a row, thread t holding the chunks t, t + G,
+// t + 2G, ... of V elements (16-byte vector loads and stores when every row start of x and y is
+// 16-byte aligned, V = 1 otherwise; a chunk past the end is loaded element-wise, masked). Rows
+// of up to 16 values a thread of a warp (512 elements for float32 and the half types, 256 for
+// float64 or unaligned rows) take a power-of-two group of up to 32 lanes (several rows a warp
+// for short rows) and fold through shuffles only; longer rows take a block of 16 values a
+// thread (256 threads for 4096 elements), folding through shuffles and a shared-memory array.
+// Other layouts and longer rows go to the general kernel: a block a row, three strided passes.
+
+// Rows of a softmax: the kept dims, merged where x and y both allow, with x's and y's strides.
+struct RowPlan {
+  int ndim = 0;
+  int64_t sizes[kMaxDims], xs[kMaxDims], ys[kMaxDims];
+  int64_t rows = 1;
+  int n = 0, group = 32;  // row length; lanes a row (warp kernel)
+};
+
+__device__ __forceinline__ void row_offsets(int64_t r, const RowPlan& p, int64_t& ox,
+                                            int64_t& oy) {
+  if (p.ndim == 1) {
+    ox = r * p.xs[0];
+    oy = r * p.ys[0];
+    return;
+  }
+  ox = oy = 0;
+  for (int d = p.ndim - 1; d >= 0; --d) {
+    const int64_t c = r % p.sizes[d];
+    r /= p.sizes[d];
+    ox += c * p.xs[d];
+    oy += c * p.ys[d];
+  }
+}
+
+template <class T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+// The row's chunks held by thread t of a group of G: chunk k starts at element (k * G + t) * V.
+// Elements past n read as 0 (callers mask them out of the folds).
+template <class T, class A, int V, int E>
+__device__ __forceinline__ void load_row(const T* x, int n, int t, int G, A (&r)[E][V]) {
+#pragma unroll
+  for (int k = 0; k < E; ++k) {
+    const int c = (k * G + t) * V;
+    if (V > 1 && c + V <= n) {
+      const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(x + c);
+#pragma unroll
+      for (int i = 0; i < V; ++i) r[k][i] = A(load(&p.v[i]));
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i) r[k][i] = c + i < n ? A(load(x + c + i)) : A(0);
+    }
+  }
+}
+template <class T, class A, int V, int E>
+__device__ __forceinline__ void store_row(T* y, int n, int t, int G, const A (&r)[E][V]) {
+#pragma unroll
+  for (int k = 0; k < E; ++k) {
+    const int c = (k * G + t) * V;
+    if (V > 1 && c + V <= n) {
+      Pack<T, V> p;
+#pragma unroll
+      for (int i = 0; i < V; ++i) store(&p.v[i], r[k][i]);
+      *reinterpret_cast<Pack<T, V>*>(y + c) = p;
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if (c + i < n) store(y + c + i, r[k][i]);
+    }
+  }
+}
+
+// Fold over aligned groups of G lanes (a power of two <= 32); every lane gets its group's result
+// (the butterfly folds the same pairs in every lane, so the lanes agree bit for bit).
+template <class A, class Op>
+__device__ __forceinline__ A group_fold(A v, Op op, int G) {
+  for (int s = G >> 1; s > 0; s >>= 1) v = op.fold(v, __shfl_xor_sync(0xffffffffu, v, s));
+  return v;
+}
+// Fold over the block; every thread gets the result. `partial` (32 slots) may be written again
+// once every thread has passed the block's next __syncthreads.
+template <class A, class Op>
+__device__ __forceinline__ A block_all_fold(A v, Op op, A* partial) {
+  v = group_fold(v, op, 32);
+  const int lane = threadIdx.x & 31;
+  if (lane == 0) partial[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = lane < int(blockDim.x >> 5) ? partial[lane] : op.template init<A>();
+  return group_fold(v, op, 32);
+}
+
+// kBlock: a block a row (G = blockDim.x, a multiple of 32); else groups of p.group lanes, a row
+// each. E chunks of V elements a thread.
+template <class T, class A, int V, int E, bool kBlock>
+__global__ void __launch_bounds__(kBlock ? 1024 : 256)
+    softmax_rows_kernel(const T* in, T* out, RowPlan p, bool log) {
+  __shared__ A partial[2][32];  // the max's and the sum's: see block_all_fold
+  const int G = kBlock ? int(blockDim.x) : p.group;
+  const int t = kBlock ? int(threadIdx.x) : int(threadIdx.x) & (G - 1);
+  const int64_t per_block = kBlock ? 1 : blockDim.x / G;
+  const int64_t mine = kBlock ? 0 : threadIdx.x / G;
+  const ExtremeOp<true> max_op;
+  // The loop runs the same rounds in every thread (the folds need whole warps); a group past
+  // the last row works on nothing (n 0) and stores nothing.
+  for (int64_t r0 = blockIdx.x * per_block; r0 < p.rows; r0 += int64_t(gridDim.x) * per_block) {
+    const int64_t row = r0 + mine;
+    const int n = row < p.rows ? p.n : 0;
+    int64_t ox = 0, oy = 0;
+    if (n) row_offsets(row, p, ox, oy);
+    A r[E][V];
+    load_row<T, A, V, E>(in + ox, n, t, G, r);
+    A m = max_op.template init<A>();
+#pragma unroll
+    for (int k = 0; k < E; ++k)
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if ((k * G + t) * V + i < n) m = max_op.fold(m, r[k][i]);
+    m = kBlock ? block_all_fold(m, max_op, partial[0]) : group_fold(m, max_op, G);
+    A sum = 0;
+#pragma unroll
+    for (int k = 0; k < E; ++k)
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        if ((k * G + t) * V + i < n) {
+          const A e = fn::ExpFtz{}(r[k][i] - m);
+          sum += e;
+          if (!log) r[k][i] = e;
+        }
+      }
+    sum = kBlock ? block_all_fold(sum, SumOp{}, partial[1]) : group_fold(sum, SumOp{}, G);
+    if (log) {
+      const A log_sum = fn::Log{}(sum);
+#pragma unroll
+      for (int k = 0; k < E; ++k)
+#pragma unroll
+        for (int i = 0; i < V; ++i) r[k][i] = (r[k][i] - m) - log_sum;
+    } else {
+      const A inv = A(1) / sum;
+#pragma unroll
+      for (int k = 0; k < E; ++k)
+#pragma unroll
+        for (int i = 0; i < V; ++i) r[k][i] = r[k][i] * inv;
+    }
+    store_row<T, A, V, E>(out + oy, n, t, G, r);
+  }
+}
+
+// Launches the fast kernel for rows of p.n elements, V elements a chunk: a group of up to 32
+// lanes with E in {1, 2, 4, 8} chunks a thread (at most 16 values a thread, 8 for float64, so
+// the registers stay few), else a block with 16 values a thread (up to 1024 threads). False
+// where the row is too long.
+template <class T, int V>
+bool launch_softmax_rows(const T* xp, T* yp, RowPlan p, bool log, cudaStream_t stream) {
+  using A = acc_t<T>;
+  constexpr int kMaxWarpValues = sizeof(A) == 8 ? 8 : 16, kBlockValues = 16;
+  constexpr int kWarpThreads = 256;
+  const int n = p.n;
+  const int64_t max_grid = 0x7fffffff;
+  auto warp = [&]<int E>() {
+    if (E == 1) {
+      const int chunks = (n + V - 1) / V;
+      p.group = 1;
+      while (p.group < chunks) p.group *= 2;
+    } else {
+      p.group = 32;
+    }
+    const int64_t per_block = kWarpThreads / p.group;
+    const int64_t want = (p.rows + per_block - 1) / per_block;
+    softmax_rows_kernel<T, A, V, E, false>
+        <<<int(want < max_grid ? want : max_grid), kWarpThreads, 0, stream>>>(xp, yp, p, log);
+  };
+  if (n <= 32 * V) {
+    warp.template operator()<1>();
+  } else if (n <= 64 * V && 2 * V <= kMaxWarpValues) {
+    warp.template operator()<2>();
+  } else if (n <= 128 * V && 4 * V <= kMaxWarpValues) {
+    if constexpr (4 * V <= kMaxWarpValues) warp.template operator()<4>();
+  } else if (n <= 256 * V && 8 * V <= kMaxWarpValues) {
+    if constexpr (8 * V <= kMaxWarpValues) warp.template operator()<8>();
+  } else {
+    constexpr int E = kBlockValues / V;
+    const int threads = ((n + E * V - 1) / (E * V) + 31) / 32 * 32;
+    if (threads > 1024) return false;
+    softmax_rows_kernel<T, A, V, E, true>
+        <<<int(p.rows < max_grid ? p.rows : max_grid), threads, 0, stream>>>(xp, yp, p, log);
+  }
+  return true;
+}
+
+// The fast path where it applies (see above); false leaves the row to the general kernel.
+template <class T>
+bool softmax_fast(const T* xp, T* yp, const ReducePlan& px, const ReducePlan& py, bool log,
+                  cudaStream_t stream) {
+  if (px.red_ndim != 1 || px.reduced > 16384) return false;
+  if (px.reduced > 1 && (px.red_strides[0] != 1 || py.red_strides[0] != 1)) return false;
+  RowPlan p;
+  p.n = int(px.reduced);
+  p.rows = px.outputs;
+  for (int d = 0; d < px.kept_ndim; ++d) {
+    const int64_t size = px.kept_sizes[d], xs = px.kept_strides[d], ys = py.kept_strides[d];
+    if (size == 1) continue;
+    if (p.ndim > 0 && p.xs[p.ndim - 1] == xs * size && p.ys[p.ndim - 1] == ys * size) {
+      p.sizes[p.ndim - 1] *= size;
+      p.xs[p.ndim - 1] = xs;
+      p.ys[p.ndim - 1] = ys;
+      continue;
+    }
+    p.sizes[p.ndim] = size;
+    p.xs[p.ndim] = xs;
+    p.ys[p.ndim++] = ys;
+  }
+  constexpr int V = 16 / sizeof(T);
+  bool aligned = reinterpret_cast<uintptr_t>(xp) % 16 == 0 &&
+                 reinterpret_cast<uintptr_t>(yp) % 16 == 0;
+  for (int d = 0; d < p.ndim; ++d) aligned = aligned && p.xs[d] % V == 0 && p.ys[d] % V == 0;
+  return aligned ? launch_softmax_rows<T, V>(xp, yp, p, log, stream)
+                 : launch_softmax_rows<T, 1>(xp, yp, p, log, stream);
+}
+
+// The general kernel: a block a row, three passes over it (max, sum of exp(x - max), write).
 template <class T, class A>
 __global__ void softmax_kernel(const T* in, T* out, ReducePlan p, ReducePlan q, bool log) {
   __shared__ A shared;
@@ -354,9 +579,12 @@ void softmax_like(std::span<const Tensor> in, std::span<Tensor> out, const Attrs
     detail::use_device(device);
     const T* xp = reinterpret_cast<const T*>(x.impl()->data());
     T* yp = reinterpret_cast<T*>(y.impl()->data());
-    const int threads = p.reduced >= 2048 ? 512 : p.reduced >= 256 ? 256 : 64;
-    const int blocks = int(p.outputs < 65535 ? p.outputs : 65535);
-    softmax_kernel<T, acc_t<T>><<<blocks, threads, 0, detail::stream(device)>>>(xp, yp, p, q, log);
+    if (!softmax_fast<T>(xp, yp, p, q, log, detail::stream(device))) {
+      const int threads = p.reduced >= 2048 ? 512 : p.reduced >= 256 ? 256 : 64;
+      const int blocks = int(p.outputs < 65535 ? p.outputs : 65535);
+      softmax_kernel<T, acc_t<T>>
+          <<<blocks, threads, 0, detail::stream(device)>>>(xp, yp, p, q, log);
+    }
     detail::check(cudaGetLastError(), name);
   });
 }
