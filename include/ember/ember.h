@@ -1,5 +1,6 @@
 // ember: one include for the whole public API.
 #pragma once
+#include "ember/autocast.h"
 #include "ember/autograd.h"
 #include "ember/dtype.h"
 #include "ember/error.h"

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -137,6 +138,7 @@ class Guards {
   std::vector<int64_t> dims_;
   bool grad_mode_ = true;
   DType default_dtype_ = DType::Float32;
+  std::optional<DType> autocast_;  // the autocast scope's dtype at trace time
 };
 
 // Decides, when a trace ends, the source of each real tensor it lifted besides the arguments

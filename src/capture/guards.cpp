@@ -4,6 +4,7 @@
 
 #include "capture/capture.h"
 #include "core/shape.h"
+#include "ember/autocast.h"
 #include "ember/autograd.h"
 
 namespace ember::capture {
@@ -64,6 +65,7 @@ void Guards::add_module(const nn::Module* m, bool training) {
 void Guards::set_globals() {
   grad_mode_ = is_grad_enabled();
   default_dtype_ = default_float_dtype();
+  autocast_ = autocast_dtype();
 }
 
 void Guards::add_module_identity(const std::shared_ptr<const nn::Module>& m) {
@@ -143,6 +145,12 @@ bool Guards::check(const detail::CallFrame& f, std::string* why, int* passed) co
   if (default_float_dtype() != default_dtype_)
     return fail("default float dtype: expected ", dtype_name(default_dtype_), ", got ",
                 dtype_name(default_float_dtype()));
+  if (autocast_dtype() != autocast_) {
+    auto name = [](std::optional<DType> d) {
+      return d ? std::string(dtype_name(*d)) : std::string("off");
+    };
+    return fail("autocast: expected ", name(autocast_), ", got ", name(autocast_dtype()));
+  }
   ++ok;
   for (const ModuleCheck& m : modules_)
     if (m.module->is_training() != m.training)

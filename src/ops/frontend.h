@@ -17,6 +17,11 @@ DType result_type(const Tensor& a, const Tensor& b);
 Tensor wrap_scalar(double v, const Tensor& like);
 // A 0-dim tensor holding v, on `device` (scalar operands live where the tensor they meet is).
 Tensor scalar_tensor_on(double v, DType dtype, Device device);
+// Under an autocast scope (ember/autocast.h): float32 tensors cast to the scope's dtype (for the
+// ops run in lower precision), and half tensors cast to float32 (for the ops run in float32).
+// Outside a scope, or for other dtypes, the tensor itself.
+Tensor autocast_lower(const Tensor& t);
+Tensor autocast_float32(const Tensor& t);
 // Zeros of `shape` in `like`'s dtype, on `like`'s device.
 Tensor zeros_shaped_like(const Shape& shape, const Tensor& like);
 // t cast to dtype (no-op when equal).

@@ -57,7 +57,8 @@ DType product_dtype(const Tensor& a, const Tensor& b, const char* op) {
 
 const OpImpl op_impl_matmul{infer_matmul, cpu::matmul, grad_matmul, 0b11};
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = autocast_lower(a_in), b = autocast_lower(b_in);
   DType t = product_dtype(a, b, "matmul");
   EMBER_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dim, got ",
               "shapes ", a.shape_str(), " and ", b.shape_str(), "; use mul for scalars");
@@ -90,7 +91,8 @@ Tensor Tensor::matmul(const Tensor& o) const {
   return ember::matmul(*this, o);
 }
 
-Tensor bmm(const Tensor& a, const Tensor& b) {
+Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = autocast_lower(a_in), b = autocast_lower(b_in);
   DType t = product_dtype(a, b, "bmm");
   EMBER_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expects two 3-D tensors [B, M, K] and ",
               "[B, K, N], got shapes ", a.shape_str(), " and ", b.shape_str(),
@@ -113,7 +115,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (!bias.defined()) return y;
   EMBER_CHECK(bias.dim() <= 1 && (bias.numel() == weight.sizes()[0] || bias.numel() == 1),
               "linear: the bias must have shape [", weight.sizes()[0], "], got ", bias.shape_str());
-  return y + bias;
+  return y + autocast_lower(bias);
 }
 
 }  // namespace ember

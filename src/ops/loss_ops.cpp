@@ -45,8 +45,9 @@ const OpImpl op_impl_cross_entropy{infer_cross_entropy, cpu::cross_entropy, grad
                                    0b11, 0b10};
 const OpImpl op_impl_target_weights{infer_target_weights, cpu::target_weights, nullptr};
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
-  EMBER_CHECK(logits.defined() && targets.defined(), "cross_entropy: undefined tensor argument");
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ignore_index) {
+  EMBER_CHECK(logits_in.defined() && targets.defined(), "cross_entropy: undefined tensor argument");
+  const Tensor logits = autocast_float32(logits_in);
   EMBER_CHECK(logits.dim() >= 1,
               "cross_entropy: logits need a class dim (the last), got a 0-dim tensor");
   EMBER_CHECK(is_floating(logits.dtype()), "cross_entropy: logits must be floating point, got ",

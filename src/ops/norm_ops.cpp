@@ -56,9 +56,10 @@ void check_affine(const Tensor& t, const Shape& normalized_shape, const char* wh
 
 const OpImpl op_impl_layer_norm{infer_layer_norm, cpu::layer_norm, grad_layer_norm, 0b011, 0b110};
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
-  EMBER_CHECK(x.defined(), "layer_norm: undefined input");
+  EMBER_CHECK(x_in.defined(), "layer_norm: undefined input");
+  const Tensor x = autocast_float32(x_in);
   const int64_t k = int64_t(normalized_shape.size());
   EMBER_CHECK(k >= 1, "layer_norm: normalized_shape must name at least one dim, got []");
   EMBER_CHECK(k <= x.dim() &&

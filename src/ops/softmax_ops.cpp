@@ -25,7 +25,7 @@ Tensor softmax_like(OpId op, const Tensor& x, int64_t dim) {
   EMBER_CHECK(x.defined(), name, ": undefined tensor argument");
   Attrs a;
   a.dim = wrap_dim(dim, x.dim(), name);
-  return dispatch1(op, {to_floating(x)}, a);
+  return dispatch1(op, {autocast_float32(to_floating(x))}, a);
 }
 }  // namespace
 
