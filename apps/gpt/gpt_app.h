@@ -1,9 +1,11 @@
 // ember-gpt: train and sample nanoGPT-style character models. Shared option structs.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "ember/device.h"
+#include "ember/dtype.h"
 
 namespace ember::app {
 
@@ -26,6 +28,8 @@ struct TrainOptions {
   bool compile = false;
   bool always_save_checkpoint = false;
   std::string device = "cpu";
+  // auto: bfloat16 autocast on a GPU, float32 on the CPU; or bfloat16 | float16 | float32.
+  std::string dtype = "auto";
   bool quiet = false;
 };
 
@@ -42,6 +46,8 @@ struct SampleOptions {
 int run_train(const TrainOptions& o);
 // The device --device names, checked to be usable (a GPU present for cuda).
 Device app_device(const std::string& name);
+// The autocast dtype --dtype asks for on `device` (none: float32 throughout).
+std::optional<DType> app_autocast(const std::string& dtype, Device device);
 int run_sample(const SampleOptions& o);
 std::string default_data_path();
 

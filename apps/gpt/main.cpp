@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
                     "compile the training step (model.loss, its backward and the AdamW step) "
                     "into generated code; evaluation runs eager")->capture_default_str();
   train->add_option("--device", t.device, "cpu, cuda or cuda:N")->capture_default_str();
+  train->add_option("--dtype", t.dtype,
+                    "auto (bfloat16 autocast on a GPU, float32 on the CPU), bfloat16 or float32")
+      ->capture_default_str();
   train->add_flag("--quiet", t.quiet, "only the final summary");
 
   SampleOptions s;

@@ -41,7 +41,8 @@ std::string duration_str(double seconds) {
 // Mean loss over eval_iters batches of each split, in eval mode without grad.
 std::pair<double, double> estimate_loss(nn::GPT& model, const io::TokenDataset& train,
                                         const io::TokenDataset& val, const TrainOptions& o,
-                                        uint64_t seed, Device device) {
+                                        uint64_t seed, Device device,
+                                        std::optional<DType> amp) {
   NoGradGuard no_grad;
   model.eval();
   double out[2];
@@ -51,6 +52,8 @@ std::pair<double, double> estimate_loss(nn::GPT& model, const io::TokenDataset& 
     for (int64_t k = 0; k < o.eval_iters; ++k) {
       auto [x, y] = splits[s]->get_batch(o.batch_size, o.block_size, seed + 1 + uint64_t(s),
                                          uint64_t(k), device);
+      std::optional<autocast> scope;
+      if (amp) scope.emplace(*amp);
       total += model.loss(x, y).item();
     }
     out[s] = total / double(o.eval_iters);
@@ -61,6 +64,7 @@ std::pair<double, double> estimate_loss(nn::GPT& model, const io::TokenDataset& 
 
 void validate(const TrainOptions& o) {
   const Device device = app_device(o.device);
+  app_autocast(o.dtype, device);
   EMBER_CHECK(!(o.compile && device.type == DeviceType::CUDA),
               "--compile generates CPU code only for now; on --device ", o.device,
               " train eager (leave out --compile)");
@@ -107,6 +111,16 @@ Device app_device(const std::string& name) {
   return d;
 }
 
+std::optional<DType> app_autocast(const std::string& dtype, Device device) {
+  if (dtype == "auto")
+    return device.type == DeviceType::CUDA ? std::optional<DType>(DType::BFloat16) : std::nullopt;
+  if (dtype == "float32") return std::nullopt;
+  if (dtype == "bfloat16") return DType::BFloat16;
+  EMBER_CHECK(dtype != "float16", "--dtype float16: training in float16 needs loss scaling, "
+              "which ember-gpt does not do yet; use bfloat16 (same speed on GPUs that have it)");
+  EMBER_FAIL("--dtype ", dtype, ": expected auto, bfloat16 or float32");
+}
+
 int run_train(const TrainOptions& opts) {
   TrainOptions o = opts;
   validate(o);
@@ -147,6 +161,7 @@ int run_train(const TrainOptions& opts) {
   }
   manual_seed(o.seed);
   const Device device = app_device(o.device);
+  const std::optional<DType> amp = app_autocast(o.dtype, device);
   nn::GPT model(cfg);  // initialized on the CPU (the same weights on every device), then moved
   model.to(device);
   optim::AdamW opt(optim::decay_groups(model, o.weight_decay), o.lr, o.beta1, o.beta2);
@@ -172,6 +187,9 @@ int run_train(const TrainOptions& opts) {
               (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,
               (long long)cfg.block_size, (long long)cfg.vocab_size,
               double(model.num_params_reported()) / 1e6);
+  std::printf("device: %s, %s\n", device.str().c_str(),
+              amp ? (std::string(dtype_name(*amp)) + " autocast (float32 weights)").c_str()
+                  : "float32");
   std::printf("data: %s (%lld train / %lld val tokens); %lld tokens per iteration\n", data.c_str(),
               (long long)train.size(), (long long)val.size(),
               (long long)(o.batch_size * o.block_size));
@@ -189,7 +207,7 @@ int run_train(const TrainOptions& opts) {
     double lr = optim::cosine_lr(iter, o.lr, o.min_lr, o.warmup_iters, o.lr_decay_iters);
     opt.set_lr(lr);
     if (iter % o.eval_interval == 0 || iter == o.max_iters) {
-      auto [tl, vl] = estimate_loss(model, train, val, o, o.seed, device);
+      auto [tl, vl] = estimate_loss(model, train, val, o, o.seed, device, amp);
       std::printf("step %lld: train loss %.4f, val loss %.4f\n", (long long)iter, tl, vl);
       csv << iter << ",," << vl << "," << lr << ",\n";
       bool improved = vl < best_val;
@@ -204,7 +222,12 @@ int run_train(const TrainOptions& opts) {
 
     const auto t0 = Clock::now();
     auto [x, y] = train.get_batch(o.batch_size, o.block_size, o.seed, uint64_t(iter), device);
-    Tensor loss = o.compile ? compiled_loss(x, y) : model.loss(x, y);
+    Tensor loss;
+    {
+      std::optional<autocast> scope;  // the forward (and so the loss) under --dtype's autocast
+      if (amp) scope.emplace(*amp);
+      loss = o.compile ? compiled_loss(x, y) : model.loss(x, y);
+    }
     opt.zero_grad();
     loss.backward();
     if (o.grad_clip > 0) optim::clip_grad_norm_(params, o.grad_clip);
