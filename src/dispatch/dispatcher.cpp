@@ -1,6 +1,10 @@
 // Dispatcher: autograd layer, capture hook, backend.
 #include "dispatch/dispatcher.h"
 
+#include <chrono>
+
+#include "dispatch/op_profile.h"
+
 #include "autograd/function.h"
 #include "core/make_tensor.h"
 #include "core/shape.h"
@@ -55,6 +59,21 @@ KernelFn kernel_for(OpId op, Device dev) {
               " tensors yet; move the inputs to the CPU with .cpu()");
   return k;
 }
+
+// Runs a kernel, timed per op under EMBER_PROFILE_OPS (op_profile.h).
+void run_kernel(KernelFn kernel, OpId op, Device dev, std::span<const Tensor> inputs,
+                std::span<Tensor> outs, const Attrs& attrs) {
+  if (!op_profile::enabled()) {
+    kernel(inputs, outs, attrs);
+    return;
+  }
+  op_profile::drain(dev);
+  const auto t0 = std::chrono::steady_clock::now();
+  kernel(inputs, outs, attrs);
+  op_profile::drain(dev);
+  const auto t1 = std::chrono::steady_clock::now();
+  op_profile::record(op, dev, std::chrono::duration<double, std::milli>(t1 - t0).count());
+}
 }  // namespace
 
 std::vector<Tensor> run_backend(OpId op, std::span<const Tensor> inputs, const Attrs& attrs) {
@@ -72,7 +91,7 @@ std::vector<Tensor> run_backend(OpId op, std::span<const Tensor> inputs, const A
   for (const TensorMeta& m : metas) outs.push_back(make_tensor(m.sizes, m.dtype, dev));
   bool any_work = false;
   for (const Tensor& o : outs) any_work |= o.numel() > 0;
-  if (any_work) kernel(inputs, outs, attrs);
+  if (any_work) run_kernel(kernel, op, dev, inputs, outs, attrs);
   return outs;
 }
 
@@ -106,7 +125,7 @@ void run_backend_into(OpId op, std::span<const Tensor> inputs, const Tensor& out
   }
   Tensor target = overlap ? make_tensor(out.sizes(), out.dtype(), out.device()) : out;
   Tensor outs[1] = {target};
-  kernel(inputs, std::span<Tensor>(outs, 1), attrs);
+  run_kernel(kernel, op, out.device(), inputs, std::span<Tensor>(outs, 1), attrs);
   if (overlap) {
     Tensor ins[1] = {target};
     Tensor dst[1] = {out};
