@@ -185,8 +185,11 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
     os << "[]";
     if (t.dim() != 1) os << ", size=" << size_tuple(t.sizes());
   } else {
-    os << Printer(t, t.numel() > kSummarizeAbove).str();
+    // Values on a GPU are printed from a copy (a sync point).
+    const Tensor host = t.device() == kCPU ? t : t.detach().cpu();
+    os << Printer(host, t.numel() > kSummarizeAbove).str();
   }
+  if (t.device() != kCPU) os << ", device='" << t.device().str() << "'";
   DType d = t.dtype();
   if (d != default_float_dtype() && d != DType::Int64 && d != DType::Bool)
     os << ", dtype=" << dtype_name(d);

@@ -38,7 +38,7 @@ double Tensor::item(ember::SourceLocation loc) const {
   EMBER_CHECK(numel() == 1, "item: a tensor with ", numel(), " elements (shape ", shape_str(),
               ") cannot be converted to a scalar; only one-element tensors can");
   sync_for_host_read(*this, "item", loc);
-  if (device().type != DeviceType::CPU) return cpu().item(loc);
+  if (device().type != DeviceType::CPU) return detach().cpu().item(loc);
   double v = 0;
   cpu::visit_all(dtype(), "item", [&]<class T>() {
     v = double(cpu::compute_t<T>(*static_cast<const T*>(impl_->data())));
@@ -59,7 +59,7 @@ template <class T>
 std::vector<T> Tensor::to_vector(ember::SourceLocation loc) const {
   EMBER_CHECK(defined(), "to_vector: undefined tensor");
   sync_for_host_read(*this, "to_vector", loc);
-  if (device().type != DeviceType::CPU) return cpu().to_vector<T>(loc);
+  if (device().type != DeviceType::CPU) return detach().cpu().to_vector<T>(loc);
   Tensor c;
   {
     NoGradGuard g;

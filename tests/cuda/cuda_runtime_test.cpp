@@ -135,6 +135,18 @@ TEST(CudaRuntime, BadIndicesOnTheGpuAreErrorsAtTheNextSync) {
   EXPECT_EQ(got.to_vector<float>(), w.index_select(0, good).to_vector<float>());
 }
 
+// Sync points read GPU values through a copy, grads or not.
+TEST(CudaRuntime, PrintingAndItemReadGpuValues) {
+  REQUIRE_GPU();
+  Tensor w = (ones({3}) * 2.0).cuda().requires_grad_(true);
+  Tensor s = (w * w).sum();
+  EXPECT_EQ(s.item(), 12.0);
+  EXPECT_EQ(w.to_vector<float>(), std::vector<float>(3, 2.0f));
+  const std::string text = to_string(s);
+  EXPECT_NE(text.find("12"), std::string::npos) << text;
+  EXPECT_NE(text.find("device='cuda:0'"), std::string::npos) << text;
+}
+
 TEST(CudaRuntime, FactoriesAndRandomOpsRunOnTheDevice) {
   REQUIRE_GPU();
   TensorOptions o(DType::Float32);
