@@ -29,10 +29,16 @@ void check_device(int device, const char* what) {
               n, " device", n == 1 ? "" : "s", " visible)");
 }
 
+// The device this thread last made current through ember: asking the runtime costs a call on
+// every launch. (Code that changes the current device behind ember's back should set it back.)
+thread_local int tls_current_device = -1;
+
 void use_device(int device) {
+  if (tls_current_device == device) return;
   int current = -1;
   check(cudaGetDevice(&current), "cudaGetDevice");
   if (current != device) check(cudaSetDevice(device), "cudaSetDevice");
+  tls_current_device = device;
 }
 
 cudaStream_t stream(int device) {
