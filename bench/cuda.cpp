@@ -7,9 +7,11 @@
 //   cuda/add_1elem_overhead  host time to queue one tiny op (us_per_op), median over batches of
 //                            256 queued back to back
 //   cuda/gpt_train_step      nanoGPT's shakespeare_char step (6 layers, 6 heads, 384 wide,
-//                            block 256, batch 64, dropout 0.2, AdamW, grad clip 1), float32
+//                            block 256, batch 64, dropout 0.2, AdamW, grad clip 1), float32;
+//   cuda/gpt_train_step_bf16 the same under bfloat16 autocast
 // GPU times are wall times around the work with the device synchronized before and after.
 #include <algorithm>
+#include <optional>
 
 #include "bench.h"
 #include "ember/cuda.h"
@@ -140,7 +142,9 @@ EMBER_BENCH(cuda) {
     r.extra.push_back({"us_per_op", ms * 1000});
     rows.push_back(r);
   }
-  if (opt.wants("cuda/gpt_train_step")) {
+  for (const bool bf16 : {false, true}) {
+    const std::string name = bf16 ? "cuda/gpt_train_step_bf16" : "cuda/gpt_train_step";
+    if (!opt.wants(name)) continue;
     GptBenchConfig c{"shakespeare_char", 6, 6, 384, 256, opt.quick ? 8 : 64, 0.2};
     manual_seed(1);
     nn::GPT model(gpt_config(c));
@@ -151,7 +155,12 @@ EMBER_BENCH(cuda) {
     Tensor x = randint(0, 65, {c.batch, c.block}, ids), y = randint(0, 65, {c.batch, c.block}, ids);
     auto step = [&] {
       EnableGradGuard grad;
-      Tensor loss = model.loss(x, y);
+      Tensor loss;
+      {
+        std::optional<autocast> scope;
+        if (bf16) scope.emplace(DType::BFloat16);
+        loss = model.loss(x, y);
+      }
       adam.zero_grad();
       loss.backward();
       optim::clip_grad_norm_(params, 1.0);
@@ -162,11 +171,11 @@ EMBER_BENCH(cuda) {
     cuda::reset_peak_memory_stats();
     const size_t before = cuda::memory_stats().allocated_bytes;
     const double ms = gpu_ms(step, opt.quick ? 2 : 10);
-    Row r{"cuda/gpt_train_step", ms};
+    Row r{name, ms};
     r.device = kGpu.str();
     r.extra.push_back({"peak_mb", double(cuda::memory_stats().peak_allocated_bytes - before) / 1e6});
     r.extra.push_back({"tokens_per_s", double(c.batch * c.block) / (ms / 1000)});
-    r.note = "float32, eager";
+    r.note = bf16 ? "bfloat16 autocast, eager" : "float32, eager";
     rows.push_back(r);
   }
   return rows;
