@@ -10,9 +10,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "core/make_tensor.h"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/kernel_table.h"
 #include "kernels/functors.h"
@@ -121,6 +123,81 @@ ReducePlan plan_of(const Tensor& x, const Shape& dims) {
   return p;
 }
 
+// Column reductions: the innermost kept dim is contiguous and the reduced dims lie outside it
+// (bias and norm-weight grads: [rows, n] summed over rows). A block-per-output kernel would read
+// a column per warp, one element from each of 32 rows; here a warp reads 32 neighbouring
+// outputs' elements of one row instead. A block covers 32 outputs x 8 row lanes, `splits` blocks
+// share the rows of each column group and leave partials (in the accumulation type) for a
+// second pass, which folds them in a fixed order, so results do not depend on timing.
+constexpr int kColumns = 32, kRowLanes = 8;
+
+template <class T, class A, class Op>
+__global__ void column_partial_kernel(const T* in, A* partial, ReducePlan p, Op op) {
+  __shared__ A tile[kRowLanes][kColumns + 1];
+  const int64_t o = int64_t(blockIdx.x) * kColumns + threadIdx.x;
+  A acc = op.template init<A>();
+  if (o < p.outputs) {
+    const T* base = in + offset_of(o, p.kept_ndim, p.kept_sizes, p.kept_strides);
+    const int64_t step = int64_t(gridDim.y) * kRowLanes;
+    for (int64_t r = int64_t(blockIdx.y) * kRowLanes + threadIdx.y; r < p.reduced; r += step)
+      acc = op.fold(acc, A(load(base + offset_of(r, p.red_ndim, p.red_sizes, p.red_strides))));
+  }
+  tile[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && o < p.outputs) {
+    for (int k = 1; k < kRowLanes; ++k) acc = op.fold(acc, tile[k][threadIdx.x]);
+    partial[int64_t(blockIdx.y) * p.outputs + o] = acc;
+  }
+}
+
+template <class T, class A, class Op>
+__global__ void column_final_kernel(const A* partial, T* out, int64_t outputs, int splits,
+                                    int64_t reduced, Op op, bool divide) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < outputs; o += stride) {
+    A acc = partial[o];
+    for (int s = 1; s < splits; ++s) acc = op.fold(acc, partial[int64_t(s) * outputs + o]);
+    if (divide) acc = acc / A(reduced);
+    store(out + o, acc);
+  }
+}
+
+bool is_column_reduction(const ReducePlan& p) {
+  if (p.kept_ndim == 0 || p.red_ndim == 0 || p.kept_strides[p.kept_ndim - 1] != 1) return false;
+  for (int d = 0; d < p.red_ndim; ++d)
+    if (p.red_strides[d] == 1 && p.red_sizes[d] > 1) return false;
+  return p.reduced >= kRowLanes && p.kept_sizes[p.kept_ndim - 1] >= kColumns / 2;
+}
+
+template <class T, class A, class Op>
+void launch_columns(const T* in, T* out, const ReducePlan& p, Op op, bool divide, Device dev,
+                    const char* name) {
+  static const int sms = [] {
+    int n = 0;
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0);
+    return n > 0 ? n : 80;
+  }();
+  const int64_t groups = (p.outputs + kColumns - 1) / kColumns;
+  // Enough blocks to fill the GPU a few times over, each with at least 8 rows a lane.
+  const int64_t want = (int64_t(sms) * 8 + groups - 1) / groups;
+  const int64_t most = std::max<int64_t>(1, p.reduced / (kRowLanes * 8));
+  const int splits = int(std::min<int64_t>({want, most, 1024}));
+  constexpr DType acc_dtype = std::is_same_v<A, double>    ? DType::Float64
+                              : std::is_same_v<A, int64_t> ? DType::Int64
+                                                           : DType::Float32;
+  Tensor partial = make_tensor({int64_t(splits), p.outputs}, acc_dtype, dev);
+  A* pp = static_cast<A*>(partial.impl()->data());
+  cudaStream_t s = detail::stream(dev.index);
+  const dim3 grid{unsigned(groups), unsigned(splits)}, block{kColumns, kRowLanes};
+  column_partial_kernel<T, A, Op><<<grid, block, 0, s>>>(in, pp, p, op);
+  detail::check(cudaGetLastError(), name);
+  const int threads = 256;
+  const int64_t blocks = std::min<int64_t>((p.outputs + threads - 1) / threads, 65535);
+  column_final_kernel<T, A, Op><<<unsigned(blocks), threads, 0, s>>>(pp, out, p.outputs, splits,
+                                                                     p.reduced, op, divide);
+  detail::check(cudaGetLastError(), name);
+}
+
 template <class T, class Op>
 void launch(const char* name, const Tensor& x, Tensor& out, const Shape& dims, Op op,
             bool divide) {
@@ -132,6 +209,10 @@ void launch(const char* name, const Tensor& x, Tensor& out, const Shape& dims, O
                                            x.storage_offset() * int64_t(sizeof(T)));
   T* o = reinterpret_cast<T*>(static_cast<char*>(out.impl()->storage->data) +
                               out.storage_offset() * int64_t(sizeof(T)));
+  if (is_column_reduction(p) && out.is_contiguous()) {
+    launch_columns<T, acc_t<T>, Op>(in, o, p, op, divide, x.device(), name);
+    return;
+  }
   const int threads = p.reduced >= 4096 ? 512 : p.reduced >= 256 ? 256 : 64;
   const int blocks = int(p.outputs < 65535 ? p.outputs : 65535);
   reduce_kernel<T, acc_t<T>, Op><<<blocks, threads, 0, detail::stream(device)>>>(in, o, p, op,
