@@ -33,4 +33,22 @@ void reset_peak_memory_stats(int device = 0);
 // Returns every cached block that no tensor uses to the driver.
 void empty_cache();
 
+// A point in a device's stream, for timing GPU work without waiting for it at each step:
+// record two events around the work, then ask the time between them (which waits for the
+// second).
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  // Marks the current end of `device`'s queued work.
+  void record(int device = 0);
+  // Milliseconds from this event to `end` (both recorded); waits until `end` has happened.
+  float elapsed_ms(const Event& end) const;
+
+ private:
+  void* event_ = nullptr;
+};
+
 }  // namespace ember::cuda

@@ -67,10 +67,14 @@ void run_kernel(KernelFn kernel, OpId op, Device dev, std::span<const Tensor> in
     kernel(inputs, outs, attrs);
     return;
   }
-  op_profile::drain(dev);
+  if (dev.type != DeviceType::CPU) {
+    const op_profile::GpuMark mark = op_profile::gpu_begin(dev);
+    kernel(inputs, outs, attrs);
+    op_profile::gpu_end(mark, op, dev);
+    return;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   kernel(inputs, outs, attrs);
-  op_profile::drain(dev);
   const auto t1 = std::chrono::steady_clock::now();
   op_profile::record(op, dev, std::chrono::duration<double, std::milli>(t1 - t0).count());
 }

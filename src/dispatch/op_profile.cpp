@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -20,10 +21,48 @@ struct Entry {
   double ms = 0;
 };
 
+// GPU ops whose events are recorded but not read yet.
+struct Pending {
+  std::pair<std::string, std::string> key;
+  int start, end;  // event slots
+};
+
+constexpr size_t kFlushAt = 4096;
+
 struct Table {
   std::mutex mu;
   std::map<std::pair<std::string, std::string>, Entry> rows;  // (op, device)
+  std::vector<std::unique_ptr<cuda::Event>> events;
+  std::vector<int> free_events;
+  std::vector<Pending> pending;
+
+  int take_event() {
+    if (free_events.empty()) {
+      events.push_back(std::make_unique<cuda::Event>());
+      return int(events.size() - 1);
+    }
+    const int e = free_events.back();
+    free_events.pop_back();
+    return e;
+  }
+  // Reads every pending pair (waiting for the last) and returns their events to the pool.
+  void flush() {
+    for (const Pending& p : pending) {
+      Entry& e = rows[p.key];
+      ++e.calls;
+      e.ms += events[size_t(p.start)]->elapsed_ms(*events[size_t(p.end)]);
+      free_events.push_back(p.start);
+      free_events.push_back(p.end);
+    }
+    pending.clear();
+  }
   ~Table() {
+    try {
+      flush();
+    } catch (...) {
+      std::fprintf(stderr, "[ember op profile] the last %zu GPU timings could not be read\n",
+                   pending.size());
+    }
     std::vector<std::pair<std::pair<std::string, std::string>, Entry>> v(rows.begin(), rows.end());
     std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second.ms > b.second.ms; });
     double total = 0;
@@ -35,6 +74,8 @@ struct Table {
       std::fprintf(stderr, "  %-22s %-8s %10lld %12.3f %9.2f %5.1f%%\n", k.first.c_str(),
                    k.second.c_str(), (long long)e.calls, e.ms, 1000 * e.ms / double(e.calls),
                    total > 0 ? 100 * e.ms / total : 0.0);
+    // The CUDA runtime may be gone at exit: the events are left to the driver to free.
+    for (auto& e : events) static_cast<void>(e.release());
   }
 };
 
@@ -61,8 +102,21 @@ void record(OpId op, Device device, double ms) {
   e.ms += ms;
 }
 
-void drain(Device device) {
-  if (device.type == DeviceType::CUDA) cuda::synchronize(device.index);
+GpuMark gpu_begin(Device device) {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  GpuMark m{t.take_event()};
+  t.events[size_t(m.slot)]->record(device.index);
+  return m;
+}
+
+void gpu_end(GpuMark mark, OpId op, Device device) {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  const int end = t.take_event();
+  t.events[size_t(end)]->record(device.index);
+  t.pending.push_back({{std::string(op_name(op)), device.str()}, mark.slot, end});
+  if (t.pending.size() >= kFlushAt) t.flush();
 }
 
 }  // namespace ember::op_profile

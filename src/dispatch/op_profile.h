@@ -1,7 +1,8 @@
 // Per-op timing for finding where eager time goes: with EMBER_PROFILE_OPS=1 in the
-// environment, every kernel the dispatcher runs is timed (the device synchronized before and
-// after it, so GPU ops are timed whole; this slows the program) and a table of ops by total
-// time is printed to stderr when the process exits.
+// environment, every kernel the dispatcher runs is timed and a table of ops by total time is
+// printed to stderr when the process exits. CPU kernels are timed on the host; GPU kernels by
+// events recorded around them in the device's stream (their time on the GPU, read in batches,
+// so the program is not synchronized op by op).
 #pragma once
 #include "ember/device.h"
 #include "ops/op.h"
@@ -10,9 +11,14 @@ namespace ember::op_profile {
 
 // Whether EMBER_PROFILE_OPS is set (read once).
 bool enabled();
-// Adds one run of `op` on `device` taking `ms`.
+// Adds one run of `op` on `device` taking `ms` (host-timed ops).
 void record(OpId op, Device device, double ms);
-// Waits for the device's queued work (no-op on the CPU).
-void drain(Device device);
+
+// Events around a GPU kernel: begin before launching it, end after.
+struct GpuMark {
+  int slot = -1;
+};
+GpuMark gpu_begin(Device device);
+void gpu_end(GpuMark mark, OpId op, Device device);
 
 }  // namespace ember::op_profile

@@ -22,6 +22,10 @@ void synchronize(int) { no_cuda("cuda::synchronize"); }
 MemoryStats memory_stats(int) { no_cuda("cuda::memory_stats"); }
 void reset_peak_memory_stats(int) { no_cuda("cuda::reset_peak_memory_stats"); }
 void empty_cache() {}
+Event::Event() { no_cuda("cuda::Event"); }
+Event::~Event() {}
+void Event::record(int) { no_cuda("cuda::Event::record"); }
+float Event::elapsed_ms(const Event&) const { no_cuda("cuda::Event::elapsed_ms"); }
 }  // namespace cuda
 
 KernelFn device_kernel(OpId, Device) { return nullptr; }

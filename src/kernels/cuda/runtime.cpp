@@ -132,6 +132,32 @@ void raise_fault(int device) {
 
 bool built_with_cuda() { return true; }
 
+Event::Event() {
+  detail::check_device(0, "cuda::Event");
+  cudaEvent_t e = nullptr;
+  detail::check(cudaEventCreate(&e), "cuda::Event (cudaEventCreate)");
+  event_ = e;
+}
+
+Event::~Event() {
+  if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+}
+
+void Event::record(int device) {
+  detail::use_device(device);
+  detail::check(cudaEventRecord(static_cast<cudaEvent_t>(event_), detail::stream(device)),
+                "cuda::Event::record");
+}
+
+float Event::elapsed_ms(const Event& end) const {
+  auto e = static_cast<cudaEvent_t>(end.event_);
+  detail::check(cudaEventSynchronize(e), "cuda::Event::elapsed_ms (cudaEventSynchronize)");
+  float ms = 0;
+  detail::check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(event_), e),
+                "cuda::Event::elapsed_ms");
+  return ms;
+}
+
 int device_count() {
   static const int n = [] {
     int count = 0;
