@@ -198,6 +198,39 @@ void launch_columns(const T* in, T* out, const ReducePlan& p, Op op, bool divide
   detail::check(cudaGetLastError(), name);
 }
 
+// Short contiguous rows (the sum in softmax's grad: [.., 256] rows by the million): a warp a row
+// instead of a block, lanes striding the row, a shuffle fold.
+constexpr int kShortRow = 1024;
+
+template <class T, class A, class Op>
+__global__ void short_rows_kernel(const T* in, T* out, ReducePlan p, Op op, bool divide) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  const int64_t n = p.reduced;
+  for (int64_t o = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; o < p.outputs;
+       o += warps) {
+    const T* row = in + offset_of(o, p.kept_ndim, p.kept_sizes, p.kept_strides);
+    A acc = op.template init<A>();
+    for (int64_t r = lane; r < n; r += 32) acc = op.fold(acc, A(load(row + r)));
+    for (int s = 16; s > 0; s >>= 1) acc = op.fold(acc, __shfl_down_sync(0xffffffffu, acc, s));
+    if (lane == 0) {
+      if (divide) acc = acc / A(n);
+      store(out + o, acc);
+    }
+  }
+}
+
+bool is_short_row_reduction(const ReducePlan& p) {
+  int reduced_dims = 0, unit = -1;
+  for (int d = 0; d < p.red_ndim; ++d) {
+    if (p.red_sizes[d] == 1) continue;
+    ++reduced_dims;
+    unit = d;
+  }
+  return reduced_dims == 1 && p.red_strides[unit] == 1 && p.reduced <= kShortRow &&
+         p.outputs >= 1024;
+}
+
 template <class T, class Op>
 void launch(const char* name, const Tensor& x, Tensor& out, const Shape& dims, Op op,
             bool divide) {
@@ -211,6 +244,13 @@ void launch(const char* name, const Tensor& x, Tensor& out, const Shape& dims, O
                               out.storage_offset() * int64_t(sizeof(T)));
   if (is_column_reduction(p) && out.is_contiguous()) {
     launch_columns<T, acc_t<T>, Op>(in, o, p, op, divide, x.device(), name);
+    return;
+  }
+  if (is_short_row_reduction(p)) {
+    const int64_t blocks = std::min<int64_t>((p.outputs + 7) / 8, int64_t(1) << 20);
+    short_rows_kernel<T, acc_t<T>, Op><<<unsigned(blocks), 256, 0, detail::stream(device)>>>(
+        in, o, p, op, divide);
+    detail::check(cudaGetLastError(), name);
     return;
   }
   const int threads = p.reduced >= 4096 ? 512 : p.reduced >= 256 ? 256 : 64;
