@@ -34,12 +34,9 @@
 #include <unordered_set>
 
 #include "capture/capture.h"
+#include "compiler/kernel_headers.h"
 #include "core/logs.h"
 #include "ember/error.h"
-
-#ifndef EMBER_SRC_DIR
-#error "EMBER_SRC_DIR (the absolute path of ember's src/) must be defined by the build"
-#endif
 
 namespace ember::compiler {
 
@@ -305,11 +302,6 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-const std::string& functors_header() {
-  static const std::string h = read_file(EMBER_SRC_DIR "/kernels/functors.h");
-  return h;
-}
-
 // Why the precompiled includes in `dir` are not to be used, or "": the directory and both
 // files ours and written by nobody else, and the header the one ember writes (the compiler
 // reads the header whenever the .gch does not suit it).
@@ -375,9 +367,10 @@ std::string precompiled_includes(const std::string& cache) {
   // writable by us alone, whatever the umask: check_prelude refuses anything else.
   const std::string cmd =
       "( nice -n 19 " + compiler_command() + " " + compiler_flags() + " -x c++-header -I" +
-      shell_quote(EMBER_SRC_DIR) + " -o " + shell_quote(tmp) + " " + shell_quote(header) +
-      " > /dev/null 2>&1 && chmod go-w " + shell_quote(tmp) + " && mv -f " + shell_quote(tmp) +
-      " " + shell_quote(gch) + " || rm -f " + shell_quote(tmp) + " ) > /dev/null 2>&1 &";
+      shell_quote(kernel_include_dir()) + " -o " + shell_quote(tmp) + " " +
+      shell_quote(header) + " > /dev/null 2>&1 && chmod go-w " + shell_quote(tmp) +
+      " && mv -f " + shell_quote(tmp) + " " + shell_quote(gch) + " || rm -f " + shell_quote(tmp) +
+      " ) > /dev/null 2>&1 &";
   // Returns at once; the job goes on by itself, and a failed job leaves no header behind.
   [[maybe_unused]] const int shell = std::system(cmd.c_str());
   return "";
@@ -399,8 +392,8 @@ void build(const std::string& source, const std::string& cache, const std::strin
   const std::string pch = use_pch ? precompiled_includes(cache) : "";
   auto command = [&](const std::string& extra) {
     return compiler_command() + " " + compiler_flags() + extra + " -I" +
-           shell_quote(EMBER_SRC_DIR) + " -o " + shell_quote(lib) + " " + shell_quote(src) + " > " +
-           shell_quote(log) + " 2>&1";
+           shell_quote(kernel_include_dir()) + " -o " + shell_quote(lib) + " " +
+           shell_quote(src) + " > " + shell_quote(log) + " 2>&1";
   };
   std::string cmd = command(pch.empty() ? "" : " -include " + shell_quote(pch));
   ++g_compiler_runs;
