@@ -21,8 +21,9 @@ struct Result {
   std::string output;
 };
 
-Result run(const std::string& args) {
-  std::string cmd = std::string(EMBER_GPT_BIN) + " " + args + " 2>&1";
+// ember-gpt with `args`, and environment assignments ("NAME=value ...") in front when given.
+Result run_env(const std::string& env, const std::string& args) {
+  std::string cmd = env + (env.empty() ? "" : " ") + EMBER_GPT_BIN + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   EXPECT_NE(p, nullptr);
   std::string out;
@@ -31,6 +32,7 @@ Result run(const std::string& args) {
   int status = pclose(p);
   return {WEXITSTATUS(status), out};
 }
+Result run(const std::string& args) { return run_env("", args); }
 
 // iter -> train loss text, as written in loss.csv
 std::map<int, std::string> train_losses(const std::string& dir) {
@@ -110,6 +112,26 @@ TEST(GptApp, BadFlagsGiveClearErrors) {
     EXPECT_NE(c.code, 0);
     EXPECT_NE(c.output.find("--device cuda"), std::string::npos) << c.output;
   }
+}
+
+}  // namespace
+
+namespace {
+
+// EMBER_PROFILE_OPS=1 prints a table of the ops that ran, by time, when the program exits.
+TEST(GptApp, OpProfileTableAtExit) {
+  Result r = run("train --max_iters 2 --eval_interval 100 --eval_iters 1 --n_layer 1 --n_head 2 "
+                 "--n_embd 16 --block_size 8 --batch_size 2 --quiet --out_dir " +
+                 temp_dir("profile") + " --device cpu");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("[ember op profile]"), std::string::npos) << "printed without the variable";
+  Result p = run_env("EMBER_PROFILE_OPS=1", "train --max_iters 2 --eval_interval 100 --eval_iters 1 "
+                     "--n_layer 1 --n_head 2 --n_embd 16 --block_size 8 --batch_size 2 --quiet "
+                     "--out_dir " + temp_dir("profile2") + " --device cpu");
+  EXPECT_EQ(p.code, 0) << p.output;
+  EXPECT_NE(p.output.find("[ember op profile]"), std::string::npos) << p.output;
+  for (const char* op : {"matmul", "softmax", "cross_entropy", "layer_norm"})
+    EXPECT_NE(p.output.find(std::string("  ") + op + " "), std::string::npos) << op << "\n" << p.output;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "ember/cuda.h"
 #include "ember/ember.h"
+#include "ember/io.h"
 #include "support/expect_error.h"
 
 namespace ember::test {
@@ -145,6 +146,34 @@ TEST(CudaRuntime, PrintingAndItemReadGpuValues) {
   const std::string text = to_string(s);
   EXPECT_NE(text.find("12"), std::string::npos) << text;
   EXPECT_NE(text.find("device='cuda:0'"), std::string::npos) << text;
+}
+
+// Data to and from the device: batches through pinned memory, copy_ across devices, and
+// checkpoints of GPU tensors.
+TEST(CudaRuntime, BatchesCopiesAndCheckpointsCrossDevices) {
+  REQUIRE_GPU();
+  std::vector<uint16_t> tokens(500);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = uint16_t((i * 7) % 65);
+  io::TokenDataset data(tokens);
+  for (uint64_t step = 0; step < 5; ++step) {  // pinned blocks are reused across steps
+    auto [x, y] = data.get_batch(4, 16, 9, step, kGpu);
+    auto [xc, yc] = data.get_batch(4, 16, 9, step);
+    EXPECT_EQ(x.device(), kGpu);
+    EXPECT_EQ(x.to_vector<int64_t>(), xc.to_vector<int64_t>());
+    EXPECT_EQ(y.to_vector<int64_t>(), yc.to_vector<int64_t>());
+  }
+  Tensor g = zeros({3}).cuda();
+  g.copy_(from_vector<float>({1, 2, 3}, {3}));
+  EXPECT_EQ(g.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  Tensor c = zeros({3});
+  c.copy_(g * 2.0);
+  EXPECT_EQ(c.to_vector<float>(), (std::vector<float>{2, 4, 6}));
+  const std::string path = testing::TempDir() + "/ember_cuda_ckpt.safetensors";
+  io::save_safetensors(path, {{"w", g.requires_grad_(true)}, {"c", c}});
+  const io::NamedTensors back = io::load_safetensors(path).tensors;
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].second.device(), kCPU);
+  EXPECT_EQ(back[0].second.to_vector<float>(), (std::vector<float>{1, 2, 3}));
 }
 
 TEST(CudaRuntime, FactoriesAndRandomOpsRunOnTheDevice) {
