@@ -7,6 +7,7 @@
 // otherwise); longer rows take the general kernel, a block a row with three passes over it.
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/kernel_table.h"
+#include "kernels/cuda/row_registers.cuh"
 #include "kernels/functors.h"
 
 namespace ember::cuda {
@@ -21,45 +22,6 @@ namespace {
 // take a block of 16 values a thread (8 for float64; 256 threads for 4096 elements), folding
 // through shuffles and a shared-memory array.
 
-template <class T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
-
-// Elements past n read as 0.
-template <class T, class C, int V, int E>
-__device__ __forceinline__ void load_row(const T* x, int n, int t, int G, C (&r)[E][V]) {
-#pragma unroll
-  for (int k = 0; k < E; ++k) {
-    const int c = (k * G + t) * V;
-    if (V > 1 && c + V <= n) {
-      const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(x + c);
-#pragma unroll
-      for (int i = 0; i < V; ++i) r[k][i] = C(load(&p.v[i]));
-    } else {
-#pragma unroll
-      for (int i = 0; i < V; ++i) r[k][i] = c + i < n ? C(load(x + c + i)) : C(0);
-    }
-  }
-}
-
-// Sum over aligned groups of G lanes (a power of two <= 32); every lane gets the same result.
-template <class C>
-__device__ __forceinline__ C group_sum(C v, int G) {
-  for (int s = G >> 1; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s);
-  return v;
-}
-// Sum over the block; every thread gets the result. `partial` (32 slots) may be written again
-// once every thread has passed the block's next __syncthreads.
-template <class C>
-__device__ __forceinline__ C block_all_sum(C v, C* partial) {
-  v = group_sum(v, 32);
-  const int lane = threadIdx.x & 31;
-  if (lane == 0) partial[threadIdx.x >> 5] = v;
-  __syncthreads();
-  v = lane < int(blockDim.x >> 5) ? partial[lane] : C(0);
-  return group_sum(v, 32);
-}
 
 // kBlock: a block a row (G = blockDim.x, a multiple of 32); else groups of `group` lanes, a row
 // each. E chunks of V elements a thread.
@@ -67,7 +29,7 @@ template <class T, class C, int V, int E, bool kBlock>
 __global__ void __launch_bounds__(kBlock ? 1024 : 256)
     layer_norm_rows_kernel(const T* x, const T* w, const T* b, T* y, C* mean, C* rstd,
                            int64_t rows, int n_, int group, C eps) {
-  __shared__ C partial[2][32];  // the mean's and the variance's: see block_all_sum
+  __shared__ C partial[2][32];  // the mean's and the variance's: see block_all_fold
   const int G = kBlock ? int(blockDim.x) : group;
   const int t = kBlock ? int(threadIdx.x) : int(threadIdx.x) & (G - 1);
   const int64_t per_block = kBlock ? 1 : blockDim.x / G;
@@ -87,7 +49,7 @@ __global__ void __launch_bounds__(kBlock ? 1024 : 256)
     for (int k = 0; k < E; ++k)
 #pragma unroll
       for (int i = 0; i < V; ++i) s += r[k][i];
-    s = kBlock ? block_all_sum(s, partial[0]) : group_sum(s, G);
+    s = kBlock ? block_all_fold(s, SumOp{}, partial[0]) : group_fold(s, SumOp{}, G);
     const C mu = s / C(n_);
     C q = 0;
 #pragma unroll
@@ -99,7 +61,7 @@ __global__ void __launch_bounds__(kBlock ? 1024 : 256)
           q += d * d;
         }
       }
-    q = kBlock ? block_all_sum(q, partial[1]) : group_sum(q, G);
+    q = kBlock ? block_all_fold(q, SumOp{}, partial[1]) : group_fold(q, SumOp{}, G);
     const C var = q / C(n_);
     const C rs = C(1) / fn::Sqrt{}(var + eps);
     if (t == 0 && n) {
