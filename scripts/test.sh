@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, runs every test, then installs ember into a temporary prefix
-# and builds and runs examples/ against it (scripts/test-install.sh). Exits non-zero on any failure.
+# Installs what is missing, checks that every public function is documented (in its header and
+# in docs/api.md: scripts/api_docs.py), builds, runs every test, then installs ember into a
+# temporary prefix and builds and runs examples/ against it (scripts/test-install.sh). Exits
+# non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+echo "[test] public functions documented in the headers and docs/api.md"
+python3 scripts/api_docs.py
 scripts/build.sh build
 echo "[test] running the test suite"
 ./build/tests/ember-tests --gtest_brief=1

@@ -6,12 +6,15 @@
 
 namespace ember {
 
+// Whether ops on this thread record autograd history (true unless a guard turned it off).
 bool is_grad_enabled();
+// Turns recording on or off for this thread (prefer NoGradGuard / EnableGradGuard).
 void set_grad_enabled(bool on);
 
 // Disables gradient recording in a scope (like torch.no_grad()).
 class NoGradGuard {
  public:
+  // Turns recording off until the guard is destroyed, then restores the previous mode.
   NoGradGuard() : prev_(is_grad_enabled()) { set_grad_enabled(false); }
   ~NoGradGuard() { set_grad_enabled(prev_); }
   NoGradGuard(const NoGradGuard&) = delete;
@@ -23,6 +26,7 @@ class NoGradGuard {
 
 class EnableGradGuard {
  public:
+  // Sets recording to `on` until the guard is destroyed, then restores the previous mode.
   explicit EnableGradGuard(bool on = true) : prev_(is_grad_enabled()) { set_grad_enabled(on); }
   ~EnableGradGuard() { set_grad_enabled(prev_); }
   EnableGradGuard(const EnableGradGuard&) = delete;

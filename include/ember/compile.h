@@ -75,9 +75,11 @@ struct ExplainReport {
   std::vector<GraphBreakInfo> breaks;
   std::vector<std::string> recompile_reasons;
   std::vector<std::string> graphs;  // printed graphs, one per captured segment
+  // Ops over all graphs; the report as explain() prints it.
   int64_t total_ops() const;
   std::string str() const;
 };
+// Prints r.str().
 std::ostream& operator<<(std::ostream& os, const ExplainReport& r);
 
 // Drops every compiled segment shared between callables (tests use it to count compiles).
@@ -262,10 +264,13 @@ struct ForwardCall {
 template <class F>
 class CompiledFunction {
  public:
+  // Made by compile(); `where` names the callable in logs when opts.name is empty.
   CompiledFunction(F fn, CompileOptions opts, ember::SourceLocation where)
       : fn_(std::make_shared<F>(std::move(fn))),
         core_(std::make_shared<detail::CompiledCore>(std::move(opts), where)) {}
 
+  // Runs fn through the cache (capturing it on a miss); throws what fn throws, or Error for
+  // a break under fullgraph.
   template <class... A>
   auto operator()(A&&... args) const {
     using R = std::decay_t<std::invoke_result_t<F&, A&...>>;
@@ -292,6 +297,7 @@ class CompiledFunction {
     (detail::flatten_arg(frame, args), ...);
     return core_->would_hit(frame);
   }
+  // The counters, a report of what was captured, the shared cache (for ember's own tests).
   CompileStats stats() const { return core_->stats(); }
   ExplainReport explain() const { return core_->explain(); }
   detail::CompiledCore& core() const { return *core_; }
@@ -322,16 +328,20 @@ requires(!detail::is_module_ptr<std::decay_t<F>>::value) CompiledFunction<std::d
 template <class M>
 class CompiledModule {
  public:
+  // Made by compile(module): guards the module's train/eval mode and parameters.
   CompiledModule(std::shared_ptr<M> m, CompileOptions opts, ember::SourceLocation where)
       : m_(m), fn_(detail::ForwardCall<M>{m}, std::move(opts), where) {
     fn_.core().guard_module(m_);
   }
+  // Runs orig().forward(args...) through the cache, as CompiledFunction::operator().
   template <class... A>
   auto operator()(A&&... args) const {
     return fn_(std::forward<A>(args)...);
   }
+  // The wrapped module, and the shared pointer holding it.
   M& orig() const { return *m_; }
   const std::shared_ptr<M>& orig_ptr() const { return m_; }
+  // The module's own state_dict, load_state_dict (see nn::Module), parameters, modes.
   nn::StateDict state_dict() const { return m_->state_dict(); }
   nn::LoadReport load_state_dict(const nn::StateDict& dict, bool strict = true) {
     return m_->load_state_dict(dict, strict);
@@ -339,6 +349,7 @@ class CompiledModule {
   std::vector<Tensor> parameters() const { return m_->parameters(); }
   void train(bool on = true) { m_->train(on); }
   void eval() { m_->eval(); }
+  // Counters and report, as CompiledFunction's.
   CompileStats stats() const { return fn_.stats(); }
   ExplainReport explain() const { return fn_.explain(); }
 
@@ -347,6 +358,7 @@ class CompiledModule {
   CompiledFunction<detail::ForwardCall<M>> fn_;
 };
 
+// compile(module): a CompiledModule calling module->forward through capture.
 template <class M>
 requires std::is_base_of_v<nn::Module, M> CompiledModule<M> compile(
     std::shared_ptr<M> m, CompileOptions opts = {},

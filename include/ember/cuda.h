@@ -28,6 +28,7 @@ struct MemoryStats {
   int64_t cache_hits = 0;   // of which from freed blocks, without the driver
   int64_t ooms = 0;         // requests refused (after emptying the cache and retrying once)
 };
+// The caching allocator's counters for `device`; a reset of its peaks to the current values.
 MemoryStats memory_stats(int device = 0);
 void reset_peak_memory_stats(int device = 0);
 // Returns every cached block that no tensor uses to the driver.
@@ -38,6 +39,7 @@ void empty_cache();
 // second).
 class Event {
  public:
+  // Creates the event on device 0; throws Error in a build without CUDA or without a device.
   Event();
   ~Event();
   Event(const Event&) = delete;

@@ -12,6 +12,7 @@ struct Device {
   DeviceType type = DeviceType::CPU;
   int index = 0;
   bool operator==(const Device&) const = default;
+  // "cpu" or "cuda:N".
   std::string str() const {
     return type == DeviceType::CPU ? "cpu" : "cuda:" + std::to_string(index);
   }

@@ -13,9 +13,11 @@ namespace ember {
 struct Half {
   uint16_t bits = 0;
   Half() = default;
+  // Rounds f to nearest even; converts back exactly.
   Half(float f) : bits(from_float(f)) {}
   operator float() const { return to_float(bits); }
 
+  // IEEE half bits of f (round to nearest even), and the float those bits stand for.
   static uint16_t from_float(float f) {
 #if defined(__F16C__)
     return uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));  // hardware, same rounding
@@ -40,6 +42,7 @@ struct Half {
     return uint16_t(sign | (ax >> 13));
 #endif
   }
+  // The float the bits stand for (exact).
   static float to_float(uint16_t h) {
 #if defined(__F16C__)
     return _cvtsh_ss(h);
@@ -71,9 +74,11 @@ struct Half {
 struct BFloat16 {
   uint16_t bits = 0;
   BFloat16() = default;
+  // Rounds f to nearest even; converts back exactly.
   BFloat16(float f) : bits(from_float(f)) {}
   operator float() const { return to_float(bits); }
 
+  // bfloat16 bits of f (round to nearest even, NaN kept), and the float those bits stand for.
   static uint16_t from_float(float f) {
     uint32_t x;
     std::memcpy(&x, &f, 4);
@@ -81,6 +86,7 @@ struct BFloat16 {
     x += 0x7fffu + ((x >> 16) & 1u);
     return uint16_t(x >> 16);
   }
+  // The float the bits stand for (exact).
   static float to_float(uint16_t b) {
     uint32_t x = uint32_t(b) << 16;
     float f;
@@ -92,6 +98,7 @@ struct BFloat16 {
 enum class DType : uint8_t { Bool, Int32, Int64, Float16, BFloat16, Float32, Float64 };
 inline constexpr int kNumDTypes = 7;
 
+// Bytes per element of t.
 constexpr size_t dtype_size(DType t) {
   switch (t) {
     case DType::Bool: return 1;
@@ -104,6 +111,7 @@ constexpr size_t dtype_size(DType t) {
   }
   return 0;
 }
+// "float32", "int64" ...: the name printed in errors and tensors.
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
     case DType::Bool: return "bool";
@@ -116,10 +124,12 @@ constexpr std::string_view dtype_name(DType t) {
   }
   return "?";
 }
+// Float16, BFloat16, Float32, Float64.
 constexpr bool is_floating(DType t) {
   return t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32 ||
          t == DType::Float64;
 }
+// Int32 and Int64 (and Bool when include_bool).
 constexpr bool is_integral(DType t, bool include_bool = false) {
   return t == DType::Int32 || t == DType::Int64 || (include_bool && t == DType::Bool);
 }

@@ -8,6 +8,7 @@ namespace ember {
 
 class Error : public std::runtime_error {
  public:
+  // The exception every ember check throws; the message names the op, shapes, dtypes, the fix.
   explicit Error(const std::string& msg) : std::runtime_error(msg) {}
 };
 

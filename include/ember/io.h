@@ -28,6 +28,7 @@ struct TensorFile {
   NamedTensors tensors;
   Metadata metadata;
 
+  // Whether the file holds a tensor called `name`.
   bool contains(std::string_view name) const { return find(name) != nullptr; }
   const Tensor* find(std::string_view name) const;  // null when absent
   const Tensor& at(std::string_view name) const;    // throws Error naming the missing key
@@ -64,6 +65,8 @@ struct Checkpoint {
   Metadata extra;             // free-form keys; reserved names are refused
 };
 
+// Writes ckpt atomically (a temporary file renamed over path); load throws Error for a
+// missing or damaged file.
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt);
 Checkpoint load_checkpoint(const std::string& path);
 
@@ -80,6 +83,7 @@ class CharTokenizer {
   static CharTokenizer from_json(std::string_view json);
   std::string to_json() const;
 
+  // The number of distinct characters, and those characters in id order.
   int64_t vocab_size() const { return int64_t(chars_.size()); }
   const std::vector<char32_t>& chars() const { return chars_; }
   // Throws Error (with position and character) for invalid UTF-8 or characters not in the
@@ -122,8 +126,10 @@ class TokenDataset {
   // Throws Error when the file is missing, has an odd byte count, or, when vocab_size > 0,
   // holds an id >= vocab_size.
   static TokenDataset load(const std::string& path, int64_t vocab_size = 0);
+  // Tokens already in memory; `name` appears in errors.
   explicit TokenDataset(std::vector<uint16_t> tokens, std::string name = "<memory>");
 
+  // The number of tokens, and the tokens.
   int64_t size() const { return int64_t(tokens_.size()); }
   const std::vector<uint16_t>& tokens() const { return tokens_; }
   // (x, y), int64 tensors of shape [batch_size, block_size] on `device`. Throws Error when the

@@ -20,30 +20,37 @@ struct LoadReport {
   std::vector<std::string> missing;     // expected by the module, absent in the dict
   std::vector<std::string> unexpected;  // in the dict, unknown to the module
   std::vector<std::string> mismatched;  // "name: expected [..] float32, got [..] float64"
+  // Whether nothing was missing, unexpected or mismatched; the three lists as text.
   bool ok() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
   std::string str() const;
 };
 
 class Module {
  public:
+  // `type_name` is shown in errors and printing ("Linear").
   explicit Module(std::string type_name);
   virtual ~Module();
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
+  // The name given at construction.
   const std::string& type_name() const { return type_name_; }
 
   // Parameters, deduplicated (a tied weight appears once), in registration order.
   std::vector<Tensor> parameters() const;
   // Every (dotted name, parameter), deduplicated by tensor identity (first name wins).
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  // Every (dotted name, buffer); every (dotted name, module), this one first as ""; the number of
+  // parameter elements.
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;
   std::vector<std::pair<std::string, Module*>> named_modules();
   int64_t num_parameters() const;
 
+  // Training mode for this module and its children (dropout on); eval() is train(false).
   virtual void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const;  // read under capture, it becomes a guard
+  // Drops the .grad of every parameter.
   void zero_grad();
 
   // Parameters and buffers by dotted name; tied tensors appear under every name.
@@ -91,6 +98,7 @@ class Module {
 // A plain container of named submodules (for nesting names like "transformer.h.0").
 class ModuleList : public Module {
  public:
+  // An empty list; add() registers a child under `name` and returns it.
   ModuleList() : Module("ModuleList") {}
   template <class M>
   std::shared_ptr<M> add(const std::string& name, std::shared_ptr<M> m) {
@@ -102,6 +110,7 @@ class ModuleList : public Module {
 
 class Linear : public Module {
  public:
+  // y = x W^T + b over the last dim of x; weight normal(0, 0.02), bias 0 (GPT-2's init).
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
   Tensor forward(const Tensor& x) const;
   Tensor weight, bias;  // weight [out, in]
@@ -109,6 +118,7 @@ class Linear : public Module {
 
 class Embedding : public Module {
  public:
+  // Rows of `weight` picked by int64 indices; throws Error for an index outside [0, num).
   Embedding(int64_t num_embeddings, int64_t dim);
   Tensor forward(const Tensor& indices) const;
   Tensor weight;  // [num, dim]
@@ -116,6 +126,7 @@ class Embedding : public Module {
 
 class LayerNorm : public Module {
  public:
+  // Normalizes the last dim (size `dim`) to mean 0, variance 1, then scales and shifts.
   explicit LayerNorm(int64_t dim, bool bias = true, double eps = 1e-5);
   Tensor forward(const Tensor& x) const;
   Tensor weight, bias;
@@ -124,6 +135,7 @@ class LayerNorm : public Module {
 
 class Dropout : public Module {
  public:
+  // Training mode: zeroes elements with probability p, scales the rest by 1/(1-p); eval: identity.
   explicit Dropout(double p);
   Tensor forward(const Tensor& x) const;
   double p;
@@ -131,6 +143,7 @@ class Dropout : public Module {
 
 class GELU : public Module {
  public:
+  // GELU, exact (erf) or the tanh approximation.
   explicit GELU(bool tanh_approx = false);
   Tensor forward(const Tensor& x) const;
   bool tanh_approx;
@@ -144,12 +157,14 @@ struct GPTConfig {
   int64_t n_embd = 384;
   double dropout = 0.0;
   bool bias = true;
+  // The config as JSON (stored in checkpoints), and back; from_json throws on missing keys.
   std::string to_json() const;
   static GPTConfig from_json(const std::string& json);
 };
 
 class CausalSelfAttention : public Module {
  public:
+  // Multi-head causal self-attention over [B, T, C] (n_embd divisible by n_head, else Error).
   explicit CausalSelfAttention(const GPTConfig& c);
   Tensor forward(const Tensor& x) const;  // [B, T, C] -> [B, T, C]
   std::shared_ptr<Linear> c_attn, c_proj;
@@ -160,6 +175,7 @@ class CausalSelfAttention : public Module {
 
 class MLP : public Module {
  public:
+  // The block's feed-forward: Linear(C, 4C), GELU, Linear(4C, C), dropout.
   explicit MLP(const GPTConfig& c);
   Tensor forward(const Tensor& x) const;
   std::shared_ptr<Linear> c_fc, c_proj;
@@ -169,6 +185,7 @@ class MLP : public Module {
 
 class Block : public Module {
  public:
+  // A pre-norm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
   explicit Block(const GPTConfig& c);
   Tensor forward(const Tensor& x) const;
   std::shared_ptr<LayerNorm> ln_1, ln_2;
@@ -180,6 +197,7 @@ class Block : public Module {
 // token embedding. Parameter names match nanoGPT's (transformer.wte.weight, ...).
 class GPT : public Module {
  public:
+  // The model for c, initialized as GPT-2: normal(0, 0.02), residual projections / sqrt(2 n_layer).
   explicit GPT(const GPTConfig& c);
   // idx [B, T] int64 -> logits [B, T, vocab]
   Tensor forward(const Tensor& idx) const;

@@ -8,22 +8,28 @@
 namespace ember {
 
 // ---- factories ----
+// New tensors of `shape` (uninitialized, 0, 1, `value`) with opts' dtype, device, requires_grad.
 Tensor empty(const Shape& shape, TensorOptions opts = {});
 Tensor zeros(const Shape& shape, TensorOptions opts = {});
 Tensor ones(const Shape& shape, TensorOptions opts = {});
 Tensor full(const Shape& shape, double value, TensorOptions opts = {});
+// Tensors shaped, typed and placed as t, filled with 0, 1 or `value`.
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, double value);
+// A 0-dim tensor holding value.
 Tensor scalar_tensor(double value, DType dtype);
+// [start, end) by step, as PyTorch (float32 by default); arange(end): 0..end-1, int64.
 Tensor arange(double start, double end, double step = 1, TensorOptions opts = {});
 Tensor arange(int64_t end, TensorOptions opts = DType::Int64);
 // Copies host data into a new tensor of the given shape (numel must match).
 template <class T>
 Tensor from_vector(const std::vector<T>& data, const Shape& shape, TensorOptions opts = {});
+// A 1-D tensor of the values.
 Tensor tensor(std::initializer_list<double> values, TensorOptions opts = {});
 
 // ---- random (counter-based Philox: the same stream on every device) ----
+// Seeds the global generator (offset back to 0); the seed it was last given.
 void manual_seed(uint64_t seed);
 uint64_t initial_seed();
 // The global generator's position, to save and restore in checkpoints.
@@ -33,27 +39,37 @@ struct RngState {
 };
 RngState get_rng_state();
 void set_rng_state(const RngState& s);
+// Uniform in [0, 1), standard normal, and integers in [low, high) from the global generator.
 Tensor rand(const Shape& shape, TensorOptions opts = {});
 Tensor randn(const Shape& shape, TensorOptions opts = {});
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts = DType::Int64);
 // 1 with probability p, else 0 (the mask behind dropout).
 Tensor bernoulli(const Shape& shape, double p, TensorOptions opts = {});
+// Dropout as nn::Dropout (identity when not training).
 Tensor dropout(const Tensor& x, double p, bool training = true);
 // Samples indices from each row of non-negative weights (1-D or 2-D).
 Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false);
 
 // ---- multi-tensor and composite ops ----
+// cond ? a : b elementwise, broadcast together.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+// Joins tensors along an existing dim (cat) or a new one (stack); other dims must agree (Error).
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// Matrix products by PyTorch's matmul rules; bmm: [B, N, K] x [B, K, M]. Mismatches: Error.
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor bmm(const Tensor& a, const Tensor& b);
+// x W^T + b (bias optional).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// Rows of weight picked by int64 indices (any shape of indices).
 Tensor embedding(const Tensor& weight, const Tensor& indices);
+// Normalizes over the trailing normalized_shape dims, then scales and shifts (both optional).
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
+// Softmax / log-softmax along dim.
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
+// GELU, exact (erf) or the tanh approximation.
 Tensor gelu(const Tensor& x, bool tanh_approx = false);
 // Mean cross entropy of logits [N, C] against int64 targets [N]; targets equal to
 // ignore_index do not count. Logits of more dims [..., C] are flattened first.
@@ -62,6 +78,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal = false, double dropout_p = 0.0,
                                     std::optional<double> scale = std::nullopt);
+// x with src added (index_add) or scattered and added (scatter_add) at int64 `index` along dim.
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 // Indices of the non-zero elements of x, int64 [n, x.dim()] in row-major order. The result's
@@ -69,6 +86,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 Tensor nonzero(const Tensor& x, ember::SourceLocation loc = ember::SourceLocation::current());
 // Sums a broadcast tensor back down to `shape` (the reverse of expand).
 Tensor sum_to_size(const Tensor& x, const Shape& shape);
+// x broadcast to shape as a view (Error when it does not broadcast); the broadcast of two shapes.
 Tensor broadcast_to(const Tensor& x, const Shape& shape);
 Shape broadcast_shapes(const Shape& a, const Shape& b);
 

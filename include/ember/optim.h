@@ -17,15 +17,20 @@ struct ParamGroup {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
+  // Updates every parameter from its .grad (parameters without grads are skipped).
   virtual void step() = 0;
+  // Drops the .grad of every parameter.
   void zero_grad();
+  // Sets the learning rate of the next steps (schedules call it each iteration).
   void set_lr(double lr) { lr_ = lr; }
+  // The learning rate of the next step, and the steps taken.
   double lr() const { return lr_; }
   int64_t steps() const { return step_; }
   // Optimizer state as named tensors ("<group>.<index>.<slot>") plus the step count, for
   // checkpoints; load_state_dict checks names, shapes and dtypes before changing anything.
   virtual nn::StateDict state_dict() const = 0;
   virtual void load_state_dict(const nn::StateDict& state) = 0;
+  // The parameter groups (weight decay per group).
   std::vector<ParamGroup>& groups() { return groups_; }
 
  protected:
@@ -38,8 +43,10 @@ class Optimizer {
 // Adam with decoupled weight decay (Loshchilov & Hutter), as torch.optim.AdamW.
 class AdamW : public Optimizer {
  public:
+  // torch.optim.AdamW's defaults (weight decay set per group).
   AdamW(std::vector<ParamGroup> groups, double lr = 1e-3, double beta1 = 0.9,
         double beta2 = 0.999, double eps = 1e-8);
+  // One AdamW update of every parameter that has a grad.
   void step() override;
   // Runs step() as one compiled function over every parameter (ember::compile, default
   // backend): the updates of all parameters fuse into generated kernels that write the
@@ -60,8 +67,12 @@ class AdamW : public Optimizer {
 
 class SGD : public Optimizer {
  public:
+  // SGD with optional momentum (no dampening or Nesterov).
   SGD(std::vector<ParamGroup> groups, double lr, double momentum = 0.0);
+  // One update of every parameter that has a grad.
   void step() override;
+  // Momentum buffers as named tensors; load checks names, shapes and dtypes first (Error, and
+  // nothing changed).
   nn::StateDict state_dict() const override;
   void load_state_dict(const nn::StateDict& state) override;
   double momentum;

@@ -15,6 +15,7 @@ namespace ember {
 class SourceLocation {
  public:
   constexpr SourceLocation() noexcept = default;
+  // The caller's file, function and line (a default argument evaluates it at the call site).
   static constexpr SourceLocation current(const char* file = __builtin_FILE(),
                                           const char* function = __builtin_FUNCTION(),
                                           uint_least32_t line = __builtin_LINE()) noexcept {
@@ -24,6 +25,7 @@ class SourceLocation {
     s.line_ = line;
     return s;
   }
+  // The file, function, line of the call site; the column is not known (0).
   constexpr const char* file_name() const noexcept { return file_; }
   constexpr const char* function_name() const noexcept { return function_; }
   constexpr uint_least32_t line() const noexcept { return line_; }

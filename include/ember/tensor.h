@@ -27,6 +27,7 @@ struct TensorOptions {
   Device device = kCPU;
   bool requires_grad = false;
   TensorOptions() = default;
+  // Just a dtype (factories take DType where they take options).
   TensorOptions(DType t) : dtype(t) {}
 };
 
@@ -34,6 +35,7 @@ struct TensorOptions {
 // (TensorImpl::rebinds): set around graph runs, whose buffers come and go.
 class RebindsIgnored {
  public:
+  // Starts ignoring rebindings on this thread; the destructor restores the previous state.
   RebindsIgnored();
   ~RebindsIgnored();
   RebindsIgnored(const RebindsIgnored&) = delete;
@@ -46,6 +48,7 @@ class RebindsIgnored {
 class Tensor {
  public:
   Tensor() = default;
+  // A handle to impl (shared, not copied).
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
   Tensor(const Tensor&) = default;
   Tensor(Tensor&&) noexcept = default;
@@ -63,22 +66,29 @@ class Tensor {
   }
   ~Tensor() = default;
 
+  // Whether the handle holds a tensor; the TensorImpl it holds.
   bool defined() const { return bool(impl_); }
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
 
   // ---- metadata ----
+  // Sizes and strides (in elements) of every dim; size(d)/stride(d) count negative d from the
+  // end and throw Error out of range.
   const Shape& sizes() const { return impl_->sizes; }
   const Shape& strides() const { return impl_->strides; }
   int64_t size(int64_t d) const;
   int64_t stride(int64_t d) const;
+  // Number of dims, of elements; dtype; device; offset into the storage in elements.
   int64_t dim() const { return impl_->dim(); }
   int64_t numel() const { return impl_->numel(); }
   DType dtype() const { return impl_->dtype; }
   Device device() const { return impl_->device; }
   int64_t storage_offset() const { return impl_->offset; }
+  // Whether the elements lie in row-major order without gaps.
   bool is_contiguous() const { return impl_->is_contiguous(); }
+  // Whether the tensor is a capture placeholder without storage.
   bool is_symbolic() const { return impl_ && !impl_->storage; }
+  // The storage's count of in-place writes (autograd checks saved tensors against it).
   uint32_t version() const;
   std::string shape_str() const;  // "[2, 3]"
 
@@ -103,16 +113,25 @@ class Tensor {
   explicit operator bool() const;    // one-element tensor -> truth value
 
   // ---- autograd ----
+  // Whether autograd tracks this tensor; requires_grad_ sets it (Error for non-float dtypes, or
+  // for dropping it from a non-leaf).
   bool requires_grad() const { return impl_->requires_grad(); }
   Tensor& requires_grad_(bool on = true);
+  // Whether the tensor was made by the user rather than by a differentiable op.
   bool is_leaf() const;
+  // The accumulated gradient (undefined before the first backward), and replacing it.
   Tensor grad() const;
   void set_grad(const Tensor& g) const;
+  // The autograd node that made this tensor (null for leaves).
   std::shared_ptr<autograd::Node> grad_fn() const;
+  // Accumulates d(this)/d(leaf) into each leaf's .grad (a scalar, or seeded with `gradient`);
+  // Error when this tensor does not require grad.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
   Tensor detach() const;  // shares storage, no history
 
   // ---- pointwise ----
+  // Elementwise, with broadcasting and type promotion as PyTorch; shapes that do not broadcast
+  // throw Error.
   Tensor add(const Tensor& o) const;
   Tensor sub(const Tensor& o) const;
   Tensor mul(const Tensor& o) const;
@@ -134,6 +153,7 @@ class Tensor {
   Tensor silu() const;
   Tensor sign() const;
   Tensor clamp(std::optional<double> min, std::optional<double> max) const;
+  // Elementwise comparisons: bool tensors, broadcast.
   Tensor eq(const Tensor& o) const;
   Tensor ne(const Tensor& o) const;
   Tensor lt(const Tensor& o) const;
@@ -146,6 +166,7 @@ class Tensor {
   Tensor le(double v) const;
   Tensor gt(double v) const;
   Tensor ge(double v) const;
+  // Elementwise logic on truth values (non-zero is true): bool tensors.
   Tensor logical_and(const Tensor& o) const;
   Tensor logical_or(const Tensor& o) const;
   Tensor logical_xor(const Tensor& o) const;
@@ -160,26 +181,35 @@ class Tensor {
   Tensor where(const Tensor& cond, const Tensor& other) const;  // cond ? *this : other
 
   // ---- reductions (empty dims = all dims) ----
+  // Reductions over `dims` (all dims when empty; negative dims count from the end), as PyTorch's.
   Tensor sum(const Shape& dims = {}, bool keepdim = false) const;
   Tensor mean(const Shape& dims = {}, bool keepdim = false) const;
   Tensor amax(const Shape& dims = {}, bool keepdim = false) const;
   Tensor amin(const Shape& dims = {}, bool keepdim = false) const;
+  // Index of the largest / smallest element along dim (of the flattened tensor when none): int64.
   Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
   Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  // Variance and standard deviation with Bessel's `correction`; log of the sum of exponentials.
   Tensor var(const Shape& dims = {}, int64_t correction = 1, bool keepdim = false) const;
   Tensor std(const Shape& dims = {}, int64_t correction = 1, bool keepdim = false) const;
   Tensor logsumexp(const Shape& dims, bool keepdim = false) const;
+  // Softmax / log-softmax along dim, as ember::softmax.
   Tensor softmax(int64_t dim) const;
   Tensor log_softmax(int64_t dim) const;
+  // The k largest (or smallest) values along dim and their int64 indices; Error when k exceeds the
+  // dim's size.
   std::pair<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true,
                                  bool sorted = true) const;
 
   // ---- linear algebra ----
+  // Matrix product, as ember::matmul.
   Tensor matmul(const Tensor& o) const;
 
   // ---- views (share storage) ----
   Tensor view(const Shape& shape) const;  // -1 infers one size
   Tensor reshape(const Shape& shape) const;  // a view when possible, else a copy
+  // Views as PyTorch's: dims reordered, swapped, broadcast, sliced, picked, squeezed,
+  // flattened; out-of-range dims and sizes that do not fit throw Error.
   Tensor permute(const Shape& dims) const;
   Tensor transpose(int64_t d0, int64_t d1) const;
   Tensor t() const;  // transpose of a 2-D tensor
@@ -194,18 +224,22 @@ class Tensor {
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
   Tensor as_strided(const Shape& sizes, const Shape& strides, int64_t offset) const;
   Tensor contiguous() const;  // *this if already contiguous
+  // A copy with its own storage (differentiable); splits and chunks are views along dim.
   Tensor clone() const;
   std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
   std::vector<Tensor> split_with_sizes(const Shape& sizes, int64_t dim = 0) const;
   std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
 
   // ---- indexing and masks ----
+  // Gather along dim by int64 indices (Error out of range); lower and upper triangles of the
+  // last two dims.
   Tensor index_select(int64_t dim, const Tensor& index) const;
   Tensor gather(int64_t dim, const Tensor& index) const;
   Tensor tril(int64_t diagonal = 0) const;
   Tensor triu(int64_t diagonal = 0) const;
 
   // ---- in-place (bump the version counter) ----
+  // In place (the version counter is bumped); Error on a leaf that requires grad under grad mode.
   Tensor& add_(const Tensor& o);
   Tensor& sub_(const Tensor& o);
   Tensor& mul_(const Tensor& o);

@@ -23,6 +23,7 @@ struct Storage {
   size_t nbytes = 0;
   Device device;
   std::atomic<uint32_t> version{0};
+  // Frees data (null for storage ember does not own).
   void (*deleter)(void* data, size_t nbytes) = nullptr;
 
   Storage() = default;
@@ -59,11 +60,13 @@ struct TensorImpl {
   std::atomic<bool> watched{false};
   std::atomic<uint32_t> rebinds{0};
 
+  // Product of sizes.
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t s : sizes) n *= s;
     return n;
   }
+  // Number of dims; row-major without gaps.
   int64_t dim() const { return int64_t(sizes.size()); }
   bool is_contiguous() const {
     if (numel() == 0) return true;  // no element is out of place (as in PyTorch)
@@ -75,9 +78,11 @@ struct TensorImpl {
     }
     return true;
   }
+  // Address of the first element.
   void* data() const {
     return static_cast<char*>(storage->data) + offset * int64_t(dtype_size(dtype));
   }
+  // Autograd state, made on first use; whether the tensor requires grad.
   AutogradMeta& autograd_meta() {
     if (!autograd) autograd = std::make_unique<AutogradMeta>();
     return *autograd;
