@@ -32,26 +32,32 @@ if grep -rn '#include *"' examples --include='*.cpp' --include='*.h' | grep -v '
 fi
 CACHE=$(mktemp -d)
 trap 'rm -rf "$CACHE"' EXIT
-for dir in examples/*/; do
-  name=$(basename "$dir")
-  out=$BUILD/examples/$name
-  rm -rf "$out"
-  echo "[test-install] example $name"
-  cmake -S "$dir" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX" \
-    >/dev/null
-  ninja -C "$out" >/dev/null
-  if ninja -C "$out" -t deps | grep -E "^ +$ROOT/(src|include)/"; then
-    fail "example $name read the headers above from the source tree"
-  fi
-  log=$out/run.log
-  start=$SECONDS
-  EMBER_CACHE_DIR=$CACHE EMBER_LOGS=compiler "$out/$name" >"$log" 2>&1 ||
-    { cat "$log"; fail "example $name exited with an error"; }
-  grep -v '^\[ember:compiler\]' "$log" | sed 's/^/    /'
-  echo "    ($((SECONDS - start)) s)"
-  # Every example compiles a function: its kernels must include the installed header.
-  grep -q "^\[ember:compiler\] kernel headers from $PREFIX/" "$log" ||
-    fail "example $name did not take the kernel headers from the prefix"
+# Each example against libember.a, and against libember.so when that was built.
+TARGETS=(ember::ember)
+[[ -e $PREFIX/lib/libember.so ]] && TARGETS+=(ember::ember_shared)
+for target in "${TARGETS[@]}"; do
+  for dir in examples/*/; do
+    name=$(basename "$dir")
+    out=$BUILD/examples/${target#ember::}/$name
+    rm -rf "$out"
+    echo "[test-install] example $name ($target)"
+    cmake -S "$dir" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX" \
+      -DEMBER_TARGET="$target" >/dev/null
+    ninja -C "$out" >/dev/null
+    if ninja -C "$out" -t deps | grep -E "^ +$ROOT/(src|include)/"; then
+      fail "example $name read the headers above from the source tree"
+    fi
+    log=$out/run.log
+    start=$SECONDS
+    # A cache of its own, so that it compiles (and shows where it found the kernel headers).
+    EMBER_CACHE_DIR=$CACHE/${target#ember::}-$name EMBER_LOGS=compiler "$out/$name" >"$log" 2>&1 ||
+      { cat "$log"; fail "example $name exited with an error"; }
+    grep -v '^\[ember:compiler\]' "$log" | sed 's/^/    /'
+    echo "    ($((SECONDS - start)) s)"
+    # Every example compiles a function: its kernels must include the installed header.
+    grep -q "^\[ember:compiler\] kernel headers from $PREFIX/" "$log" ||
+      fail "example $name did not take the kernel headers from the prefix"
+  done
 done
 
 # A program built with pkg-config's flags alone (it links libember.so when that is installed)
