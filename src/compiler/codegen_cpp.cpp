@@ -35,6 +35,26 @@ const char* c_type(DType t) {
   }
 }
 
+namespace {
+bool is_16bit_float(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+}  // namespace
+
+const char* storage_type(DType t) { return is_16bit_float(t) ? "uint16_t" : c_type(t); }
+
+const char* compute_type(DType t) { return is_16bit_float(t) ? "float" : c_type(t); }
+
+std::string load_value(DType t, const std::string& element) {
+  if (t == DType::Float16) return "ember::fn::half_to_float(" + element + ")";
+  if (t == DType::BFloat16) return "ember::fn::bf16_to_float(" + element + ")";
+  return element;
+}
+
+std::string store_value(DType t, const std::string& value) {
+  if (t == DType::Float16) return "ember::fn::float_to_half(" + value + ")";
+  if (t == DType::BFloat16) return "ember::fn::float_to_bf16(" + value + ")";
+  return value;
+}
+
 std::string var(const graph::Value* v) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "v%d", v->id);
@@ -207,17 +227,24 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
                          bool in_region, const char* ind) {
   const bool epilogue = grp.gemm != nullptr;
   const graph::Value& out = *grp.output;
-  const char* T = c_type(out.meta.dtype);
+  // Elements are stored as S and computed as T (16-bit floats: their bits, and float; every
+  // input has the output's dtype).
+  const DType dt = out.meta.dtype;
+  const char* S = storage_type(dt);
+  const char* T = compute_type(dt);
+  auto load = [dt](const std::string& element) { return load_value(dt, element); };
+  auto store = [dt](const std::string& value) { return store_value(dt, value); };
   const int64_t n = shape_numel(out.meta.sizes);
   for (size_t j = 0; j < grp.inputs.size(); ++j)
-    os << ind << "const " << T << "* __restrict in" << j << " = static_cast<const " << T
+    os << ind << "const " << S << "* __restrict in" << j << " = static_cast<const " << S
        << "*>(args[" << base + j << "]);  // " << var(grp.inputs[j]) << " "
        << value_type_str(*grp.inputs[j]) << "\n";
-  os << ind << T << "* __restrict out = static_cast<" << T << "*>(args[" << base + grp.inputs.size()
+  os << ind << S << "* __restrict out = static_cast<" << S << "*>(args[" << base + grp.inputs.size()
      << "]);  // " << var(&out) << "\n";
   for (size_t j = 0; j < grp.inputs.size(); ++j)
     if (shape_numel(grp.inputs[j]->meta.sizes) == 1)
-      os << ind << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "[0];\n";
+      os << ind << "const " << T << " " << var(grp.inputs[j]) << " = "
+         << load("in" + std::to_string(j) + "[0]") << ";\n";
   auto emit_nodes = [&](const std::string& in) {
     for (const graph::Node* node : grp.nodes) {
       if (node->op == OpId::slice_backward) {
@@ -242,8 +269,10 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
            << ";\n"
            << in << "const int64_t " << o << "_j = " << o << "_in ? (j - " << a.start << ")"
            << (a.step > 1 ? " / " + std::to_string(a.step) : std::string()) << " : 0;\n"
-           << in << "const " << T << " " << o << " = " << o << "_in ? in" << k << "[s" << k << " + "
-           << o << "_j * " << g.meta.strides.back() << "] : " << T << "(0);\n";
+           << in << "const " << T << " " << o << " = " << o << "_in ? "
+           << load("in" + std::to_string(k) + "[s" + std::to_string(k) + " + " + o + "_j * " +
+                   std::to_string(g.meta.strides.back()) + "]")
+           << " : " << T << "(0);\n";
         continue;
       }
       emit_functor_line(os, *node, T, in);
@@ -288,16 +317,18 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
       const RowIndex ri = row_index(*g, g->meta.sizes);  // g's rows are the output's rows
       os << in1 << "const int64_t s" << k << " = " << (ri.row.empty() ? "0" : ri.row) << ";\n";
     }
-    os << in1 << T << "* __restrict orow = out + r * cols;\n"
+    os << in1 << S << "* __restrict orow = out + r * cols;\n"
        << "#pragma omp simd\n"
        << in1 << "for (int64_t j = 0; j < cols; ++j) {\n";
-    if (epilogue) os << in2 << "const " << T << " " << var(grp.gemm->outputs[0]) << " = orow[j];\n";
+    if (epilogue)
+      os << in2 << "const " << T << " " << var(grp.gemm->outputs[0]) << " = " << load("orow[j]")
+         << ";\n";
     for (size_t j = 0; j < grp.inputs.size(); ++j)
       if (!bases[j].empty())
-        os << in2 << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "[" << bases[j]
-           << "];\n";
+        os << in2 << "const " << T << " " << var(grp.inputs[j]) << " = "
+           << load("in" + std::to_string(j) + "[" + bases[j] + "]") << ";\n";
     emit_nodes(in2);
-    os << in2 << "orow[j] = " << var(&out) << ";\n" << in1 << "}\n" << ind << "}\n";
+    os << in2 << "orow[j] = " << store(var(&out)) << ";\n" << in1 << "}\n" << ind << "}\n";
     return;
   }
   os << ind << "constexpr int64_t n = " << n << ";\n";
@@ -313,19 +344,21 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
        << ind << "{\n"
        << "#pragma omp for schedule(static)\n"
        << in1 << "for (int64_t i0 = 0; i0 < n; i0 += chunk) {\n"
-       << in2 << "alignas(64) " << T << " buf[chunk];\n"
+       << in2 << "alignas(64) " << S << " buf[chunk];\n"
        << in2 << "const int64_t cn = n - i0 < chunk ? n - i0 : chunk;\n"
        << "#pragma omp simd\n"
        << in2 << "for (int64_t l = 0; l < cn; ++l) {\n"
        << in3 << "const int64_t i = i0 + l;\n";
     for (size_t j = 0; j < grp.inputs.size(); ++j)
       if (shape_numel(grp.inputs[j]->meta.sizes) != 1)
-        os << in3 << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "["
-           << index_expr(*grp.inputs[j], out.meta.sizes) << "];\n";
+        os << in3 << "const " << T << " " << var(grp.inputs[j]) << " = "
+           << load("in" + std::to_string(j) + "[" + index_expr(*grp.inputs[j], out.meta.sizes) +
+                   "]")
+           << ";\n";
     emit_nodes(in3);
-    os << in3 << "buf[l] = " << var(&out) << ";\n"
+    os << in3 << "buf[l] = " << store(var(&out)) << ";\n"
        << in2 << "}\n"
-       << in2 << "ember_stream(out + i0, buf, sizeof(" << T << ") * cn);\n"
+       << in2 << "ember_stream(out + i0, buf, sizeof(" << S << ") * cn);\n"
        << in1 << "}\n"
        << in1 << "ember_fence();\n"
        << ind << "}\n";
@@ -339,10 +372,11 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
   const std::string inner = std::string(ind) + "  ";
   for (size_t j = 0; j < grp.inputs.size(); ++j)
     if (shape_numel(grp.inputs[j]->meta.sizes) != 1)
-      os << inner << "const " << T << " " << var(grp.inputs[j]) << " = in" << j << "["
-         << index_expr(*grp.inputs[j], out.meta.sizes) << "];\n";
+      os << inner << "const " << T << " " << var(grp.inputs[j]) << " = "
+         << load("in" + std::to_string(j) + "[" + index_expr(*grp.inputs[j], out.meta.sizes) + "]")
+         << ";\n";
   emit_nodes(inner);
-  os << inner << "out[i] = " << var(&out) << ";\n" << ind << "}\n";
+  os << inner << "out[i] = " << store(var(&out)) << ";\n" << ind << "}\n";
 }
 
 void emit_kernel_comment(std::ostringstream& os, size_t k, const FusionGroup& grp) {

@@ -13,6 +13,13 @@
 namespace ember::compiler {
 
 const char* c_type(DType t);
+// Pointwise kernels: the C++ type an element of dtype t is stored as (the bits, uint16_t, for
+// float16 and bfloat16) and computed in (float for those); reading a stored element as its
+// compute type, and a computed value as its storage type (rounded to nearest even).
+const char* storage_type(DType t);
+const char* compute_type(DType t);
+std::string load_value(DType t, const std::string& element);
+std::string store_value(DType t, const std::string& value);
 // `text` with every `from` replaced by `to`.
 std::string replace_all(std::string text, const std::string& from, const std::string& to);
 // `text` with `extra` put before each line but pragmas.

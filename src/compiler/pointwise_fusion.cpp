@@ -45,8 +45,11 @@ const FusedOpInfo* table_entry(OpId op) {
   }
 }
 
+// Pointwise kernels: float16 and bfloat16 are stored as bits and computed in float (values
+// inside a fused group are not rounded to 16 bits between ops, only the group's output).
 bool supported_dtype(DType t) {
-  return t == DType::Float32 || t == DType::Float64 || t == DType::Int32 || t == DType::Int64;
+  return t == DType::Float32 || t == DType::Float64 || t == DType::Int32 || t == DType::Int64 ||
+         t == DType::Float16 || t == DType::BFloat16;
 }
 
 // Whether n can be one step of a generated loop over its output's elements.

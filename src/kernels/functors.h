@@ -626,4 +626,38 @@ struct MaskedFill {
   EMBER_FN T operator()(T a, bool mask) const { return mask ? value : a; }
 };
 
+// ---- 16-bit storage types ----
+// Generated code keeps float16 and bfloat16 values as their bits (uint16_t) and computes in
+// float: these convert, rounding to nearest even, with the same results as ember::Half and
+// ember::BFloat16 (include/ember/dtype.h; tests/kernels/functors_test.cpp checks they agree).
+EMBER_FN float bf16_to_float(uint16_t b) { return detail::float_of(uint32_t(b) << 16); }
+EMBER_FN uint16_t float_to_bf16(float f) {
+  uint32_t x = detail::bits_of(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x40u);  // quiet NaN
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return uint16_t(x >> 16);
+}
+EMBER_FN float half_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0x1f) return detail::float_of(sign | 0x7f800000u | (mant << 13));
+  if (exp == 0) {  // zero or subnormal: mant * 2^-24
+    return detail::float_of(detail::bits_of(float(mant) * 5.9604644775390625e-8f) | sign);
+  }
+  return detail::float_of(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+EMBER_FN uint16_t float_to_half(float f) {
+  uint32_t x = detail::bits_of(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return uint16_t(sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (ax >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds past the largest half
+  if (ax < 0x38800000u) {  // a subnormal half or zero: adding 0.5 rounds in the float unit
+    const uint32_t r = detail::bits_of(detail::float_of(ax) + 0.5f);
+    return uint16_t(sign | (r - 0x3f000000u));
+  }
+  ax += 0xc8000fffu + ((ax >> 13) & 1u);  // rebias the exponent, round to nearest even
+  return uint16_t(sign | (ax >> 13));
+}
+
 }  // namespace ember::fn

@@ -13,6 +13,7 @@
 #include <functional>
 #include <iostream>
 #include <limits>
+#include <random>
 #include <sstream>
 #include <vector>
 
@@ -367,6 +368,36 @@ TEST(FunctorSpecials, DoubleUsesLibm) {
     if (x > 0) {
       EXPECT_EQ(fn::Log{}(x), std::log(x));
     }
+  }
+}
+
+}  // namespace
+}  // namespace ember
+
+namespace ember {
+namespace {
+
+// The 16-bit conversions generated code uses give ember::Half's and ember::BFloat16's results:
+// every bit pattern to float, and floats across the whole range (every exponent, both signs,
+// the rounding boundaries, infinities and NaN) back.
+TEST(FunctorConversions, SixteenBitTypesAgreeWithTheEagerTypes) {
+  for (uint32_t b = 0; b <= 0xffffu; ++b) {
+    const float h = fn::half_to_float(uint16_t(b)), he = Half::to_float(uint16_t(b));
+    const float f = fn::bf16_to_float(uint16_t(b)), fe = BFloat16::to_float(uint16_t(b));
+    ASSERT_TRUE(std::memcmp(&h, &he, 4) == 0 || (std::isnan(h) && std::isnan(he))) << b;
+    ASSERT_TRUE(std::memcmp(&f, &fe, 4) == 0 || (std::isnan(f) && std::isnan(fe))) << b;
+  }
+  std::mt19937 rng(5);
+  std::vector<uint32_t> samples;
+  for (uint32_t e = 0; e < 256; ++e)
+    for (uint32_t m : {0u, 1u, 0x1000u, 0xfffu, 0x2000u, 0x7fffu, 0x8000u, 0x7fffffu})
+      for (uint32_t s : {0u, 0x80000000u}) samples.push_back(s | (e << 23) | m);
+  for (int k = 0; k < 2000000; ++k) samples.push_back(uint32_t(rng()));
+  for (uint32_t x : samples) {
+    float f;
+    std::memcpy(&f, &x, 4);
+    ASSERT_EQ(fn::float_to_half(f), Half::from_float(f)) << std::hex << x;
+    ASSERT_EQ(fn::float_to_bf16(f), BFloat16::from_float(f)) << std::hex << x;
   }
 }
 

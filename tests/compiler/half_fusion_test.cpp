@@ -1,0 +1,82 @@
+// float16 and bfloat16 in generated pointwise kernels: stored as their bits, computed in float,
+// rounded once on store. Chains over broadcast inputs (the row loop), flat and streamed outputs,
+// and training (grads through fused kernels) compile into fused kernels and match eager within
+// the 16-bit types' rounding (eager rounds after every op, a fused group only at its output).
+#include <gtest/gtest.h>
+
+#include "compiler/compiler_test_util.h"
+#include "compiler/toolchain.h"
+#include "core/shape.h"
+#include "ember/autograd.h"
+
+namespace ember {
+namespace {
+
+using test::CacheDir;
+
+// |a - b| <= tol * (1 + |b|) elementwise, compared in float64.
+::testing::AssertionResult near(const Tensor& a, const Tensor& b, double tol) {
+  if (a.sizes() != b.sizes() || a.dtype() != b.dtype())
+    return ::testing::AssertionFailure() << "metadata differs: " << a.shape_str() << " "
+                                         << dtype_name(a.dtype()) << " vs " << b.shape_str()
+                                         << " " << dtype_name(b.dtype());
+  const std::vector<double> x = a.to(DType::Float64).to_vector<double>();
+  const std::vector<double> y = b.to(DType::Float64).to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!(std::abs(x[i] - y[i]) <= tol * (1 + std::abs(y[i]))))
+      return ::testing::AssertionFailure() << "element " << i << ": " << x[i] << " vs " << y[i];
+  return ::testing::AssertionSuccess();
+}
+
+// A few roundings of the type apart: eager rounds after each of the chain's 6 ops.
+double tolerance(DType t) { return t == DType::BFloat16 ? 6 * 0.0078125 : 6 * 0.0009765625; }
+
+class HalfFusionTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(compiler::compiler_available()); }
+  CacheDir dir{test::kSharedCompilerCache};
+};
+
+TEST_F(HalfFusionTest, PointwiseChainsFuseAndMatchEager) {
+  NoGradGuard no_grad;
+  auto chain = [](const Tensor& x, const Tensor& y) {
+    return ((x * y + 1.0).tanh() - x).relu() * 0.5;
+  };
+  for (DType t : {DType::BFloat16, DType::Float16}) {
+    const std::string load = t == DType::BFloat16 ? "bf16_to_float(" : "half_to_float(";
+    const std::string store = t == DType::BFloat16 ? "float_to_bf16(" : "float_to_half(";
+    // [37, 65] against a row [65]: the row loop; [4096, 2100] (over 16 MiB) against one of its
+    // shape: a flat loop whose output is streamed; [5]: a small flat one.
+    for (const Shape& s : {Shape{37, 65}, Shape{4096, 2100}, Shape{5}}) {
+      const bool big = s.size() == 2 && s[0] == 4096;
+      Tensor x = randn(s).to(t), y = randn(big ? s : Shape{s.back()}).to(t);
+      auto f = compile(chain, test::spy_opts());
+      const Tensor got = f(x, y);
+      EXPECT_TRUE(near(got, chain(x, y), tolerance(t))) << dtype_name(t) << " " << shape_str(s);
+      const std::string& src = test::last_source();
+      EXPECT_TRUE(test::has(src, load)) << src;
+      EXPECT_TRUE(test::has(src, store)) << src;
+      EXPECT_TRUE(test::has(src, "6 nodes fused")) << src;
+      EXPECT_EQ(test::has(src, "ember_stream(out + i0"), big) << src;
+    }
+  }
+}
+
+TEST_F(HalfFusionTest, TrainingThroughFusedKernels) {
+  for (DType t : {DType::BFloat16, DType::Float16}) {
+    auto loss = [](const Tensor& x, const Tensor& w) { return ((x * w).sigmoid() * x).sum(); };
+    auto f = compile(loss, test::compiler_opts());
+    Tensor x = randn({16, 40}).to(t);
+    Tensor w1 = randn({40}).to(t).requires_grad_(true), w2 = w1.detach().requires_grad_(true);
+    const Tensor got = f(x, w1), want = loss(x, w2);
+    got.backward();
+    want.backward();
+    EXPECT_TRUE(near(got, want, 4 * tolerance(t))) << dtype_name(t);
+    ASSERT_TRUE(w1.grad().defined());
+    EXPECT_EQ(w1.grad().dtype(), t);
+    EXPECT_TRUE(near(w1.grad(), w2.grad(), 4 * tolerance(t))) << dtype_name(t);
+  }
+}
+
+}  // namespace
+}  // namespace ember
