@@ -26,6 +26,8 @@ struct TrainOptions {
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.99, grad_clip = 1.0;
   uint64_t seed = 1337;
   bool compile = false;
+  // With compile: the first N iterations run eager, so both speeds are measured in one run.
+  int64_t eager_probe_iters = 0;
   bool always_save_checkpoint = false;
   std::string device = "cpu";
   // auto: bfloat16 autocast on a GPU, float32 on the CPU; or bfloat16 | float16 | float32.

@@ -41,6 +41,10 @@ int main(int argc, char** argv) {
   train->add_option("--compile", t.compile,
                     "compile the training step (model.loss, its backward and the AdamW step) "
                     "into generated code; evaluation runs eager")->capture_default_str();
+  train->add_option("--eager_probe_iters", t.eager_probe_iters,
+                    "with --compile true: run the first N iterations eager and report both "
+                    "speeds")
+      ->capture_default_str();
   train->add_option("--device", t.device, "cpu, cuda or cuda:N")->capture_default_str();
   train->add_option("--dtype", t.dtype,
                     "auto (bfloat16 autocast on a GPU, float32 on the CPU), bfloat16 or float32")

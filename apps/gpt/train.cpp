@@ -14,6 +14,7 @@
 #include "ember/nn.h"
 #include "ember/optim.h"
 #include "gpt/gpt_app.h"
+#include "gpt/loss_plot.h"
 
 namespace ember::app {
 
@@ -75,6 +76,7 @@ void validate(const TrainOptions& o) {
   EMBER_CHECK(o.n_embd % o.n_head == 0, "--n_embd (", o.n_embd, ") must be divisible by --n_head (",
               o.n_head, ")");
   EMBER_CHECK(o.dropout >= 0 && o.dropout < 1, "--dropout must be in [0, 1), got ", o.dropout);
+  EMBER_CHECK(o.eager_probe_iters >= 0, "--eager_probe_iters must be non-negative");
   EMBER_CHECK(o.lr > 0 && o.min_lr >= 0, "--lr must be positive and --min_lr non-negative");
 }
 
@@ -165,8 +167,9 @@ int run_train(const TrainOptions& opts) {
   nn::GPT model(cfg);  // initialized on the CPU (the same weights on every device), then moved
   model.to(device);
   optim::AdamW opt(optim::decay_groups(model, o.weight_decay), o.lr, o.beta1, o.beta2);
-  // --compile also compiles the optimizer step: every parameter's update in one function.
-  opt.set_compiled(o.compile);
+  // --compile also compiles the optimizer step: every parameter's update in one function (from
+  // the first compiled iteration on, after --eager_probe_iters eager ones).
+  opt.set_compiled(o.compile && o.eager_probe_iters == 0);
   if (o.init_from == "resume") {
     model.load_state_dict(resumed.model);
     opt.load_state_dict(resumed.optimizer);
@@ -203,6 +206,9 @@ int run_train(const TrainOptions& opts) {
   double interval_ms = 0;
   int64_t interval_n = 0, steps_done = 0;
   double train_ms_total = 0;
+  const int64_t first_iter = iter;
+  double probe_ms = 0, compiled_ms = 0;  // --eager_probe_iters: both speeds, first steps aside
+  int64_t probe_n = 0, compiled_n = 0;
   for (;; ++iter) {
     double lr = optim::cosine_lr(iter, o.lr, o.min_lr, o.warmup_iters, o.lr_decay_iters);
     opt.set_lr(lr);
@@ -210,6 +216,8 @@ int run_train(const TrainOptions& opts) {
       auto [tl, vl] = estimate_loss(model, train, val, o, o.seed, device, amp);
       std::printf("step %lld: train loss %.4f, val loss %.4f\n", (long long)iter, tl, vl);
       csv << iter << ",," << vl << "," << lr << ",\n";
+      csv.flush();
+      write_loss_plot(csv_path, o.out_dir + "/loss.svg");
       bool improved = vl < best_val;
       if (improved) best_val = vl;
       if (iter > 0 || o.max_iters == 0) {
@@ -220,13 +228,15 @@ int run_train(const TrainOptions& opts) {
     }
     if (iter >= o.max_iters) break;
 
+    const bool use_compiled = o.compile && iter - first_iter >= o.eager_probe_iters;
+    if (use_compiled && !compile_reported && o.eager_probe_iters > 0) opt.set_compiled(true);
     const auto t0 = Clock::now();
     auto [x, y] = train.get_batch(o.batch_size, o.block_size, o.seed, uint64_t(iter), device);
     Tensor loss;
     {
       std::optional<autocast> scope;  // the forward (and so the loss) under --dtype's autocast
       if (amp) scope.emplace(*amp);
-      loss = o.compile ? compiled_loss(x, y) : model.loss(x, y);
+      loss = use_compiled ? compiled_loss(x, y) : model.loss(x, y);
     }
     opt.zero_grad();
     loss.backward();
@@ -238,7 +248,15 @@ int run_train(const TrainOptions& opts) {
                 "; try a lower --lr");
     csv << iter << "," << lossf << ",," << lr << "," << ms << "\n";
     ++steps_done;
-    if (o.compile && !compile_reported) {
+    if (o.compile && !use_compiled && iter > first_iter) {  // the first eager step warms up
+      probe_ms += ms;
+      ++probe_n;
+    }
+    if (use_compiled && compile_reported) {
+      compiled_ms += ms;
+      ++compiled_n;
+    }
+    if (use_compiled && !compile_reported) {
       // The first step traces, builds the joint graph and compiles both halves (or finds them
       // in the disk cache): reported once and kept out of the ms/iter figures.
       compile_reported = true;
@@ -265,6 +283,14 @@ int run_train(const TrainOptions& opts) {
     }
   }
   csv.flush();
+  write_loss_plot(csv_path, o.out_dir + "/loss.svg");
+  if (probe_n > 0 && compiled_n > 0) {
+    const double e = probe_ms / double(probe_n), c = compiled_ms / double(compiled_n);
+    std::printf("speed: eager %.1f ms/iter (iterations %lld-%lld), compiled %.1f ms/iter (the "
+                "remaining %lld): %.2fx\n",
+                e, (long long)(first_iter + 1), (long long)(first_iter + probe_n), c,
+                (long long)compiled_n, e / c);
+  }
   const int64_t timed = steps_done - (compile_reported ? 1 : 0);  // the compiling step: untimed
   double wall = std::chrono::duration<double>(Clock::now() - t_start).count();
   std::printf("done: %lld iterations in %s (%.1f ms/iter training); best val loss %.4f; "

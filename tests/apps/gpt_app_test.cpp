@@ -94,6 +94,21 @@ TEST(GptApp, LossFallsOnShakespeare) {
   for (int i = 290; i < 300; ++i) last10 += std::stod(losses[i]) / 10;
   EXPECT_NEAR(first, std::log(65.0), 0.3);  // starts near uniform over 65 symbols
   EXPECT_LT(last10, 2.5) << r.output;
+  // The loss plot: an SVG with the train curve (300 points) and the val points (iters 0, 300).
+  std::ifstream svg(dir + "/loss.svg");
+  ASSERT_TRUE(svg) << "no loss.svg in " << dir;
+  std::stringstream text;
+  text << svg.rdbuf();
+  const std::string s = text.str();
+  EXPECT_EQ(s.rfind("<svg ", 0), 0u);
+  EXPECT_NE(s.find("</svg>"), std::string::npos);
+  size_t polylines = 0, circles = 0;
+  for (size_t p = s.find("<polyline"); p != std::string::npos; p = s.find("<polyline", p + 1))
+    ++polylines;
+  for (size_t p = s.find("<circle"); p != std::string::npos; p = s.find("<circle", p + 1))
+    ++circles;
+  EXPECT_EQ(polylines, 2u);
+  EXPECT_EQ(circles, 2u);
   fs::remove_all(dir);
 }
 

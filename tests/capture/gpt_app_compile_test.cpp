@@ -45,7 +45,9 @@ std::map<int, double> train_losses(const std::string& dir) {
 }
 
 // Trains eager and compiled from the same seed; `iters` losses of each, as loss.csv has them.
-void follow_eager(const std::string& model_args, int iters, double rtol) {
+// `compile_args` are added to the compiled run's flags. Returns the compiled run's output.
+std::string follow_eager(const std::string& model_args, int iters, double rtol,
+                         const std::string& compile_args = "") {
   CacheDir cache(kSharedCompilerCache);  // the child inherits it
   const std::string base =
       (fs::temp_directory_path() / ("ember_gpt_compile_" + std::to_string(getpid()))).string();
@@ -54,23 +56,36 @@ void follow_eager(const std::string& model_args, int iters, double rtol) {
                            " --eval_interval " + n + " --log_interval 10 --seed 7";
   int code = 0;
   std::string eager = run_gpt("train --out_dir " + base + "_e" + args, &code);
-  ASSERT_EQ(code, 0) << eager;
-  std::string compiled = run_gpt("train --compile true --out_dir " + base + "_c" + args, &code);
-  ASSERT_EQ(code, 0) << compiled;
+  EXPECT_EQ(code, 0) << eager;
+  if (code != 0) return eager;
+  std::string compiled =
+      run_gpt("train --compile true" + compile_args + " --out_dir " + base + "_c" + args, &code);
+  EXPECT_EQ(code, 0) << compiled;
+  if (code != 0) return compiled;
   EXPECT_NE(compiled.find("compiled the training step (forward + backward + AdamW) in "), std::string::npos)
       << compiled;
   EXPECT_NE(compiled.find("ms/iter"), std::string::npos) << compiled;
   std::map<int, double> le = train_losses(base + "_e"), lc = train_losses(base + "_c");
-  ASSERT_EQ(le.size(), size_t(iters));
-  ASSERT_EQ(lc.size(), le.size());
+  EXPECT_EQ(le.size(), size_t(iters));
+  EXPECT_EQ(lc.size(), le.size());
   for (auto& [iter, loss] : le) EXPECT_NEAR(lc[iter], loss, rtol * loss) << "iter " << iter;
   fs::remove_all(base + "_e");
   fs::remove_all(base + "_c");
+  return compiled;
 }
 
 // With dropout: the compiled step draws the same masks.
 TEST(GptAppCompile, CompiledTrainingWithDropoutFollowsEager) {
   follow_eager(" --n_layer 1 --n_head 2 --n_embd 16 --block_size 16 --dropout 0.1", 40, 1e-4);
+}
+
+// --eager_probe_iters: the first iterations eager, then compiled, on the same loss curve, and
+// both speeds reported.
+TEST(GptAppCompile, EagerProbeThenCompiledFollowsEager) {
+  const std::string out = follow_eager(" --n_layer 1 --n_head 2 --n_embd 16 --block_size 16", 30,
+                                       1e-4, " --eager_probe_iters 6");
+  EXPECT_NE(out.find("speed: eager "), std::string::npos) << out;
+  EXPECT_NE(out.find("(iterations 1-5), compiled "), std::string::npos) << out;
 }
 
 // 200 steps of a model whose backward runs the attention and layer_norm backward kernels
