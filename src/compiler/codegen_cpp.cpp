@@ -227,32 +227,51 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
                          bool in_region, const char* ind) {
   const bool epilogue = grp.gemm != nullptr;
   const graph::Value& out = *grp.output;
-  // Elements are stored as S and computed as T (16-bit floats: their bits, and float; every
-  // input has the output's dtype).
+  // The output is stored as S and computed as T (16-bit floats: their bits, and float); each
+  // input and node likewise in its own dtype's types (they differ only across casts).
   const DType dt = out.meta.dtype;
   const char* S = storage_type(dt);
   const char* T = compute_type(dt);
   auto load = [dt](const std::string& element) { return load_value(dt, element); };
   auto store = [dt](const std::string& value) { return store_value(dt, value); };
+  // Input j's element at `index`, as its compute type, declared as the input's value.
+  auto load_input = [&](size_t j, const std::string& index) {
+    const DType t = grp.inputs[j]->meta.dtype;
+    return std::string("const ") + compute_type(t) + " " + var(grp.inputs[j]) + " = " +
+           load_value(t, "in" + std::to_string(j) + "[" + index + "]") + ";\n";
+  };
   const int64_t n = shape_numel(out.meta.sizes);
-  for (size_t j = 0; j < grp.inputs.size(); ++j)
-    os << ind << "const " << S << "* __restrict in" << j << " = static_cast<const " << S
+  for (size_t j = 0; j < grp.inputs.size(); ++j) {
+    const char* sj = storage_type(grp.inputs[j]->meta.dtype);
+    os << ind << "const " << sj << "* __restrict in" << j << " = static_cast<const " << sj
        << "*>(args[" << base + j << "]);  // " << var(grp.inputs[j]) << " "
        << value_type_str(*grp.inputs[j]) << "\n";
+  }
   os << ind << S << "* __restrict out = static_cast<" << S << "*>(args[" << base + grp.inputs.size()
      << "]);  // " << var(&out) << "\n";
   for (size_t j = 0; j < grp.inputs.size(); ++j)
-    if (shape_numel(grp.inputs[j]->meta.sizes) == 1)
-      os << ind << "const " << T << " " << var(grp.inputs[j]) << " = "
-         << load("in" + std::to_string(j) + "[0]") << ";\n";
+    if (shape_numel(grp.inputs[j]->meta.sizes) == 1) os << ind << load_input(j, "0");
   auto emit_nodes = [&](const std::string& in) {
     for (const graph::Node* node : grp.nodes) {
+      const DType nt = node->outputs[0]->meta.dtype;
+      if (node->op == OpId::cast) {
+        // As the eager cast: converted to the target's compute type, then (16-bit targets)
+        // rounded to the target, which eager does by storing the result.
+        const graph::Value& src = *node->inputs[0];
+        const std::string converted =
+            std::string(compute_type(nt)) + "(" + var(&src) + ")";
+        os << in << "const " << compute_type(nt) << " " << var(node->outputs[0]) << " = "
+           << load_value(nt, store_value(nt, converted)) << ";\n";
+        continue;
+      }
       if (node->op == OpId::slice_backward) {
         // The grad's column for output column j, or zero outside the slice (the load always
         // reads a valid element; the select discards it).
         const graph::Value& g = *node->inputs[0];
         const Attrs& a = node->attrs;
         const std::string o = var(node->outputs[0]);
+        const char* T = compute_type(nt);  // the grad's and the result's (same dtype)
+        auto load = [nt](const std::string& element) { return load_value(nt, element); };
         if (shape_numel(g.meta.sizes) == 0) {
           os << in << "const " << T << " " << o << " = " << T << "(0);\n";
           continue;
@@ -275,7 +294,7 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
            << " : " << T << "(0);\n";
         continue;
       }
-      emit_functor_line(os, *node, T, in);
+      emit_functor_line(os, *node, compute_type(nt), in);
     }
   };
   if (epilogue || uses_row_loop(grp)) {
@@ -324,9 +343,7 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
       os << in2 << "const " << T << " " << var(grp.gemm->outputs[0]) << " = " << load("orow[j]")
          << ";\n";
     for (size_t j = 0; j < grp.inputs.size(); ++j)
-      if (!bases[j].empty())
-        os << in2 << "const " << T << " " << var(grp.inputs[j]) << " = "
-           << load("in" + std::to_string(j) + "[" + bases[j] + "]") << ";\n";
+      if (!bases[j].empty()) os << in2 << load_input(j, bases[j]);
     emit_nodes(in2);
     os << in2 << "orow[j] = " << store(var(&out)) << ";\n" << in1 << "}\n" << ind << "}\n";
     return;
@@ -351,10 +368,7 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
        << in3 << "const int64_t i = i0 + l;\n";
     for (size_t j = 0; j < grp.inputs.size(); ++j)
       if (shape_numel(grp.inputs[j]->meta.sizes) != 1)
-        os << in3 << "const " << T << " " << var(grp.inputs[j]) << " = "
-           << load("in" + std::to_string(j) + "[" + index_expr(*grp.inputs[j], out.meta.sizes) +
-                   "]")
-           << ";\n";
+        os << in3 << load_input(j, index_expr(*grp.inputs[j], out.meta.sizes));
     emit_nodes(in3);
     os << in3 << "buf[l] = " << store(var(&out)) << ";\n"
        << in2 << "}\n"
@@ -372,9 +386,7 @@ void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t 
   const std::string inner = std::string(ind) + "  ";
   for (size_t j = 0; j < grp.inputs.size(); ++j)
     if (shape_numel(grp.inputs[j]->meta.sizes) != 1)
-      os << inner << "const " << T << " " << var(grp.inputs[j]) << " = "
-         << load("in" + std::to_string(j) + "[" + index_expr(*grp.inputs[j], out.meta.sizes) + "]")
-         << ";\n";
+      os << inner << load_input(j, index_expr(*grp.inputs[j], out.meta.sizes));
   emit_nodes(inner);
   os << inner << "out[i] = " << store(var(&out)) << ";\n" << ind << "}\n";
 }

@@ -69,8 +69,21 @@ bool fusable_slice_backward(const graph::Node& n) {
   return out.meta.offset == 0 && out.meta.strides == contiguous_strides(os);
 }
 
+// A cast to a floating dtype from any non-bool one, same shape: a conversion in the loop. (To
+// integers or bool the eager conversions' out-of-range behaviour is left to the eager kernel.)
+bool fusable_cast(const graph::Node& n) {
+  if (n.op != OpId::cast || n.inputs.size() != 1) return false;
+  const graph::Value& in = *n.inputs[0];
+  const graph::Value& out = *n.outputs[0];
+  if (!is_floating(out.meta.dtype) || !supported_dtype(out.meta.dtype)) return false;
+  if (!supported_dtype(in.meta.dtype) || in.device != kCPU || out.device != kCPU) return false;
+  if (in.meta.sizes != out.meta.sizes) return false;
+  return out.meta.offset == 0 && out.meta.strides == contiguous_strides(out.meta.sizes);
+}
+
 bool can_fuse(const graph::Node& n) {
   if (fusable_slice_backward(n)) return true;
+  if (fusable_cast(n)) return true;
   const OpInfo& info = op_info(n.op);
   if (info.kind != OpKind::Pointwise || !info.has(kFusable)) return false;
   if (!fused_op_info(n) || n.outputs.size() != 1) return false;
@@ -104,6 +117,14 @@ bool row_aligned(const graph::Value& v, const Shape& out) {
     if (d + 1 == out.size() ? vd != 1 : vd != out[d]) return false;
   }
   return true;
+}
+
+// Whether a group holds a cast (values of more than one dtype): row, attention and gemm kernels
+// compute in one element type, so such a group is never merged with one of them.
+bool has_cast(const FusionGroup& grp) {
+  for (const graph::Node* n : grp.nodes)
+    if (n->op == OpId::cast) return true;
+  return false;
 }
 
 bool has_slice_backward(const FusionGroup& grp) {
@@ -351,6 +372,10 @@ const FusedOpInfo* fused_op_info(const graph::Node& n) {
     static const FusedOpInfo select{"", 1};
     return &select;
   }
+  if (n.op == OpId::cast) {  // generated as a conversion (and a rounding to 16 bits)
+    static const FusedOpInfo convert{"", 1};
+    return &convert;
+  }
   if (n.op == OpId::gelu_backward) {  // (grad, x)
     static const FusedOpInfo exact{"GeluBackward", 2}, approx{"GeluTanhBackward", 2};
     return n.attrs.flag ? &approx : &exact;
@@ -425,8 +450,8 @@ FusionPlan plan_fusion(const graph::Graph& g) {
       // product starts one only through an add, so that scores scaled or masked on their way
       // to a softmax stay an attention group's. A row kernel has no gemm: a row group that
       // reads a product reads it as an input.
-      if (!row && !group.gemm && !group.row && v->producer && same_shape &&
-          uses[size_t(v->id)] == 1 && can_run_gemm_group(*v->producer) &&
+      if (!row && !group.gemm && !group.row && n.op != OpId::cast && v->producer &&
+          same_shape && uses[size_t(v->id)] == 1 && can_run_gemm_group(*v->producer) &&
           (adds_operand(n, a) || v->producer->inputs[1]->meta.sizes.size() == 2)) {
         group.gemm = v->producer;
         continue;
@@ -450,6 +475,9 @@ FusionPlan plan_fusion(const graph::Graph& g) {
           continue;
         // A gemm group's epilogue is pointwise, with one product.
         if (other.gemm && (row || group.gemm || group.row)) continue;
+        // Casts stay out of row, attention and gemm kernels (one element type each).
+        const bool typed = rows || group.gemm || other.gemm;
+        if (typed && (has_cast(other) || has_cast(group) || n.op == OpId::cast)) continue;
         if (other.gemm) group.gemm = other.gemm;
         if (other.row) group.row = other.row;
         group.nodes.insert(group.nodes.end(), other.nodes.begin(), other.nodes.end());

@@ -78,5 +78,30 @@ TEST_F(HalfFusionTest, TrainingThroughFusedKernels) {
   }
 }
 
+// Casts to floating dtypes fuse: conversions in the loop, a 16-bit target rounded where eager
+// rounds it (so these chains match eager exactly in float32 after the casts' roundings).
+TEST_F(HalfFusionTest, CastsFuseAndRoundAsEager) {
+  NoGradGuard no_grad;
+  auto mixed = [](const Tensor& x, const Tensor& i) {
+    Tensor h = (x * 3.0).to(DType::BFloat16);                 // rounded to bf16 here
+    Tensor back = h.to(DType::Float32) + i.to(DType::Float32);  // int64 -> float
+    return (back.to(DType::Float64) * 0.5).to(DType::Float16);
+  };
+  Tensor x = randn({9, 33}), i = randint(-50, 50, {9, 33});
+  auto f = compile(mixed, test::spy_opts());
+  const Tensor got = f(x, i), want = mixed(x, i);
+  ASSERT_EQ(got.dtype(), DType::Float16);
+  // Every step rounds where eager rounds: the same bits.
+  EXPECT_EQ(got.to(DType::Float32).to_vector<float>(), want.to(DType::Float32).to_vector<float>());
+  const std::string& src = test::last_source();
+  EXPECT_TRUE(test::has(src, "8 nodes fused")) << src;
+  EXPECT_TRUE(test::has(src, "float_to_bf16(float(")) << src;
+  EXPECT_TRUE(test::has(src, "const int64_t* __restrict")) << src;
+  // Casts to integers stay eager kernels.
+  auto to_int = [](const Tensor& x) { return (x * 4.0).to(DType::Int32) + 1; };
+  auto g = compile(to_int, test::spy_opts());
+  EXPECT_EQ(g(x).to_vector<int32_t>(), to_int(x).to_vector<int32_t>());
+}
+
 }  // namespace
 }  // namespace ember
