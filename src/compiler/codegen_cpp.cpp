@@ -39,17 +39,25 @@ namespace {
 bool is_16bit_float(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 }  // namespace
 
-const char* storage_type(DType t) { return is_16bit_float(t) ? "uint16_t" : c_type(t); }
+const char* storage_type(DType t) {
+  if (t == DType::Bool) return "uint8_t";  // loops over bytes vectorize, over bool they do not
+  return is_16bit_float(t) ? "uint16_t" : c_type(t);
+}
 
-const char* compute_type(DType t) { return is_16bit_float(t) ? "float" : c_type(t); }
+const char* compute_type(DType t) {
+  if (t == DType::Bool) return "bool";
+  return is_16bit_float(t) ? "float" : c_type(t);
+}
 
 std::string load_value(DType t, const std::string& element) {
+  if (t == DType::Bool) return "(" + element + " != 0)";
   if (t == DType::Float16) return "ember::fn::half_to_float(" + element + ")";
   if (t == DType::BFloat16) return "ember::fn::bf16_to_float(" + element + ")";
   return element;
 }
 
 std::string store_value(DType t, const std::string& value) {
+  if (t == DType::Bool) return "uint8_t(" + value + ")";
   if (t == DType::Float16) return "ember::fn::float_to_half(" + value + ")";
   if (t == DType::BFloat16) return "ember::fn::float_to_bf16(" + value + ")";
   return value;

@@ -13,9 +13,11 @@ namespace ember::compiler {
 
 namespace {
 
-// Every op here computes in its output dtype from inputs of that same dtype, so generated
-// code has one element type per group.
+// Each op computes in its output dtype from inputs of that dtype, but for the comparisons (two
+// inputs of one dtype, a bool result) and where (a bool condition); see dtypes_fit.
 const FusedOpInfo* table_entry(OpId op) {
+  static const FusedOpInfo eq{"Eq", 2}, ne{"Ne", 2}, lt{"Lt", 2}, le{"Le", 2}, gt{"Gt", 2},
+      ge{"Ge", 2}, where{"Where", 3};
   static const FusedOpInfo add{"Add", 2}, sub{"Sub", 2}, mul{"Mul", 2}, div{"Div", 2},
       neg{"Neg", 1}, clone{"Identity", 1}, exp{"Exp", 1}, log{"Log", 1}, sqrt{"Sqrt", 1},
       rsqrt{"Rsqrt", 1}, pow{"Pow", 2}, abs{"Abs", 1}, sign{"Sign", 1}, maximum{"Maximum", 2},
@@ -41,6 +43,13 @@ const FusedOpInfo* table_entry(OpId op) {
     case OpId::sigmoid: return &sigmoid;
     case OpId::relu: return &relu;
     case OpId::silu: return &silu;
+    case OpId::eq: return &eq;
+    case OpId::ne: return &ne;
+    case OpId::lt: return &lt;
+    case OpId::le: return &le;
+    case OpId::gt: return &gt;
+    case OpId::ge: return &ge;
+    case OpId::where: return &where;
     default: return nullptr;
   }
 }
@@ -49,7 +58,33 @@ const FusedOpInfo* table_entry(OpId op) {
 // inside a fused group are not rounded to 16 bits between ops, only the group's output).
 bool supported_dtype(DType t) {
   return t == DType::Float32 || t == DType::Float64 || t == DType::Int32 || t == DType::Int64 ||
-         t == DType::Float16 || t == DType::BFloat16;
+         t == DType::Float16 || t == DType::BFloat16 || t == DType::Bool;
+}
+
+bool is_comparison(OpId op) {
+  return op == OpId::eq || op == OpId::ne || op == OpId::lt || op == OpId::le ||
+         op == OpId::gt || op == OpId::ge;
+}
+
+// Whether n's inputs have the dtypes its fused form takes: the output's, but for comparisons
+// (both inputs alike, a bool result) and where (a bool condition, then two of the output's).
+bool dtypes_fit(const graph::Node& n) {
+  const DType out = n.outputs[0]->meta.dtype;
+  if (is_comparison(n.op))
+    return out == DType::Bool && n.inputs[0]->meta.dtype == n.inputs[1]->meta.dtype &&
+           supported_dtype(n.inputs[0]->meta.dtype);
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    const DType want = n.op == OpId::where && k == 0 ? DType::Bool : out;
+    if (n.inputs[k]->meta.dtype != want) return false;
+  }
+  return true;
+}
+
+// Whether a node reads a dtype other than the one it computes (a cast, a comparison, where).
+bool mixes_dtypes(const graph::Node& n) {
+  for (const graph::Value* v : n.inputs)
+    if (v->meta.dtype != n.outputs[0]->meta.dtype) return true;
+  return false;
 }
 
 // Whether n can be one step of a generated loop over its output's elements.
@@ -90,8 +125,9 @@ bool can_fuse(const graph::Node& n) {
   const graph::Value& out = *n.outputs[0];
   if (!supported_dtype(out.meta.dtype) || out.device != kCPU) return false;
   if (out.meta.offset != 0 || out.meta.strides != contiguous_strides(out.meta.sizes)) return false;
+  if (!dtypes_fit(n)) return false;
   for (const graph::Value* v : n.inputs) {
-    if (v->meta.dtype != out.meta.dtype || v->device != kCPU) return false;
+    if (v->device != kCPU) return false;
     // Inputs broadcast to the output: right-aligned, each dim equal or 1.
     if (v->meta.sizes.size() > out.meta.sizes.size()) return false;
     const size_t lead = out.meta.sizes.size() - v->meta.sizes.size();
@@ -119,11 +155,12 @@ bool row_aligned(const graph::Value& v, const Shape& out) {
   return true;
 }
 
-// Whether a group holds a cast (values of more than one dtype): row, attention and gemm kernels
-// compute in one element type, so such a group is never merged with one of them.
-bool has_cast(const FusionGroup& grp) {
+// Whether a group holds values of more than one dtype (a cast, a comparison, where): row,
+// attention and gemm kernels compute in one element type, so such a group is never merged with
+// one of them.
+bool has_mixed_dtypes(const FusionGroup& grp) {
   for (const graph::Node* n : grp.nodes)
-    if (n->op == OpId::cast) return true;
+    if (mixes_dtypes(*n)) return true;
   return false;
 }
 
@@ -450,7 +487,7 @@ FusionPlan plan_fusion(const graph::Graph& g) {
       // product starts one only through an add, so that scores scaled or masked on their way
       // to a softmax stay an attention group's. A row kernel has no gemm: a row group that
       // reads a product reads it as an input.
-      if (!row && !group.gemm && !group.row && n.op != OpId::cast && v->producer &&
+      if (!row && !group.gemm && !group.row && !mixes_dtypes(n) && v->producer &&
           same_shape && uses[size_t(v->id)] == 1 && can_run_gemm_group(*v->producer) &&
           (adds_operand(n, a) || v->producer->inputs[1]->meta.sizes.size() == 2)) {
         group.gemm = v->producer;
@@ -475,9 +512,11 @@ FusionPlan plan_fusion(const graph::Graph& g) {
           continue;
         // A gemm group's epilogue is pointwise, with one product.
         if (other.gemm && (row || group.gemm || group.row)) continue;
-        // Casts stay out of row, attention and gemm kernels (one element type each).
+        // Casts, comparisons and where stay out of row, attention and gemm kernels (one element
+        // type each).
         const bool typed = rows || group.gemm || other.gemm;
-        if (typed && (has_cast(other) || has_cast(group) || n.op == OpId::cast)) continue;
+        if (typed && (has_mixed_dtypes(other) || has_mixed_dtypes(group) || mixes_dtypes(n)))
+          continue;
         if (other.gemm) group.gemm = other.gemm;
         if (other.row) group.row = other.row;
         group.nodes.insert(group.nodes.end(), other.nodes.begin(), other.nodes.end());

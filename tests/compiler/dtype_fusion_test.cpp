@@ -1,7 +1,8 @@
-// float16 and bfloat16 in generated pointwise kernels: stored as their bits, computed in float,
-// rounded once on store. Chains over broadcast inputs (the row loop), flat and streamed outputs,
-// and training (grads through fused kernels) compile into fused kernels and match eager within
-// the 16-bit types' rounding (eager rounds after every op, a fused group only at its output).
+// Dtypes in generated pointwise kernels. float16 and bfloat16: stored as their bits, computed in
+// float, rounded once on store; chains over broadcast inputs (the row loop), flat and streamed
+// outputs, and training (grads through fused kernels) match eager within the 16-bit types'
+// rounding (eager rounds after every op, a fused group only at its output). Casts to floating
+// dtypes, comparisons (bool results, stored as bytes) and where fuse with eager's values.
 #include <gtest/gtest.h>
 
 #include "compiler/compiler_test_util.h"
@@ -31,13 +32,13 @@ using test::CacheDir;
 // A few roundings of the type apart: eager rounds after each of the chain's 6 ops.
 double tolerance(DType t) { return t == DType::BFloat16 ? 6 * 0.0078125 : 6 * 0.0009765625; }
 
-class HalfFusionTest : public ::testing::Test {
+class DtypeFusionTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(compiler::compiler_available()); }
   CacheDir dir{test::kSharedCompilerCache};
 };
 
-TEST_F(HalfFusionTest, PointwiseChainsFuseAndMatchEager) {
+TEST_F(DtypeFusionTest, PointwiseChainsFuseAndMatchEager) {
   NoGradGuard no_grad;
   auto chain = [](const Tensor& x, const Tensor& y) {
     return ((x * y + 1.0).tanh() - x).relu() * 0.5;
@@ -62,7 +63,7 @@ TEST_F(HalfFusionTest, PointwiseChainsFuseAndMatchEager) {
   }
 }
 
-TEST_F(HalfFusionTest, TrainingThroughFusedKernels) {
+TEST_F(DtypeFusionTest, TrainingThroughFusedKernels) {
   for (DType t : {DType::BFloat16, DType::Float16}) {
     auto loss = [](const Tensor& x, const Tensor& w) { return ((x * w).sigmoid() * x).sum(); };
     auto f = compile(loss, test::compiler_opts());
@@ -80,7 +81,7 @@ TEST_F(HalfFusionTest, TrainingThroughFusedKernels) {
 
 // Casts to floating dtypes fuse: conversions in the loop, a 16-bit target rounded where eager
 // rounds it (so these chains match eager exactly in float32 after the casts' roundings).
-TEST_F(HalfFusionTest, CastsFuseAndRoundAsEager) {
+TEST_F(DtypeFusionTest, CastsFuseAndRoundAsEager) {
   NoGradGuard no_grad;
   auto mixed = [](const Tensor& x, const Tensor& i) {
     Tensor h = (x * 3.0).to(DType::BFloat16);                 // rounded to bf16 here
@@ -101,6 +102,35 @@ TEST_F(HalfFusionTest, CastsFuseAndRoundAsEager) {
   auto to_int = [](const Tensor& x) { return (x * 4.0).to(DType::Int32) + 1; };
   auto g = compile(to_int, test::spy_opts());
   EXPECT_EQ(g(x).to_vector<int32_t>(), to_int(x).to_vector<int32_t>());
+}
+
+// Comparisons and where in one kernel with the arithmetic around them: relu written as a
+// select, a mask computed and returned, a bool input compared again.
+TEST_F(DtypeFusionTest, ComparisonsAndWhereFuse) {
+  NoGradGuard no_grad;
+  auto select = [](const Tensor& x, const Tensor& y, const Tensor& m) {
+    Tensor pos = (x * 2.0).gt(y);                     // f32 -> bool
+    Tensor out = (x + 1.0).where(pos, y * 0.5);       // bool, f32, f32 -> f32
+    Tensor both = pos.eq(m);                          // bool == bool
+    return std::vector<Tensor>{out.exp(), both, x.where(x.le(0.0), y)};
+  };
+  for (DType t : {DType::Float32, DType::BFloat16, DType::Float64}) {
+    Tensor x = randn({31, 40}).to(t), y = randn({40}).to(t);
+    Tensor m = randn({31, 40}).gt(0.0);
+    auto f = compile(select, test::spy_opts());
+    const std::vector<Tensor> got = f(x, y, m), want = select(x, y, m);
+    ASSERT_EQ(got.size(), 3u);
+    EXPECT_EQ(got[1].dtype(), DType::Bool);
+    EXPECT_EQ(got[1].to(DType::Int64).to_vector<int64_t>(),
+              want[1].to(DType::Int64).to_vector<int64_t>())
+        << dtype_name(t);
+    EXPECT_TRUE(near(got[0], want[0], t == DType::BFloat16 ? tolerance(t) : 1e-6)) << dtype_name(t);
+    EXPECT_TRUE(near(got[2], want[2], 0)) << dtype_name(t);  // a select: exact
+    const std::string& src = test::last_source();
+    EXPECT_TRUE(test::has(src, "ember::fn::Where{}(")) << src;
+    EXPECT_TRUE(test::has(src, "ember::fn::Gt{}(")) << src;
+    EXPECT_TRUE(test::has(src, "uint8_t(")) << src;
+  }
 }
 
 }  // namespace
