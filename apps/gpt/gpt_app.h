@@ -30,7 +30,8 @@ struct TrainOptions {
   int64_t eager_probe_iters = 0;
   bool always_save_checkpoint = false;
   std::string device = "cpu";
-  // auto: bfloat16 autocast on a GPU, float32 on the CPU; or bfloat16 | float16 | float32.
+  // auto: bfloat16 autocast on a GPU, float32 on the CPU; or bfloat16 | float16 (with loss
+  // scaling) | float32.
   std::string dtype = "auto";
   bool quiet = false;
 };

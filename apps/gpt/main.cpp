@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   train->add_option("--device", t.device, "cpu, cuda or cuda:N")->capture_default_str();
   train->add_option("--dtype", t.dtype,
-                    "auto (bfloat16 autocast on a GPU, float32 on the CPU), bfloat16 or float32")
+                    "auto (bfloat16 autocast on a GPU, float32 on the CPU), bfloat16, float16 "
+                    "(with loss scaling) or float32")
       ->capture_default_str();
   train->add_flag("--quiet", t.quiet, "only the final summary");
 

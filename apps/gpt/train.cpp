@@ -118,9 +118,8 @@ std::optional<DType> app_autocast(const std::string& dtype, Device device) {
     return device.type == DeviceType::CUDA ? std::optional<DType>(DType::BFloat16) : std::nullopt;
   if (dtype == "float32") return std::nullopt;
   if (dtype == "bfloat16") return DType::BFloat16;
-  EMBER_CHECK(dtype != "float16", "--dtype float16: training in float16 needs loss scaling, "
-              "which ember-gpt does not do yet; use bfloat16 (same speed on GPUs that have it)");
-  EMBER_FAIL("--dtype ", dtype, ": expected auto, bfloat16 or float32");
+  if (dtype == "float16") return DType::Float16;  // trained with loss scaling (GradScaler)
+  EMBER_FAIL("--dtype ", dtype, ": expected auto, bfloat16, float16 or float32");
 }
 
 int run_train(const TrainOptions& opts) {
@@ -177,6 +176,9 @@ int run_train(const TrainOptions& opts) {
     std::cout << "resumed from " << ckpt_path << " at iter " << iter << "\n";
   }
   const std::vector<Tensor> params = model.parameters();
+  // float16 autocast: the loss scaled so that small grads survive float16, steps with inf or
+  // NaN grads skipped (the scale halved). A pass-through for the other dtypes.
+  optim::GradScaler scaler(65536.0, 2.0, 0.5, 2000, amp == DType::Float16);
   // --compile: model.loss captured once and compiled by the generated-code backend into a forward
   // and a backward graph (training compile); backward() runs the compiled backward; AdamW's
   // step is compiled too (set_compiled above). Evaluation stays eager.
@@ -239,9 +241,11 @@ int run_train(const TrainOptions& opts) {
       loss = use_compiled ? compiled_loss(x, y) : model.loss(x, y);
     }
     opt.zero_grad();
-    loss.backward();
+    scaler.scale(loss).backward();
+    scaler.unscale_(opt);
     if (o.grad_clip > 0) optim::clip_grad_norm_(params, o.grad_clip);
-    opt.step();
+    scaler.step(opt);
+    scaler.update();
     const double lossf = loss.item();
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     EMBER_CHECK(std::isfinite(lossf), "training diverged: loss is ", lossf, " at iter ", iter,
@@ -291,6 +295,9 @@ int run_train(const TrainOptions& opts) {
                 e, (long long)(first_iter + 1), (long long)(first_iter + probe_n), c,
                 (long long)compiled_n, e / c);
   }
+  if (amp == DType::Float16)
+    std::printf("float16 loss scaling: %lld steps skipped for inf/NaN grads, final scale %g\n",
+                (long long)scaler.skipped_steps(), scaler.get_scale());
   const int64_t timed = steps_done - (compile_reported ? 1 : 0);  // the compiling step: untimed
   double wall = std::chrono::duration<double>(Clock::now() - t_start).count();
   std::printf("done: %lld iterations in %s (%.1f ms/iter training); best val loss %.4f; "

@@ -81,6 +81,39 @@ class SGD : public Optimizer {
   std::vector<std::vector<Tensor>> buf_;
 };
 
+// Dynamic loss scaling for float16 training, as torch.amp.GradScaler: the loss is multiplied
+// by a large scale before backward so small grads survive float16, the grads are divided by it
+// before the step, and a step whose grads hold an inf or NaN is skipped and the scale halved;
+// after `growth_interval` good steps in a row the scale doubles.
+//   scaler.scale(loss).backward(); scaler.unscale_(opt); clip_grad_norm_(...);
+//   scaler.step(opt); scaler.update();
+class GradScaler {
+ public:
+  // enabled = false makes every call a pass-through (scale 1, every step taken).
+  explicit GradScaler(double init_scale = 65536.0, double growth_factor = 2.0,
+                      double backoff_factor = 0.5, int64_t growth_interval = 2000,
+                      bool enabled = true);
+  // loss times the current scale.
+  Tensor scale(const Tensor& loss) const;
+  // Divides the grads of opt's parameters by the scale, in place, and records whether any is
+  // inf or NaN (one read of the device per call). Once per step, before clipping.
+  void unscale_(Optimizer& opt);
+  // opt.step() unless this step's grads were not finite (unscaling them first when unscale_
+  // was not called); returns whether the step was taken.
+  bool step(Optimizer& opt);
+  // Adjusts the scale after a step: backoff after a skipped one, growth after
+  // growth_interval taken ones in a row.
+  void update();
+  // The current scale, and the steps skipped so far.
+  double get_scale() const { return scale_; }
+  int64_t skipped_steps() const { return skipped_; }
+
+ private:
+  double scale_, growth_, backoff_;
+  int64_t interval_, good_steps_ = 0, skipped_ = 0;
+  bool enabled_, unscaled_ = false, found_inf_ = false;
+};
+
 // nanoGPT's grouping: weight decay on tensors of 2+ dims (matmul weights, embeddings), none
 // on biases and norm weights.
 std::vector<ParamGroup> decay_groups(const nn::Module& m, double weight_decay);

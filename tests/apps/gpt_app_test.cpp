@@ -133,6 +133,16 @@ TEST(GptApp, BadFlagsGiveClearErrors) {
 
 namespace {
 
+// --dtype float16 trains under float16 autocast with loss scaling, and says how it went.
+TEST(GptApp, Float16TrainsWithLossScaling) {
+  Result r = run("train --max_iters 30 --eval_interval 30 --eval_iters 1 --n_layer 1 --n_head 2 "
+                 "--n_embd 16 --block_size 8 --batch_size 4 --dtype float16 --out_dir " +
+                 temp_dir("f16"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("float16 autocast"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("float16 loss scaling: "), std::string::npos) << r.output;
+}
+
 // EMBER_PROFILE_OPS=1 prints a table of the ops that ran, by time, when the program exits.
 TEST(GptApp, OpProfileTableAtExit) {
   Result r = run("train --max_iters 2 --eval_interval 100 --eval_iters 1 --n_layer 1 --n_head 2 "
