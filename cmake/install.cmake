@@ -13,6 +13,9 @@ install(TARGETS ${EMBER_LIBRARY_TARGETS} EXPORT emberTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS ember-gpt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# ember-gpt's default text, found beside the installed program.
+install(FILES ${CMAKE_SOURCE_DIR}/data/tinyshakespeare.txt
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/ember/data)
 if(EMBER_BUILD_BENCH)
   install(TARGETS ember-bench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()

@@ -87,4 +87,11 @@ grep -q "^\[ember:compiler\] kernel headers from $PREFIX/" "$log" ||
   fail "the pkg-config program took the kernel headers from outside the prefix"
 
 "$PREFIX/bin/ember-gpt" --help >/dev/null || fail "the installed ember-gpt does not run"
+# The installed ember-gpt trains on its installed text, from anywhere, with no --data.
+(cd "$BUILD" && "$PREFIX/bin/ember-gpt" train --out_dir "$BUILD/gpt-run" --max_iters 2 \
+  --eval_interval 2 --eval_iters 1 --n_layer 1 --n_head 2 --n_embd 16 --block_size 8 \
+  --batch_size 2 --quiet >"$BUILD/gpt-run.log" 2>&1) ||
+  { cat "$BUILD/gpt-run.log"; fail "the installed ember-gpt cannot train on its default text"; }
+grep -q "$PREFIX/share/ember/data/tinyshakespeare.txt" "$BUILD/gpt-run.log" ||
+  { cat "$BUILD/gpt-run.log"; fail "the installed ember-gpt did not read its installed text"; }
 echo "[test-install] passed"

@@ -22,8 +22,16 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 std::string default_data_path() {
-  for (const std::string& p : {std::string("data/tinyshakespeare.txt"),
-                               std::string(EMBER_SOURCE_DIR) + "/data/tinyshakespeare.txt"})
+  // ./data, then the installed copy beside the program (<prefix>/bin/../share/ember/data), then
+  // the source tree the program was built from.
+  std::vector<std::string> candidates = {"data/tinyshakespeare.txt"};
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec)
+    candidates.push_back(
+        (exe.parent_path().parent_path() / "share/ember/data/tinyshakespeare.txt").string());
+  candidates.push_back(std::string(EMBER_SOURCE_DIR) + "/data/tinyshakespeare.txt");
+  for (const std::string& p : candidates)
     if (fs::exists(p)) return p;
   EMBER_FAIL("the default text data/tinyshakespeare.txt was not found; pass --data FILE");
 }
