@@ -81,17 +81,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
     EMBER_CHECK(u == v || u == 1 || v == 1, "matmul: the batch dims of shapes ", a.shape_str(),
                 " and ", b.shape_str(), " cannot be broadcast (", u, " vs ", v, ")");
   }
-  Tensor r;
-  if (y.dim() == 2 && x.dim() > 2 && x.device().type == DeviceType::CUDA) {
-    // On a GPU, a batch of rows times one matrix (every linear layer) is one [rows, K] x [K, N]
-    // product instead of a batched one, so the weight's grad is one product too, not a batch
-    // of them summed. (The CPU's compiler fuses epilogues into the batched form.)
-    Shape out_shape(x.sizes().begin(), x.sizes().end() - 1);
-    out_shape.push_back(y.sizes()[1]);
-    r = mm(x.reshape({-1, ka}), y).view(out_shape);
-  } else {
-    r = mm(x, y);
-  }
+  Tensor r = mm(x, y);
   if (row) r = r.squeeze(-2);
   if (col) r = r.squeeze(-1);
   return r;

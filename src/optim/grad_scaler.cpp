@@ -1,10 +1,10 @@
 // GradScaler (ember/optim.h): loss scaling for float16 training.
-#include <algorithm>
 #include <cmath>
 
 #include "ember/autograd.h"
 #include "ember/ops.h"
 #include "ember/optim.h"
+#include "optim/device_sums.h"
 
 namespace ember::optim {
 
@@ -38,20 +38,16 @@ void GradScaler::unscale_(Optimizer& opt) {
   if (!enabled_) return;
   NoGradGuard no_grad;
   const double inv = 1.0 / scale_;
-  // grad * 0 is 0 for finite grads and NaN otherwise: one sum per device tells them apart.
-  std::vector<Tensor> probes;
+  // grad * 0 is 0 for finite grads and NaN otherwise: their sum tells them apart.
+  DeviceSums probes;
   for (ParamGroup& g : opt.groups())
     for (Tensor& p : g.params) {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
       grad.mul_(inv);
-      Tensor probe = (grad * 0.0).sum().to(DType::Float64);
-      auto same = [&](const Tensor& t) { return t.device() == probe.device(); };
-      auto it = std::find_if(probes.begin(), probes.end(), same);
-      if (it == probes.end()) probes.push_back(probe);
-      else *it = *it + probe;
+      probes.add((grad * 0.0).sum().to(DType::Float64));
     }
-  for (const Tensor& t : probes) found_inf_ |= !std::isfinite(t.item());
+  found_inf_ = !std::isfinite(probes.total());
 }
 
 bool GradScaler::step(Optimizer& opt) {

@@ -1,12 +1,27 @@
 // Optimizer base, parameter grouping, gradient clipping, LR schedule.
-#include <algorithm>
 #include <cmath>
 
 #include "ember/autograd.h"
 #include "ember/ops.h"
 #include "ember/optim.h"
+#include "optim/device_sums.h"
 
 namespace ember::optim {
+
+void DeviceSums::add(const Tensor& value) {
+  for (Tensor& s : sums_)
+    if (s.device() == value.device()) {
+      s = s + value;
+      return;
+    }
+  sums_.push_back(value);
+}
+
+double DeviceSums::total() const {
+  double t = 0;
+  for (const Tensor& s : sums_) t += s.item();
+  return t;
+}
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr) : groups_(std::move(groups)), lr_(lr) {
   for (const ParamGroup& g : groups_)
@@ -28,22 +43,14 @@ std::vector<ParamGroup> decay_groups(const nn::Module& m, double weight_decay) {
 
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard no_grad;
-  // The squares summed on each device in float64, read once per device (one sync, not one a
-  // parameter).
-  std::vector<Tensor> per_device;
+  DeviceSums squares;  // in float64, summed on each device
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     Tensor g64 = g.to(DType::Float64);
-    Tensor sq = (g64 * g64).sum();
-    auto same = [&](const Tensor& t) { return t.device() == sq.device(); };
-    auto it = std::find_if(per_device.begin(), per_device.end(), same);
-    if (it == per_device.end()) per_device.push_back(sq);
-    else *it = *it + sq;
+    squares.add((g64 * g64).sum());
   }
-  double total = 0;
-  for (const Tensor& t : per_device) total += t.item();
-  double norm = std::sqrt(total);
+  double norm = std::sqrt(squares.total());
   if (std::isfinite(norm) && norm > max_norm && max_norm > 0) {
     double scale = max_norm / (norm + 1e-6);
     for (const Tensor& p : params) {

@@ -115,41 +115,13 @@ bool launch_rows(const T* x, const T* w, const T* b, T* y, compute_t<T>* mean,
                  compute_t<T>* rstd, int64_t rows, int64_t n64, compute_t<T> eps,
                  cudaStream_t stream) {
   using C = compute_t<T>;
-  constexpr int kMaxWarpValues = sizeof(C) == 8 ? 8 : 16, kBlockValues = sizeof(C) == 8 ? 8 : 16;
-  constexpr int kWarpThreads = 256;
+  constexpr int kValues = sizeof(C) == 8 ? 8 : 16;  // a thread's values, warp or block
   if (n64 > 16384) return false;
-  const int n = int(n64);
-  const int64_t max_grid = 0x7fffffff;
-  auto warp = [&]<int E>() {
-    int group = 32;
-    if (E == 1) {
-      const int chunks = (n + V - 1) / V;
-      group = 1;
-      while (group < chunks) group *= 2;
-    }
-    const int64_t per_block = kWarpThreads / group;
-    const int64_t want = (rows + per_block - 1) / per_block;
-    layer_norm_rows_kernel<T, C, V, E, false>
-        <<<int(want < max_grid ? want : max_grid), kWarpThreads, 0, stream>>>(
-            x, w, b, y, mean, rstd, rows, n, group, eps);
-  };
-  if (n <= 32 * V) {
-    warp.template operator()<1>();
-  } else if (n <= 64 * V && 2 * V <= kMaxWarpValues) {
-    warp.template operator()<2>();
-  } else if (n <= 128 * V && 4 * V <= kMaxWarpValues) {
-    if constexpr (4 * V <= kMaxWarpValues) warp.template operator()<4>();
-  } else if (n <= 256 * V && 8 * V <= kMaxWarpValues) {
-    if constexpr (8 * V <= kMaxWarpValues) warp.template operator()<8>();
-  } else {
-    constexpr int E = kBlockValues / V;
-    const int threads = ((n + E * V - 1) / (E * V) + 31) / 32 * 32;
-    if (threads > 1024) return false;
-    layer_norm_rows_kernel<T, C, V, E, true>
-        <<<int(rows < max_grid ? rows : max_grid), threads, 0, stream>>>(
-            x, w, b, y, mean, rstd, rows, n, 32, eps);
-  }
-  return true;
+  return launch_row_shape<V, kValues, kValues>(
+      int(n64), rows, [&]<int E, bool kBlock>(int group, int64_t blocks, int threads) {
+        layer_norm_rows_kernel<T, C, V, E, kBlock><<<int(blocks), threads, 0, stream>>>(
+            x, w, b, y, mean, rstd, rows, int(n64), group, eps);
+      });
 }
 
 // ---- General kernel: a block a row, three passes ----

@@ -530,39 +530,12 @@ __global__ void __launch_bounds__(kBlock ? 1024 : 256)
 template <class T, int V>
 bool launch_softmax_rows(const T* xp, T* yp, RowPlan p, bool log, cudaStream_t stream) {
   using A = acc_t<T>;
-  constexpr int kMaxWarpValues = sizeof(A) == 8 ? 8 : 16, kBlockValues = 16;
-  constexpr int kWarpThreads = 256;
-  const int n = p.n;
-  const int64_t max_grid = 0x7fffffff;
-  auto warp = [&]<int E>() {
-    if (E == 1) {
-      const int chunks = (n + V - 1) / V;
-      p.group = 1;
-      while (p.group < chunks) p.group *= 2;
-    } else {
-      p.group = 32;
-    }
-    const int64_t per_block = kWarpThreads / p.group;
-    const int64_t want = (p.rows + per_block - 1) / per_block;
-    softmax_rows_kernel<T, A, V, E, false>
-        <<<int(want < max_grid ? want : max_grid), kWarpThreads, 0, stream>>>(xp, yp, p, log);
-  };
-  if (n <= 32 * V) {
-    warp.template operator()<1>();
-  } else if (n <= 64 * V && 2 * V <= kMaxWarpValues) {
-    warp.template operator()<2>();
-  } else if (n <= 128 * V && 4 * V <= kMaxWarpValues) {
-    if constexpr (4 * V <= kMaxWarpValues) warp.template operator()<4>();
-  } else if (n <= 256 * V && 8 * V <= kMaxWarpValues) {
-    if constexpr (8 * V <= kMaxWarpValues) warp.template operator()<8>();
-  } else {
-    constexpr int E = kBlockValues / V;
-    const int threads = ((n + E * V - 1) / (E * V) + 31) / 32 * 32;
-    if (threads > 1024) return false;
-    softmax_rows_kernel<T, A, V, E, true>
-        <<<int(p.rows < max_grid ? p.rows : max_grid), threads, 0, stream>>>(xp, yp, p, log);
-  }
-  return true;
+  return launch_row_shape<V, sizeof(A) == 8 ? 8 : 16, 16>(
+      p.n, p.rows, [&]<int E, bool kBlock>(int group, int64_t blocks, int threads) {
+        RowPlan q = p;
+        q.group = group;
+        softmax_rows_kernel<T, A, V, E, kBlock><<<int(blocks), threads, 0, stream>>>(xp, yp, q, log);
+      });
 }
 
 // The fast path where it applies (see above); false leaves the row to the general kernel.

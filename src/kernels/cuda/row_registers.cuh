@@ -72,4 +72,42 @@ __device__ __forceinline__ A block_all_fold(A v, Op op, A* partial) {
   return group_fold(v, op, 32);
 }
 
+// How a row kernel covers `rows` rows of n elements, V a chunk: groups of up to 32 lanes in
+// blocks of 256 threads, with E in {1, 2, 4, 8} chunks a thread (at most kMaxWarpValues values;
+// a row of at most 32 chunks takes the smallest power-of-two group that holds it), or else a
+// block a row with kBlockValues values a thread. Calls
+// launch.template operator()<E, kBlock>(group, blocks, threads); false where a row would need
+// more than 1024 threads.
+template <int V, int kMaxWarpValues, int kBlockValues, class Launch>
+bool launch_row_shape(int n, int64_t rows, Launch&& launch) {
+  constexpr int kWarpThreads = 256;
+  constexpr int64_t kMaxGrid = 0x7fffffff;
+  auto warp = [&]<int E>() {
+    int group = 32;
+    if (E == 1) {
+      const int chunks = (n + V - 1) / V;
+      group = 1;
+      while (group < chunks) group *= 2;
+    }
+    const int64_t per_block = kWarpThreads / group;
+    const int64_t want = (rows + per_block - 1) / per_block;
+    launch.template operator()<E, false>(group, want < kMaxGrid ? want : kMaxGrid, kWarpThreads);
+  };
+  if (n <= 32 * V) {
+    warp.template operator()<1>();
+  } else if (n <= 64 * V && 2 * V <= kMaxWarpValues) {
+    warp.template operator()<2>();
+  } else if (n <= 128 * V && 4 * V <= kMaxWarpValues) {
+    if constexpr (4 * V <= kMaxWarpValues) warp.template operator()<4>();
+  } else if (n <= 256 * V && 8 * V <= kMaxWarpValues) {
+    if constexpr (8 * V <= kMaxWarpValues) warp.template operator()<8>();
+  } else {
+    constexpr int E = kBlockValues / V;
+    const int threads = ((n + E * V - 1) / (E * V) + 31) / 32 * 32;
+    if (threads > 1024) return false;
+    launch.template operator()<E, true>(32, rows < kMaxGrid ? rows : kMaxGrid, threads);
+  }
+  return true;
+}
+
 }  // namespace ember::cuda
