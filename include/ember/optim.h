@@ -118,8 +118,10 @@ class GradScaler {
 // on biases and norm weights.
 std::vector<ParamGroup> decay_groups(const nn::Module& m, double weight_decay);
 
-// Scales all grads so their global L2 norm is at most max_norm; returns the norm before.
-double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
+// Scales all grads so their global L2 norm is at most max_norm; returns the norm before, as
+// PyTorch does: a 0-dim float64 tensor (on the grads' GPU when they all live on one, so the
+// step need not wait for the device; read it with item()).
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
 
 // Linear warmup, then cosine decay from lr to min_lr until decay_iters (nanoGPT's schedule).
 double cosine_lr(int64_t it, double lr, double min_lr, int64_t warmup_iters, int64_t decay_iters);

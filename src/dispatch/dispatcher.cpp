@@ -70,13 +70,14 @@ void run_kernel(KernelFn kernel, OpId op, Device dev, std::span<const Tensor> in
   if (dev.type != DeviceType::CPU) {
     const op_profile::GpuMark mark = op_profile::gpu_begin(dev);
     kernel(inputs, outs, attrs);
-    op_profile::gpu_end(mark, op, dev);
+    op_profile::gpu_end(mark, op_profile::row_key(op, inputs), dev);
     return;
   }
   const auto t0 = std::chrono::steady_clock::now();
   kernel(inputs, outs, attrs);
   const auto t1 = std::chrono::steady_clock::now();
-  op_profile::record(op, dev, std::chrono::duration<double, std::milli>(t1 - t0).count());
+  op_profile::record(op_profile::row_key(op, inputs), dev,
+                     std::chrono::duration<double, std::milli>(t1 - t0).count());
 }
 }  // namespace
 

@@ -86,18 +86,37 @@ Table& table() {
 
 }  // namespace
 
+const char* setting() {
+  static const char* v = std::getenv("EMBER_PROFILE_OPS");
+  return v;
+}
+
 bool enabled() {
   static const bool on = [] {
-    const char* v = std::getenv("EMBER_PROFILE_OPS");
+    const char* v = setting();
     return v != nullptr && *v != '\0' && std::string(v) != "0";
   }();
   return on;
 }
 
-void record(OpId op, Device device, double ms) {
+std::string row_key(OpId op, std::span<const Tensor> inputs) {
+  static const bool shapes = enabled() && std::string(setting()) == "shapes";
+  std::string key(op_name(op));
+  if (!shapes) return key;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    key += i == 0 ? " " : ", ";
+    key += t.defined() ? t.shape_str() + " " + std::string(dtype_name(t.dtype())) +
+                             (t.is_contiguous() ? "" : " strided")
+                       : "-";
+  }
+  return key;
+}
+
+void record(const std::string& key, Device device, double ms) {
   Table& t = table();
   std::lock_guard<std::mutex> lock(t.mu);
-  Entry& e = t.rows[{std::string(op_name(op)), device.str()}];
+  Entry& e = t.rows[{key, device.str()}];
   ++e.calls;
   e.ms += ms;
 }
@@ -110,12 +129,12 @@ GpuMark gpu_begin(Device device) {
   return m;
 }
 
-void gpu_end(GpuMark mark, OpId op, Device device) {
+void gpu_end(GpuMark mark, const std::string& key, Device device) {
   Table& t = table();
   std::lock_guard<std::mutex> lock(t.mu);
   const int end = t.take_event();
   t.events[size_t(end)]->record(device.index);
-  t.pending.push_back({{std::string(op_name(op)), device.str()}, mark.slot, end});
+  t.pending.push_back({{key, device.str()}, mark.slot, end});
   if (t.pending.size() >= kFlushAt) t.flush();
 }
 

@@ -4,21 +4,29 @@
 // events recorded around them in the device's stream (their time on the GPU, read in batches,
 // so the program is not synchronized op by op).
 #pragma once
+#include <span>
+#include <string>
+
 #include "ember/device.h"
+#include "ember/tensor.h"
 #include "ops/op.h"
 
 namespace ember::op_profile {
 
-// Whether EMBER_PROFILE_OPS is set (read once).
+// Whether EMBER_PROFILE_OPS is set (read once). EMBER_PROFILE_OPS=shapes keys the table by
+// op and input shapes and dtypes instead of by op alone.
 bool enabled();
-// Adds one run of `op` on `device` taking `ms` (host-timed ops).
-void record(OpId op, Device device, double ms);
+// The table's row for a run of `op` on `inputs`: the op's name, with the inputs' shapes and
+// dtypes under EMBER_PROFILE_OPS=shapes.
+std::string row_key(OpId op, std::span<const Tensor> inputs);
+// Adds one run of the row `key` on `device` taking `ms` (host-timed ops).
+void record(const std::string& key, Device device, double ms);
 
 // Events around a GPU kernel: begin before launching it, end after.
 struct GpuMark {
   int slot = -1;
 };
 GpuMark gpu_begin(Device device);
-void gpu_end(GpuMark mark, OpId op, Device device);
+void gpu_end(GpuMark mark, const std::string& key, Device device);
 
 }  // namespace ember::op_profile

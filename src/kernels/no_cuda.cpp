@@ -4,6 +4,7 @@
 #include "ember/error.h"
 #include "kernels/device_kernels.h"
 #include "kernels/device_memory.h"
+#include "kernels/multi_tensor.h"
 
 namespace ember {
 
@@ -37,5 +38,15 @@ std::shared_ptr<Storage> new_cuda_storage(size_t, Device d) {
 void copy_bytes(void*, Device, const void*, Device, size_t) { no_cuda("a copy to or from a GPU"); }
 std::shared_ptr<Storage> new_pinned_storage(size_t) { return nullptr; }
 }  // namespace device_memory
+
+namespace multi_tensor {
+bool takes(std::span<const Tensor>) { return false; }
+Tensor sum_of_squares(std::span<const Tensor>) { no_cuda("multi_tensor::sum_of_squares"); }
+void clip_(std::span<const Tensor>, const Tensor&, double) { no_cuda("multi_tensor::clip_"); }
+void adamw_step(std::span<const Tensor>, std::span<const Tensor>, std::span<const Tensor>,
+                std::span<const Tensor>, std::span<const float>, const AdamWScalars&) {
+  no_cuda("multi_tensor::adamw_step");
+}
+}  // namespace multi_tensor
 
 }  // namespace ember

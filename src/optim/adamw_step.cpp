@@ -9,6 +9,7 @@
 #include "ember/compile.h"
 #include "ember/ops.h"
 #include "ember/optim.h"
+#include "kernels/multi_tensor.h"
 
 namespace ember::optim {
 
@@ -73,7 +74,8 @@ void AdamW::step() {
   struct Batch {
     DType dtype;
     Device device;
-    Tensors ps, gs, ms, vs, decay;
+    Tensors ps, gs, ms, vs;
+    std::vector<double> decay;  // 1 - lr * weight_decay of each parameter's group
   };
   std::vector<Batch> batches;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
@@ -92,16 +94,27 @@ void AdamW::step() {
       b->ms.push_back(exp_avg_[gi][i]);
       b->vs.push_back(exp_avg_sq_[gi][i]);
       // 1 without decay: p * 1 is p exactly.
-      b->decay.push_back(scalar_on(1 - lr_ * g.weight_decay, p.dtype(), p.device()));
+      b->decay.push_back(1 - lr_ * g.weight_decay);
     }
   }
   for (const Batch& b : batches) {
+    if (!compiled_ && multi_tensor::takes(b.ps) && multi_tensor::takes(b.gs) &&
+        multi_tensor::takes(b.ms) && multi_tensor::takes(b.vs)) {
+      // On a GPU: the same update, every parameter in one launch (or a few).
+      std::vector<float> decay(b.decay.begin(), b.decay.end());
+      multi_tensor::adamw_step(b.ps, b.gs, b.ms, b.vs, decay,
+                               {float(beta1), float(1 - beta1), float(beta2), float(1 - beta2),
+                                float(bc2), float(eps), float(lr_ / bc1)});
+      continue;
+    }
     auto s = [&](double v) { return scalar_on(v, b.dtype, b.device); };
+    Tensors decay;
+    for (double d : b.decay) decay.push_back(s(d));
     if (compiled_ && batches.size() == 1)
-      compiled_->fn(b.ps, b.gs, b.ms, b.vs, b.decay, s(beta1), s(1 - beta1), s(beta2),
+      compiled_->fn(b.ps, b.gs, b.ms, b.vs, decay, s(beta1), s(1 - beta1), s(beta2),
                     s(1 - beta2), s(bc2), s(eps), s(lr_ / bc1));
     else  // eager, or parameters of several dtypes
-      adamw_update(b.ps, b.gs, b.ms, b.vs, b.decay, s(beta1), s(1 - beta1), s(beta2),
+      adamw_update(b.ps, b.gs, b.ms, b.vs, decay, s(beta1), s(1 - beta1), s(beta2),
                    s(1 - beta2), s(bc2), s(eps), s(lr_ / bc1));
   }
 }

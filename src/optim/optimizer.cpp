@@ -4,6 +4,7 @@
 #include "ember/autograd.h"
 #include "ember/ops.h"
 #include "ember/optim.h"
+#include "kernels/multi_tensor.h"
 #include "optim/device_sums.h"
 
 namespace ember::optim {
@@ -41,24 +42,29 @@ std::vector<ParamGroup> decay_groups(const nn::Module& m, double weight_decay) {
   return {decay, no_decay};
 }
 
-double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard no_grad;
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (multi_tensor::takes(grads)) {
+    // Every grad on one GPU: one launch for the squares, one for the scaling, which reads the
+    // norm on the device (no wait for the GPU here).
+    Tensor sum_sq = multi_tensor::sum_of_squares(grads);
+    multi_tensor::clip_(grads, sum_sq, max_norm);
+    return sum_sq.sqrt();
+  }
   DeviceSums squares;  // in float64, summed on each device
-  for (const Tensor& p : params) {
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
+  for (const Tensor& g : grads) {
     Tensor g64 = g.to(DType::Float64);
     squares.add((g64 * g64).sum());
   }
-  double norm = std::sqrt(squares.total());
+  const double norm = std::sqrt(squares.total());
   if (std::isfinite(norm) && norm > max_norm && max_norm > 0) {
-    double scale = max_norm / (norm + 1e-6);
-    for (const Tensor& p : params) {
-      Tensor g = p.grad();
-      if (g.defined()) g.mul_(scale);
-    }
+    const double scale = max_norm / (norm + 1e-6);
+    for (Tensor& g : grads) g.mul_(scale);
   }
-  return norm;
+  return full({}, norm, TensorOptions(DType::Float64));
 }
 
 double cosine_lr(int64_t it, double lr, double min_lr, int64_t warmup_iters, int64_t decay_iters) {

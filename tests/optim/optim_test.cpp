@@ -73,7 +73,7 @@ TEST(SGD, MomentumUpdate) {
 TEST(ClipGradNorm, ScalesToMaxNorm) {
   Tensor a = tensor({3.0, 0.0}).requires_grad_(), b = tensor({4.0}).requires_grad_();
   ((a * a).sum() * 0.5 + (b * b).sum() * 0.5).backward();  // grads 3,0 and 4: norm 5
-  double norm = clip_grad_norm_({a, b}, 1.0);
+  double norm = clip_grad_norm_({a, b}, 1.0).item();
   EXPECT_NEAR(norm, 5.0, 1e-6);
   EXPECT_NEAR(a.grad().to_vector<float>()[0], 0.6, 1e-5);
   EXPECT_NEAR(b.grad().to_vector<float>()[0], 0.8, 1e-5);

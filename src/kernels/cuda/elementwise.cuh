@@ -41,7 +41,9 @@ __device__ __forceinline__ void store(T* p, V v) {
   else *p = T(v);
 }
 
-// Where every operand's elements are: operand 0 is the output.
+// Where every operand's elements are: operand 0 is the output. Dims are coalesced on the host
+// (adjacent dims that every operand steps through as one are merged), so a bias add over
+// [64, 256, 1536] indexes [16384, 1536].
 template <int N>
 struct Geometry {
   int ndim = 0;
@@ -49,14 +51,8 @@ struct Geometry {
   int64_t sizes[kMaxDims] = {};
   int64_t strides[N + 1][kMaxDims] = {};
   char* data[N + 1] = {};
+  bool unit_inner[N + 1] = {};  // operand k's innermost stride is 1 (else 0: broadcast)
 };
-
-template <class Out, class F, class... In, size_t... K>
-__device__ __forceinline__ void apply(const Geometry<sizeof...(In)>& g, const int64_t* off, F f,
-                                      std::index_sequence<K...>) {
-  store(reinterpret_cast<Out*>(g.data[0]) + off[0],
-        f(load(reinterpret_cast<const In*>(g.data[K + 1]) + off[K + 1])...));
-}
 
 // The contiguous case, kVec elements a thread at a time through aligned vector loads and
 // stores (16 bytes for float32); the tail past the last whole vector is done element-wise.
@@ -67,24 +63,47 @@ struct alignas(sizeof(T) * kVec) Vec {
 };
 
 template <class Out, class F, class... In, size_t... K>
-__device__ __forceinline__ void apply_vec(const Geometry<sizeof...(In)>& g, int64_t i, F f,
-                                          std::index_sequence<K...>) {
+__device__ __forceinline__ void apply(const Geometry<sizeof...(In)>& g, const int64_t* off, F f,
+                                      std::index_sequence<K...>) {
+  store(reinterpret_cast<Out*>(g.data[0]) + off[0],
+        f(load(reinterpret_cast<const In*>(g.data[K + 1]) + off[K + 1])...));
+}
+
+// kVec consecutive elements of an operand: a vector load where its inner stride is 1, else one
+// element repeated (a dim broadcast along the inner one).
+template <class T>
+__device__ __forceinline__ Vec<T> load_vec(const T* p, bool unit) {
+  if (unit) return *reinterpret_cast<const Vec<T>*>(p);
+  Vec<T> v;
+  const T x = *p;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) v.v[j] = x;
+  return v;
+}
+
+// kVec outputs from vectors starting at off[k] of each operand.
+template <class Out, class F, class... In, size_t... K>
+__device__ __forceinline__ void apply_vec(const Geometry<sizeof...(In)>& g, const int64_t* off,
+                                          F f, std::index_sequence<K...>) {
   const ::cuda::std::tuple<Vec<In>...> ins{
-      reinterpret_cast<const Vec<In>*>(reinterpret_cast<const In*>(g.data[K + 1]) + i)[0]...};
+      load_vec(reinterpret_cast<const In*>(g.data[K + 1]) + off[K + 1], g.unit_inner[K + 1])...};
   Vec<Out> o;
 #pragma unroll
   for (int j = 0; j < kVec; ++j) store(&o.v[j], f(load(&::cuda::std::get<K>(ins).v[j])...));
-  reinterpret_cast<Vec<Out>*>(reinterpret_cast<Out*>(g.data[0]) + i)[0] = o;
+  *reinterpret_cast<Vec<Out>*>(reinterpret_cast<Out*>(g.data[0]) + off[0]) = o;
 }
 
 template <class Out, class F, class... In>
-__global__ void elementwise_vec_kernel(int64_t n, Geometry<sizeof...(In)> g, F f) {
+__global__ void elementwise_flat_kernel(int64_t n, Geometry<sizeof...(In)> g, F f) {
   constexpr int N = sizeof...(In);
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   const int64_t whole = n / kVec;
   const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (int64_t v = first; v < whole; v += step)
-    apply_vec<Out, F, In...>(g, v * kVec, f, std::index_sequence_for<In...>{});
+  for (int64_t v = first; v < whole; v += step) {
+    int64_t off[N + 1];
+    for (int k = 0; k <= N; ++k) off[k] = v * kVec;
+    apply_vec<Out, F, In...>(g, off, f, std::index_sequence_for<In...>{});
+  }
   for (int64_t i = whole * kVec + first; i < n; i += step) {
     int64_t off[N + 1];
     for (int k = 0; k <= N; ++k) off[k] = i;
@@ -92,25 +111,51 @@ __global__ void elementwise_vec_kernel(int64_t n, Geometry<sizeof...(In)> g, F f
   }
 }
 
-template <class Out, class F, class... In>
-__global__ void elementwise_kernel(int64_t n, Geometry<sizeof...(In)> g, F f) {
+// Strided or broadcast operands: each element's offsets from its linear index through the
+// (coalesced) sizes, in Index arithmetic (32-bit when the tensor allows: 64-bit division is
+// the slow part). Vec: kVec elements of the inner dim a thread (its size a multiple of kVec,
+// every operand's inner stride 1 or 0, vectors aligned).
+template <class Out, class F, class Index, bool Vec, class... In>
+__global__ void elementwise_strided_kernel(Index units, Geometry<sizeof...(In)> g, F f) {
   constexpr int N = sizeof...(In);
-  const int64_t step = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+  const Index step = Index(gridDim.x) * blockDim.x;
+  for (Index u = Index(blockIdx.x) * blockDim.x + threadIdx.x; u < units; u += step) {
     int64_t off[N + 1];
-    if (g.flat) {
-      for (int k = 0; k <= N; ++k) off[k] = i;
-    } else {
-      for (int k = 0; k <= N; ++k) off[k] = 0;
-      int64_t r = i;
-      for (int d = g.ndim - 1; d >= 0; --d) {
-        const int64_t c = r % g.sizes[d];
-        r /= g.sizes[d];
-        for (int k = 0; k <= N; ++k) off[k] += c * g.strides[k][d];
+    for (int k = 0; k <= N; ++k) off[k] = 0;
+    Index r = Vec ? u * Index(kVec) : u;
+    for (int d = g.ndim - 1; d >= 0; --d) {
+      const Index size = Index(g.sizes[d]);
+      const Index c = r % size;
+      r /= size;
+      for (int k = 0; k <= N; ++k) off[k] += int64_t(c) * g.strides[k][d];
+    }
+    if constexpr (Vec) apply_vec<Out, F, In...>(g, off, f, std::index_sequence_for<In...>{});
+    else apply<Out, F, In...>(g, off, f, std::index_sequence_for<In...>{});
+  }
+}
+
+// Merges adjacent dims d-1, d that every operand steps through as one (stride[d-1] ==
+// stride[d] * size[d]), and drops dims of size 1.
+template <int N>
+void coalesce(Geometry<N>& g) {
+  int nd = 0;
+  for (int d = 0; d < g.ndim; ++d) {
+    if (g.sizes[d] == 1) continue;
+    if (nd > 0) {
+      bool merge = true;
+      for (int k = 0; k <= N; ++k)
+        merge = merge && g.strides[k][nd - 1] == g.strides[k][d] * g.sizes[d];
+      if (merge) {
+        g.sizes[nd - 1] *= g.sizes[d];
+        for (int k = 0; k <= N; ++k) g.strides[k][nd - 1] = g.strides[k][d];
+        continue;
       }
     }
-    apply<Out, F, In...>(g, off, f, std::index_sequence_for<In...>{});
+    g.sizes[nd] = g.sizes[d];
+    for (int k = 0; k <= N; ++k) g.strides[k][nd] = g.strides[k][d];
+    ++nd;
   }
+  g.ndim = nd;
 }
 
 // Launches f over out's elements on out's device; `in` broadcast to out's shape. Out and In...
@@ -143,24 +188,49 @@ void elementwise(const char* op, const Tensor& out, std::span<const Tensor> in, 
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     return (sms > 0 ? sms : 80) * 32;
   }();
-  // Vector loads need every operand aligned to a whole vector.
+  auto blocks_for = [](int64_t units) {
+    const int64_t want = (units + kThreads - 1) / kThreads;
+    return int(want < max_blocks ? want : max_blocks);
+  };
+  // Vector loads need every vector aligned: the base pointers, and (strided) every outer step.
   auto vec_aligned = [](const void* p, size_t bytes) {
     return reinterpret_cast<uintptr_t>(p) % bytes == 0;
   };
-  bool aligned = g.flat && vec_aligned(g.data[0], sizeof(Out) * kVec);
-  {
-    [[maybe_unused]] int k = 1;
-    ((aligned = aligned && vec_aligned(g.data[k++], sizeof(In) * kVec)), ...);
+  const size_t elem_bytes[N + 1] = {sizeof(Out), sizeof(In)...};
+  const cudaStream_t stream = detail::stream(device);
+  if (g.flat) {
+    bool aligned = true;
+    for (int k = 0; k <= N; ++k) aligned = aligned && vec_aligned(g.data[k], elem_bytes[k] * kVec);
+    if (aligned) {
+      for (int k = 0; k <= N; ++k) g.unit_inner[k] = true;
+      elementwise_flat_kernel<Out, F, In...><<<blocks_for(n / kVec + 1), kThreads, 0, stream>>>(n, g, f);
+      detail::check(cudaGetLastError(), op);
+      return;
+    }
   }
-  if (aligned && n >= kVec) {
-    const int64_t want = (n / kVec + kThreads - 1) / kThreads;
-    const int blocks = int(want < max_blocks ? want : max_blocks);
-    elementwise_vec_kernel<Out, F, In...><<<blocks, kThreads, 0, detail::stream(device)>>>(n, g, f);
-  } else {
-    const int64_t want = (n + kThreads - 1) / kThreads;
-    const int blocks = int(want < max_blocks ? want : max_blocks);
-    elementwise_kernel<Out, F, In...><<<blocks, kThreads, 0, detail::stream(device)>>>(n, g, f);
+  coalesce(g);
+  if (g.ndim == 0) g.ndim = 1, g.sizes[0] = 1;  // every dim of size 1
+  const int inner = g.ndim - 1;
+  bool vec = g.sizes[inner] % kVec == 0 && g.strides[0][inner] == 1;
+  for (int k = 0; k <= N && vec; ++k) {
+    const int64_t si = g.strides[k][inner];
+    g.unit_inner[k] = si == 1;
+    vec = (si == 0 || si == 1) && vec_aligned(g.data[k], elem_bytes[k] * (si == 1 ? kVec : 1));
+    for (int d = 0; d < inner && vec && si == 1; ++d) vec = g.strides[k][d] % kVec == 0;
   }
+  const bool small = n < (int64_t(1) << 31);
+  if (vec && small)
+    elementwise_strided_kernel<Out, F, uint32_t, true, In...>
+        <<<blocks_for(n / kVec), kThreads, 0, stream>>>(uint32_t(n / kVec), g, f);
+  else if (vec)
+    elementwise_strided_kernel<Out, F, int64_t, true, In...>
+        <<<blocks_for(n / kVec), kThreads, 0, stream>>>(n / kVec, g, f);
+  else if (small)
+    elementwise_strided_kernel<Out, F, uint32_t, false, In...>
+        <<<blocks_for(n), kThreads, 0, stream>>>(uint32_t(n), g, f);
+  else
+    elementwise_strided_kernel<Out, F, int64_t, false, In...>
+        <<<blocks_for(n), kThreads, 0, stream>>>(n, g, f);
   detail::check(cudaGetLastError(), op);
 }
 

@@ -216,23 +216,27 @@ void scatter_add(In in, Out out, const Attrs& a) {
 }
 
 // slice_backward: every output element is the grad's element when its coordinate along dim is
-// start + k * step for a k < count, else zero. One pass, no separate zero fill.
-template <class U>
-__global__ void slice_backward_kernel(const U* g, U* o, Space s, int64_t start, int64_t step,
-                                      int64_t count, int64_t n) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    int64_t r = i, plain = 0, indexed = 0, at_dim = 0;
+// start + k * step for a k < count, else zero. One pass, no separate zero fill. Index is
+// int32_t when the sizes allow (64-bit division is the slow part of the index math).
+template <class U, class Index>
+__global__ void slice_backward_kernel(const U* g, U* o, Space s, Index start, Index step,
+                                      Index count, Index n) {
+  const Index stride = Index(gridDim.x) * blockDim.x;
+  for (Index i = Index(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    Index r = i, at_dim = 0;
+    int64_t plain = 0, indexed = 0;
     for (int d = s.ndim - 1; d >= 0; --d) {
-      const int64_t c = r % s.sizes[d];
-      r /= s.sizes[d];
-      plain += c * s.plain[d];
+      const Index size = Index(s.sizes[d]);
+      const Index c = r % size;
+      r /= size;
+      plain += int64_t(c) * s.plain[d];
       if (d == s.dim) at_dim = c;
-      else indexed += c * s.indexed[d];
+      else indexed += int64_t(c) * s.indexed[d];
     }
-    const int64_t rel = at_dim - start;
-    const bool inside = rel >= 0 && rel % step == 0 && rel / step < count;
-    o[plain] = inside ? g[indexed + (rel / step) * s.indexed[s.dim]] : U(0);
+    const Index rel = at_dim - start;
+    const Index k = step == 1 ? rel : rel / step;
+    const bool inside = rel >= 0 && (step == 1 || rel % step == 0) && k < count;
+    o[plain] = inside ? g[indexed + int64_t(k) * s.indexed[s.dim]] : U(0);
   }
 }
 
@@ -259,9 +263,16 @@ void slice_backward(In in, Out out, const Attrs& a) {
   const int device = o.device().index;
   detail::use_device(device);
   visit_bits(o.dtype(), [&]<class U>() {
-    slice_backward_kernel<U><<<blocks_for(n), kThreads, 0, detail::stream(device)>>>(
-        static_cast<const U*>(g.impl()->data()), static_cast<U*>(o.impl()->data()), s, a.start,
-        a.step, count, n);
+    const U* gp = static_cast<const U*>(g.impl()->data());
+    U* op = static_cast<U*>(o.impl()->data());
+    const bool small = n < (int64_t(1) << 31) && a.start < (int64_t(1) << 31) &&
+                       a.step < (int64_t(1) << 31);
+    if (small)
+      slice_backward_kernel<U, int32_t><<<blocks_for(n), kThreads, 0, detail::stream(device)>>>(
+          gp, op, s, int32_t(a.start), int32_t(a.step), int32_t(count), int32_t(n));
+    else
+      slice_backward_kernel<U, int64_t><<<blocks_for(n), kThreads, 0, detail::stream(device)>>>(
+          gp, op, s, a.start, a.step, count, n);
     detail::check(cudaGetLastError(), "slice_backward");
   });
 }

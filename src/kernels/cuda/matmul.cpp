@@ -124,8 +124,16 @@ void matmul(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
     return;
   }
   Operand A = operand_of(a, batch), B = operand_of(b, batch);
-  EMBER_CHECK(m < (int64_t(1) << 31) && n < (int64_t(1) << 31) && k < (int64_t(1) << 31),
-              "matmul: dims past 2^31 on CUDA (", m, " x ", k, " x ", n, ")");
+  // One matrix for every batch entry (a linear layer's weight) and rows of a that continue
+  // from one entry to the next: one gemm over all the rows. cuBLAS's batched gemm with a zero
+  // batch stride ran a [64, 256, 384] @ [384, 1152] product 15x slower than this single one.
+  int64_t rows = m, batches = nb;
+  if (nb > 1 && B.batch_stride == 0 && !A.transposed && A.batch_stride == m * A.ld) {
+    rows = m * nb;
+    batches = 1;
+  }
+  EMBER_CHECK(rows < (int64_t(1) << 31) && n < (int64_t(1) << 31) && k < (int64_t(1) << 31),
+              "matmul: dims past 2^31 on CUDA (", rows, " x ", k, " x ", n, ")");
   const float one_f = 1, zero_f = 0;
   const double one_d = 1, zero_d = 0;
   const void* alpha = dt == DType::Float64 ? static_cast<const void*>(&one_d) : &one_f;
@@ -135,9 +143,9 @@ void matmul(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
   // C^T (n x m, column-major, ld n) = B^T (n x k) @ A^T (k x m).
   check_blas(cublasGemmStridedBatchedEx(
                  h, B.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, A.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
-                 int(n), int(m), int(k), alpha, B.t.impl()->data(), type, int(B.ld), B.batch_stride,
+                 int(n), int(rows), int(k), alpha, B.t.impl()->data(), type, int(B.ld), B.batch_stride,
                  A.t.impl()->data(), type, int(A.ld), A.batch_stride, beta, c.impl()->data(), type,
-                 int(n), m * n, int(nb), compute, CUBLAS_GEMM_DEFAULT),
+                 int(n), m * n, int(batches), compute, CUBLAS_GEMM_DEFAULT),
              "cublasGemmStridedBatchedEx");
 }
 
