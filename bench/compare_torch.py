@@ -8,6 +8,12 @@ fraction of its own reference where the row has one). Every figure comes from th
 this one machine.
 
 usage: bench/compare_torch.py [--ember PATH] [--quick] [--repeat N] [--only REGEX]
+       bench/compare_torch.py --train-run ITERS [--gpt PATH]
+
+--train-run trains nanoGPT's shakespeare_char recipe for ITERS iterations twice, with
+`ember-gpt train --device cuda` (bfloat16 autocast) and with the same model and loop in PyTorch
+(bfloat16 autocast, eager), and prints each one's wall time (evaluations included), ms per
+iteration and best val loss, and their ratio.
 """
 import argparse
 import json
@@ -133,6 +139,113 @@ def gpt_step_row(name, batch, repeat, dtype):
                note=f"{str(dtype).replace('torch.', '')}, eager")
 
 
+# ---- nanoGPT's shakespeare_char run, for the --train-run row ----
+
+RECIPE = dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch_size=64, dropout=0.2,
+              learning_rate=1e-3, min_lr=1e-4, warmup_iters=100, beta2=0.99, grad_clip=1.0,
+              weight_decay=0.1, eval_interval=250, eval_iters=200)
+
+
+def cosine_lr(it, iters):
+    r = RECIPE
+    if it < r["warmup_iters"]:
+        return r["learning_rate"] * (it + 1) / (r["warmup_iters"] + 1)
+    if it > iters:
+        return r["min_lr"]
+    ratio = (it - r["warmup_iters"]) / max(1, iters - r["warmup_iters"])
+    return r["min_lr"] + 0.5 * (1 + math.cos(math.pi * ratio)) * (r["learning_rate"] - r["min_lr"])
+
+
+def torch_train_run(text_path, iters):
+    r = RECIPE
+    text = open(text_path, encoding="utf-8").read()
+    chars = sorted(set(text))
+    stoi = {c: i for i, c in enumerate(chars)}
+    data = torch.tensor([stoi[c] for c in text], dtype=torch.long)
+    n = int(0.9 * len(data))
+    splits = {"train": data[:n], "val": data[n:]}
+    torch.manual_seed(1337)
+    model = GPT(len(chars), r["block_size"], r["n_layer"], r["n_head"], r["n_embd"],
+                r["dropout"]).to(DEV)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": r["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=r["learning_rate"], betas=(0.9, r["beta2"]), foreach=True)
+    params = list(model.parameters())
+
+    def batch(split):
+        d = splits[split]
+        ix = torch.randint(len(d) - r["block_size"], (r["batch_size"],))
+        x = torch.stack([d[i:i + r["block_size"]] for i in ix])
+        y = torch.stack([d[i + 1:i + 1 + r["block_size"]] for i in ix])
+        return (x.pin_memory().to(DEV, non_blocking=True),
+                y.pin_memory().to(DEV, non_blocking=True))
+
+    @torch.no_grad()
+    def evaluate():
+        model.eval()
+        out = {}
+        for split in ("train", "val"):
+            losses = torch.zeros(r["eval_iters"])
+            for k in range(r["eval_iters"]):
+                x, y = batch(split)
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    losses[k] = model(x, y).item()
+            out[split] = losses.mean().item()
+        model.train()
+        return out
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    best = float("inf")
+    x, y = batch("train")
+    train_s = 0.0
+    for it in range(iters + 1):
+        if it % r["eval_interval"] == 0 or it == iters:
+            best = min(best, evaluate()["val"])
+        if it == iters:
+            break
+        for g in opt.param_groups:
+            g["lr"] = cosine_lr(it, iters)
+        t1 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x, y)
+        x, y = batch("train")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, r["grad_clip"])
+        opt.step()
+        if it % 10 == 0:
+            loss.item()  # nanoGPT's log line reads the loss every log_interval iterations
+        train_s += time.perf_counter() - t1
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    return {"name": "cuda/train_run", "device": DEV, "framework": "torch", "iters": iters,
+            "wall_s": wall, "ms_per_iter": 1000 * train_s / iters, "best_val_loss": best}
+
+
+def ember_train_run(gpt, text_path, iters):
+    r = RECIPE
+    cmd = [gpt, "train", "--device", "cuda", "--data", text_path, "--quiet",
+           "--out_dir", "/tmp/ember-train-run", "--max_iters", str(iters),
+           "--lr_decay_iters", str(iters)]
+    for k in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "dropout",
+              "learning_rate", "min_lr", "warmup_iters", "beta2", "grad_clip", "weight_decay",
+              "eval_interval", "eval_iters"):
+        cmd += [f"--{'lr' if k == 'learning_rate' else k}", str(r[k])]
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if res.returncode != 0:
+        sys.stderr.write(res.stdout + res.stderr)
+        raise SystemExit(f"compare_torch: {' '.join(cmd)} failed with status {res.returncode}")
+    m = re.search(r"\(([0-9.]+) ms/iter training\); best val loss ([0-9.]+)", res.stdout)
+    return {"name": "cuda/train_run", "device": DEV, "framework": "ember", "iters": iters,
+            "wall_s": wall, "ms_per_iter": float(m.group(1)) if m else None,
+            "best_val_loss": float(m.group(2)) if m else None, "summary": res.stdout.strip()[-300:]}
+
+
 def torch_rows(quick, repeat, wants):
     out = []
     if wants("cuda/add_f32_256M"):
@@ -218,9 +331,21 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--only", default="", help="regex selecting rows (default: every cuda/ row)")
+    ap.add_argument("--train-run", type=int, default=0, metavar="ITERS",
+                    help="compare a training run of ITERS iterations instead of the rows")
+    ap.add_argument("--gpt", default="build-gpu/apps/ember-gpt")
+    ap.add_argument("--data", default="data/tinyshakespeare.txt")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("compare_torch: PyTorch sees no CUDA device")
+    if a.train_run:
+        e = ember_train_run(a.gpt, a.data, a.train_run)
+        print(json.dumps(e), flush=True)
+        t = torch_train_run(a.data, a.train_run)
+        print(json.dumps(t), flush=True)
+        print(json.dumps({"name": "cuda/train_run", "framework": "ratio",
+                          "ember_over_torch_wall": e["wall_s"] / t["wall_s"]}), flush=True)
+        return
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     wants = lambda name: re.search(a.only, name) is not None if a.only else True

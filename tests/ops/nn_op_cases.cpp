@@ -83,6 +83,57 @@ Ref ref_layer_norm(const Ref& x, int64_t k, const Ref* w, const Ref* b, double e
   return out;
 }
 
+// layer_norm_backward's grads (g [rows, n] of out, x [rows, n], weight [n]) in float64.
+std::vector<Ref> ref_layer_norm_backward(const Ref& g, const Ref& x, const Ref& w, double eps) {
+  const int64_t n = w.numel(), rows = n > 0 ? x.numel() / n : 0;
+  Ref dx = x, dw(w.shape, 0.0), db(w.shape, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < n; ++i) mean += x.v[r * n + i];
+    mean /= double(n);
+    for (int64_t i = 0; i < n; ++i) var += (x.v[r * n + i] - mean) * (x.v[r * n + i] - mean);
+    const double rstd = 1 / std::sqrt(var / double(n) + eps);
+    double mean_gw = 0, mean_gwx = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double gw = g.v[r * n + i] * w.v[i], xhat = (x.v[r * n + i] - mean) * rstd;
+      mean_gw += gw / double(n);
+      mean_gwx += gw * xhat / double(n);
+      dw.v[i] += g.v[r * n + i] * xhat;
+      db.v[i] += g.v[r * n + i];
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const double xhat = (x.v[r * n + i] - mean) * rstd;
+      dx.v[r * n + i] = rstd * (g.v[r * n + i] * w.v[i] - mean_gw - xhat * mean_gwx);
+    }
+  }
+  return {dx, dw, db};
+}
+
+// The fused grad op, called directly (layer_norm's grad uses it on GPUs): inputs g, x, weight;
+// mean and rstd come from the forward op.
+void add_layer_norm_backward_cases(std::vector<OpCase>& cases) {
+  OpCase c;
+  c.name = "layer_norm_backward";
+  c.covers = {OpId::layer_norm_backward};
+  c.shapes = {{{4, 10}, {4, 10}, {10}}, {{2, 3, 384}, {2, 3, 384}, {384}},
+              {{300, 64}, {300, 64}, {64}}, {{0, 5}, {0, 5}, {5}}, {{3, 1}, {3, 1}, {1}}};
+  c.dtypes = {DType::Float32, DType::Float64, DType::BFloat16};
+  c.run = [](const Inputs& in) {
+    Attrs a;
+    a.shape = in[2].sizes();
+    a.value = 1e-5;
+    std::vector<Tensor> fwd = dispatch(OpId::layer_norm, {in[1], in[2]}, a);
+    std::vector<Tensor> r =
+        dispatch(OpId::layer_norm_backward, {in[0], in[1], fwd[1], fwd[2], in[2]}, a);
+    return Inputs{r[0], r[1], r[2]};
+  };
+  c.reference = [](const std::vector<Ref>& r) {
+    return ref_layer_norm_backward(r[0], r[1], r[2], 1e-5);
+  };
+  c.tol_scale = 4;  // sums over rows, and a division by the std
+  cases.push_back(std::move(c));
+}
+
 void add_layer_norm_cases(std::vector<OpCase>& cases) {
   // affine: 0 none, 1 weight only, 2 weight and bias, 3 bias only.
   for (int affine = 0; affine < 4; ++affine) {
@@ -225,6 +276,7 @@ EMBER_OP_CASES(nn_ops) {
   add_softmax_cases(cases, false);
   add_softmax_cases(cases, true);
   add_layer_norm_cases(cases);
+  add_layer_norm_backward_cases(cases);
   add_cross_entropy_cases(cases);
   add_target_weights_cases(cases);
   return cases;

@@ -8,6 +8,7 @@ namespace ember::cpu {
 void softmax(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void log_softmax(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void layer_norm(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
+void layer_norm_backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void cross_entropy(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void target_weights(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 

@@ -13,6 +13,7 @@ KernelFn device_kernel(OpId op, Device device) {
     cuda::register_reductions(t);
     cuda::register_matmul(t);
     cuda::register_layer_norm(t);
+    cuda::register_layer_norm_backward(t);
     cuda::register_index(t);
     cuda::register_losses(t);
     cuda::register_random(t);

@@ -16,6 +16,7 @@ void register_pointwise_attrs(KernelTable& t);
 void register_reductions(KernelTable& t);
 void register_matmul(KernelTable& t);
 void register_layer_norm(KernelTable& t);
+void register_layer_norm_backward(KernelTable& t);  // layer_norm_backward.cu
 void register_index(KernelTable& t);         // index.cu
 void register_losses(KernelTable& t);        // cross_entropy.cu
 void register_random(KernelTable& t);        // random.cu

@@ -1,0 +1,146 @@
+// CUDA layer_norm_backward: with xhat = (x - mean) * rstd and gw = g * w,
+//   dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))   (a warp a row, two passes over it)
+//   dw = sum over rows of g * xhat, db = sum over rows of g (column partials, then a fold)
+// in the compute type (float for float32 and the half types, double for float64). Both column
+// passes fold in a fixed order, so the grads are the same from run to run. Operands are made
+// contiguous first.
+#include <algorithm>
+
+#include "core/make_tensor.h"
+#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/kernel_table.h"
+
+namespace ember::cuda {
+
+namespace {
+
+template <class A>
+__device__ __forceinline__ A warp_sum(A v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <class T, class C>
+__global__ void dx_kernel(const T* g, const T* x, const C* mean, const C* rstd, const T* w, T* dx,
+                          int64_t rows, int64_t n) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; r < rows; r += warps) {
+    const T *gr = g + r * n, *xr = x + r * n;
+    const C mu = mean[r], rs = rstd[r];
+    C sum_gw = 0, sum_gwx = 0;
+    for (int64_t i = lane; i < n; i += 32) {
+      const C gw = C(load(gr + i)) * C(load(w + i));
+      sum_gw += gw;
+      sum_gwx += gw * ((C(load(xr + i)) - mu) * rs);
+    }
+    const C mean_gw = warp_sum(sum_gw) / C(n), mean_gwx = warp_sum(sum_gwx) / C(n);
+    for (int64_t i = lane; i < n; i += 32) {
+      const C gw = C(load(gr + i)) * C(load(w + i));
+      const C xhat = (C(load(xr + i)) - mu) * rs;
+      store(dx + r * n + i, rs * (gw - mean_gw - xhat * mean_gwx));
+    }
+  }
+}
+
+// Column partials of dw and db: a block covers 32 columns x 8 row lanes (a warp reads 32
+// neighbouring elements of a row); split s of the rows writes partial[s][col].
+constexpr int kColumns = 32, kRowLanes = 8;
+
+template <class T, class C>
+__global__ void dw_db_partial_kernel(const T* g, const T* x, const C* mean, const C* rstd,
+                                     int64_t rows, int64_t n, C* pw, C* pb) {
+  __shared__ C tile_w[kRowLanes][kColumns + 1], tile_b[kRowLanes][kColumns + 1];
+  const int64_t col = int64_t(blockIdx.x) * kColumns + threadIdx.x;
+  C aw = 0, ab = 0;
+  if (col < n) {
+    const int64_t step = int64_t(gridDim.y) * kRowLanes;
+    for (int64_t r = int64_t(blockIdx.y) * kRowLanes + threadIdx.y; r < rows; r += step) {
+      const C gv = C(load(g + r * n + col));
+      aw += gv * ((C(load(x + r * n + col)) - mean[r]) * rstd[r]);
+      ab += gv;
+    }
+  }
+  tile_w[threadIdx.y][threadIdx.x] = aw;
+  tile_b[threadIdx.y][threadIdx.x] = ab;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < n) {
+    for (int k = 1; k < kRowLanes; ++k) {
+      aw += tile_w[k][threadIdx.x];
+      ab += tile_b[k][threadIdx.x];
+    }
+    pw[int64_t(blockIdx.y) * n + col] = aw;
+    pb[int64_t(blockIdx.y) * n + col] = ab;
+  }
+}
+
+template <class T, class C>
+__global__ void dw_db_final_kernel(const C* pw, const C* pb, int splits, int64_t n, T* dw, T* db) {
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < n;
+       c += int64_t(gridDim.x) * blockDim.x) {
+    C aw = 0, ab = 0;
+    for (int s = 0; s < splits; ++s) {
+      aw += pw[int64_t(s) * n + c];
+      ab += pb[int64_t(s) * n + c];
+    }
+    store(dw + c, aw);
+    store(db + c, ab);
+  }
+}
+
+int sm_count() {
+  static const int sms = [] {
+    int n = 0;
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0);
+    return n > 0 ? n : 80;
+  }();
+  return sms;
+}
+
+// in: g, x, mean, rstd, weight; out: dx, dw, db.
+void layer_norm_backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  visit<Kinds::Float>(in[1].dtype(), "layer_norm_backward", [&]<class T>() {
+    using C = compute_t<T>;
+    const Tensor g = in[0].contiguous(), x = in[1].contiguous(), mean = in[2].contiguous(),
+                 rstd = in[3].contiguous(), w = in[4].contiguous();
+    int64_t n = 1;
+    for (int64_t s : a.shape) n *= s;
+    const int64_t rows = mean.numel();
+    const int device = x.device().index;
+    detail::use_device(device);
+    const cudaStream_t stream = detail::stream(device);
+    auto ptr = [](const Tensor& t) { return static_cast<const T*>(t.impl()->data()); };
+    auto cptr = [](const Tensor& t) { return static_cast<const C*>(t.impl()->data()); };
+    T* dx = static_cast<T*>(out[0].impl()->data());
+    T* dw = static_cast<T*>(out[1].impl()->data());
+    T* db = static_cast<T*>(out[2].impl()->data());
+    if (rows > 0 && n > 0) {
+      const int64_t blocks = std::min<int64_t>((rows + 7) / 8, int64_t(sm_count()) * 16);
+      dx_kernel<T, C><<<unsigned(blocks), 256, 0, stream>>>(ptr(g), ptr(x), cptr(mean),
+                                                            cptr(rstd), ptr(w), dx, rows, n);
+      detail::check(cudaGetLastError(), "layer_norm_backward");
+    }
+    if (n == 0) return;
+    const int64_t groups = (n + kColumns - 1) / kColumns;
+    const int64_t want = (int64_t(sm_count()) * 8 + groups - 1) / groups;
+    const int splits = int(std::clamp<int64_t>(std::min(want, rows / (kRowLanes * 8)), 1, 1024));
+    constexpr DType acc = std::is_same_v<C, double> ? DType::Float64 : DType::Float32;
+    Tensor partial = make_tensor({2, int64_t(splits), n}, acc, x.device());
+    C* pw = static_cast<C*>(partial.impl()->data());
+    C* pb = pw + int64_t(splits) * n;
+    const dim3 grid{unsigned(groups), unsigned(splits)}, block{kColumns, kRowLanes};
+    dw_db_partial_kernel<T, C><<<grid, block, 0, stream>>>(ptr(g), ptr(x), cptr(mean), cptr(rstd),
+                                                          rows, n, pw, pb);
+    const int64_t fb = std::min<int64_t>((n + 255) / 256, 65535);
+    dw_db_final_kernel<T, C><<<unsigned(fb), 256, 0, stream>>>(pw, pb, splits, n, dw, db);
+    detail::check(cudaGetLastError(), "layer_norm_backward");
+  });
+}
+
+}  // namespace
+
+void register_layer_norm_backward(KernelTable& t) {
+  t[OpId::layer_norm_backward] = layer_norm_backward;
+}
+
+}  // namespace ember::cuda
