@@ -68,6 +68,18 @@ const OpImpl op_impl_rand{infer_random, cpu::rand, nullptr};
 const OpImpl op_impl_randn{infer_random, cpu::randn, nullptr};
 const OpImpl op_impl_randint{infer_random, cpu::randint, nullptr};
 const OpImpl op_impl_bernoulli{infer_random, cpu::bernoulli, nullptr};
+
+namespace {
+MetaList infer_dropout(std::span<const Tensor> in, const Attrs&) {
+  return {TensorMeta{in[0].sizes(), {}, 0, in[0].dtype()}};
+}
+// The same mask on the grad: the op again with the same draws.
+std::vector<Tensor> grad_dropout(const GradCtx& c) {
+  return {dispatch1(OpId::dropout, {c.grads[0]}, c.attrs)};
+}
+}  // namespace
+
+const OpImpl op_impl_dropout{infer_dropout, cpu::dropout, grad_dropout};
 const OpImpl op_impl_multinomial{infer_multinomial, cpu::multinomial, nullptr};
 
 // ---- front ends ----
@@ -127,6 +139,15 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   // PyTorch, infinities and NaNs in x still give NaN.
   if (p == 1) return x * 0.0;
   const double keep = 1 - p;
+  if (x.device().type != DeviceType::CPU) {
+    // One kernel, and no mask kept for the backward (it draws the mask again).
+    Attrs a;
+    a.value = p;
+    RandomRange r = reserve_random(uint64_t(x.numel()), "dropout");
+    a.seed = r.seed;
+    a.offset = r.offset;
+    return dispatch1(OpId::dropout, {x}, a);
+  }
   Tensor scaled_mask;
   {
     NoGradGuard no_grad;

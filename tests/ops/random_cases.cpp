@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/generator.h"
 #include "core/philox.h"
+#include "dispatch/dispatcher.h"
 #include "support/op_cases.h"
 
 namespace ember::test {
@@ -180,6 +182,22 @@ EMBER_OP_CASES(random) {
   drop.gradcheck = true;
   drop.tol_scale = 2;  // the mask scale is rounded to the dtype before the product
   cases.push_back(drop);
+
+  // The dropout op itself (what the front end runs on a GPU): the same mask, drawn again by
+  // its grad.
+  OpCase op = drop;
+  op.name = "dropout_op";
+  op.covers = {OpId::dropout};
+  op.run = [p](const Inputs& in) {
+    manual_seed(kSeed);
+    Attrs a;
+    a.value = p;
+    const RandomRange r = reserve_random(uint64_t(in[0].numel()), "dropout");
+    a.seed = r.seed;
+    a.offset = r.offset;
+    return Inputs{dispatch1(OpId::dropout, {in[0]}, a)};
+  };
+  cases.push_back(op);
 
   // multinomial over unnormalized weights, with and without replacement; the driver also
   // passes the weights strided.

@@ -132,6 +132,23 @@ void bernoulli(std::span<const Tensor>, std::span<Tensor> out, const Attrs& a) {
   });
 }
 
+void dropout(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  check_offset(a, "dropout");
+  const Tensor x = in[0].contiguous();
+  const int64_t n = out[0].numel();
+  const uint64_t threshold = philox::bernoulli_threshold(1 - a.value);
+  visit_float(out[0].dtype(), "dropout", [&]<class T>() {
+    using C = compute_t<T>;
+    const T* xp = static_cast<const T*>(x.impl()->data());
+    T* p = out_data<T>(out[0]);
+    const C scale = C(1 / (1 - a.value));
+    for_each_block(n, 4, a, [=](const philox::Block& w, int64_t first, int64_t count) {
+      for (int64_t k = 0; k < count; ++k)
+        p[first + k] = T(C(xp[first + k]) * (philox::bernoulli(w.v[k], threshold) ? scale : C(0)));
+    });
+  });
+}
+
 // ---- multinomial ----
 
 namespace {

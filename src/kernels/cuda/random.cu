@@ -186,6 +186,40 @@ void bernoulli_op(std::span<const Tensor>, std::span<Tensor> out, const Attrs& a
   });
 }
 
+// ---- dropout ----
+
+// Block b of the draws covers elements 4b .. 4b + 3 of x and y (contiguous).
+template <class T>
+__global__ void dropout_kernel(const T* x, T* y, int64_t n, uint64_t seed, uint64_t base,
+                               uint64_t threshold, compute_t<T> scale) {
+  const int64_t nblocks = (n + 3) / 4;
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < nblocks; b += step) {
+    const philox::Block w = philox::block(seed, base + uint64_t(b));
+    const int64_t first = 4 * b;
+    const int count = int(n - first < 4 ? n - first : 4);
+    for (int k = 0; k < count; ++k)
+      store(y + first + k, load(x + first + k) *
+                               (philox::bernoulli(w.v[k], threshold) ? scale : compute_t<T>(0)));
+  }
+}
+
+void dropout_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  check_offset(a, "dropout");
+  const Tensor x = in[0].contiguous();
+  const int64_t n = out[0].numel();
+  if (n == 0) return;
+  const uint64_t threshold = philox::bernoulli_threshold(1 - a.value);
+  const int device = out[0].device().index;
+  detail::use_device(device);
+  visit<Kinds::Float>(out[0].dtype(), "dropout", [&]<class T>() {
+    dropout_kernel<T><<<grid_for((n + 3) / 4), kThreads, 0, detail::stream(device)>>>(
+        static_cast<const T*>(x.impl()->data()), static_cast<T*>(out[0].impl()->data()), n,
+        a.seed, a.offset / 4, threshold, compute_t<T>(1 / (1 - a.value)));
+    detail::check(cudaGetLastError(), "dropout");
+  });
+}
+
 // ---- multinomial ----
 
 // One row of weights, read through its strides.
@@ -390,6 +424,7 @@ void register_random(KernelTable& t) {
   t[OpId::randn] = randn_op;
   t[OpId::randint] = randint_op;
   t[OpId::bernoulli] = bernoulli_op;
+  t[OpId::dropout] = dropout_op;
   t[OpId::multinomial] = multinomial_op;
 }
 
