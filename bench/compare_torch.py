@@ -286,6 +286,19 @@ def torch_rows(quick, repeat, wants):
         per_op.sort()
         ms = per_op[len(per_op) // 2]
         out.append(row("cuda/add_1elem_overhead", ms, us_per_op=ms * 1000))
+    if wants("cuda/attention_bf16"):
+        bsz, heads, t, hs = (8 if quick else 64), 6, 256, 64
+        q, k, v = (torch.randn(bsz, heads, t, hs, device=DEV, dtype=torch.bfloat16,
+                               requires_grad=True) for _ in range(3))
+        g = torch.randn(bsz, heads, t, hs, device=DEV, dtype=torch.bfloat16)
+        with torch.no_grad():
+            fwd = gpu_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                dropout_p=0.2), repeat)
+        ms = gpu_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                           dropout_p=0.2).backward(g), repeat)
+        flops = 3.5 * 2 * 2.0 * bsz * heads * t * t * hs / 2
+        out.append(row("cuda/attention_bf16", ms, fwd_ms=fwd, tflops=flops / (ms * 1e9),
+                       note="fwd + bwd, causal, dropout 0.2"))
     if wants("cuda/gpt_train_step"):
         batch = 8 if quick else 64
         out.append(gpt_step_row("cuda/gpt_train_step", batch, 2 if quick else 10, torch.float32))

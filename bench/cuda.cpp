@@ -6,6 +6,9 @@
 //   cuda/matmul_bf16_8192    against cuBLAS called directly on the same buffers
 //   cuda/add_1elem_overhead  host time to queue one tiny op (us_per_op), median over batches of
 //                            256 queued back to back
+//   cuda/attention_bf16      scaled_dot_product_attention forward and backward at the GPT's
+//                            layer shape (batch 64, 6 heads, 256 tokens, head 64), bfloat16,
+//                            causal, dropout 0.2: the fused kernels (fwd_ms: forward alone)
 //   cuda/gpt_train_step      nanoGPT's shakespeare_char step (6 layers, 6 heads, 384 wide,
 //                            block 256, batch 64, dropout 0.2, AdamW, grad clip 1), float32;
 //   cuda/gpt_train_step_bf16 the same under bfloat16 autocast
@@ -140,6 +143,25 @@ EMBER_BENCH(cuda) {
     Row r{"cuda/add_1elem_overhead", ms};
     r.device = kGpu.str();
     r.extra.push_back({"us_per_op", ms * 1000});
+    rows.push_back(r);
+  }
+  if (opt.wants("cuda/attention_bf16")) {
+    const int64_t B = opt.quick ? 8 : 64, H = 6, T = 256, hs = 64;
+    Tensor q = randn({B, H, T, hs}, on_gpu(DType::BFloat16)).requires_grad_(true);
+    Tensor k = randn({B, H, T, hs}, on_gpu(DType::BFloat16)).requires_grad_(true);
+    Tensor v = randn({B, H, T, hs}, on_gpu(DType::BFloat16)).requires_grad_(true);
+    Tensor g = randn({B, H, T, hs}, on_gpu(DType::BFloat16));
+    const double fwd_ms = gpu_ms([&] { scaled_dot_product_attention(q, k, v, true, 0.2); }, repeat);
+    const double ms = gpu_ms([&] {
+      EnableGradGuard grad;
+      scaled_dot_product_attention(q, k, v, true, 0.2).backward(g);
+    }, repeat);
+    // The useful products under the causal mask: q k^T and p v forward, 2.5 times that backward.
+    const double flops = 3.5 * 2 * 2.0 * double(B * H) * double(T) * double(T) * double(hs) / 2;
+    Row r{"cuda/attention_bf16", ms};
+    r.device = kGpu.str();
+    r.extra = {{"fwd_ms", fwd_ms}, {"tflops", flops / (ms * 1e9)}};
+    r.note = "fwd + bwd, causal, dropout 0.2";
     rows.push_back(r);
   }
   for (const bool bf16 : {false, true}) {

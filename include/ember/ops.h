@@ -74,7 +74,8 @@ Tensor gelu(const Tensor& x, bool tanh_approx = false);
 // Mean cross entropy of logits [N, C] against int64 targets [N]; targets equal to
 // ignore_index do not count. Logits of more dims [..., C] are flattened first.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
-// softmax(q k^T * scale [+ causal mask]) v, over [..., L, E] inputs (math path).
+// softmax(q k^T * scale [+ causal mask]) v, over [..., L, E] inputs: the math path on the CPU,
+// a fused kernel on CUDA (heads up to 128); dropout drops the same elements on both.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal = false, double dropout_p = 0.0,
                                     std::optional<double> scale = std::nullopt);

@@ -1,24 +1,32 @@
-// scaled_dot_product_attention, math path: a composite of table ops (matmul, softmax, an
-// additive causal mask, dropout), so autograd and capture handle it with no special case.
+// scaled_dot_product_attention. On the CPU, and wherever the fused op does not apply, the math
+// path: a composite of table ops (matmul, softmax, an additive causal mask, dropout), so autograd
+// and capture handle it with no special case (and the CPU compiler pattern-matches exactly this
+// op sequence in captured graphs: keep it as it is). On CUDA, the fused attention op
+// (ops/attention_ops.cpp, kernels/cuda/attention_*.cu), which never builds the [..., L, S]
+// probabilities and draws the composite's dropout mask; but not under capture with dropout
+// (its seed and offset are attrs, which a replayed graph would reuse: the composite's bernoulli
+// node draws afresh at each run), nor for heads larger than its kernels take.
+#include "ops/attention.h"
+
 #include <cmath>
 
 #include "ops/frontend.h"
 
 namespace ember {
 
+namespace {
+bool use_fused(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p) {
+  if (q.device().type != DeviceType::CUDA) return false;
+  if (dropout_p > 0 && capture_hook()) return false;
+  return q.size(-1) <= kCudaAttentionMaxHead && v.size(-1) <= kCudaAttentionMaxHead;
+}
+}  // namespace
+
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal, double dropout_p, std::optional<double> scale) {
-  EMBER_CHECK(q.defined() && k.defined() && v.defined(),
-              "scaled_dot_product_attention: undefined input");
-  EMBER_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2,
-              "scaled_dot_product_attention: q, k, v need at least 2 dims [..., L, E], got ",
-              q.shape_str(), ", ", k.shape_str(), ", ", v.shape_str());
-  EMBER_CHECK(q.size(-1) == k.size(-1), "scaled_dot_product_attention: q ", q.shape_str(),
-              " and k ", k.shape_str(), " must have the same last dim (embedding)");
-  EMBER_CHECK(k.size(-2) == v.size(-2), "scaled_dot_product_attention: k ", k.shape_str(),
-              " and v ", v.shape_str(), " must have the same sequence length (dim -2)");
-  EMBER_CHECK(dropout_p >= 0 && dropout_p < 1,
-              "scaled_dot_product_attention: dropout_p must be in [0, 1), got ", dropout_p);
+  check_attention_args(q, k, v, dropout_p, "scaled_dot_product_attention");
+  if (use_fused(q, k, v, dropout_p))
+    return fused_attention(q, k, v, is_causal, dropout_p, scale).out;
   const int64_t L = q.size(-2), S = k.size(-2);
   const double s = scale ? *scale : 1.0 / std::sqrt(double(q.size(-1)));
   Tensor att = matmul(q, k.transpose(-2, -1)) * s;

@@ -1,5 +1,10 @@
-// Op cases: scaled_dot_product_attention (a composite of table ops), with and without the
-// causal mask, against a float64 loop implementation.
+// Op cases: scaled_dot_product_attention (a composite of table ops on the CPU, the fused op on
+// CUDA), with and without the causal mask, and the fused attention op called directly (its
+// out and lse, its grad through attention_backward, and its dropout mask), against float64 loop
+// implementations. The dropout reference decides each element from the Philox stream as
+// dropout of the [..., L, S] probabilities would (core/philox.h, ops/defs/factory.def).
+#include "core/philox.h"
+#include "ops/attention.h"
 #include "support/op_cases.h"
 
 namespace ember::test {
@@ -30,6 +35,47 @@ Ref ref_attention(const Ref& q, const Ref& k, const Ref& v, bool causal) {
     }
   return out;
 }
+// The fused op's out and lse on q [..., L, E], k [..., S, E], v [..., S, F] (any batch dims),
+// with dropout p drawn from (seed, offset 0): element n = (b * L + i) * S + j is kept where
+// draw n is below (1 - p) * 2^32, and kept probabilities are scaled by 1 / (1 - p).
+std::vector<Ref> ref_fused(const Ref& q, const Ref& k, const Ref& v, bool causal, double p,
+                           uint64_t seed) {
+  const int64_t L = q.shape.end()[-2], E = q.shape.back(), S = k.shape.end()[-2],
+                F = v.shape.back();
+  const int64_t batch = L * E > 0 ? q.numel() / (L * E) : 0;
+  Shape out_shape = q.shape, lse_shape(q.shape.begin(), q.shape.end() - 1);
+  out_shape.back() = F;
+  Ref out(out_shape, 0.0), lse(lse_shape, -INFINITY);
+  const uint64_t threshold = uint64_t((1 - p) * 4294967296.0);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < L; ++i) {
+      const int64_t n = causal ? std::min(S, i + 1) : S;
+      if (n == 0) continue;
+      std::vector<double> w(static_cast<size_t>(n));
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) {
+        double d = 0;
+        for (int64_t e = 0; e < E; ++e) d += q.v[(b * L + i) * E + e] * k.v[(b * S + j) * E + e];
+        w[j] = d / std::sqrt(double(E));
+        mx = std::max(mx, w[j]);
+      }
+      double z = 0;
+      for (double& x : w) z += (x = std::exp(x - mx));
+      lse.v[b * L + i] = mx + std::log(z);
+      for (int64_t j = 0; j < n; ++j) {
+        double keep = 1;
+        if (p > 0) {
+          const uint64_t draw = philox::draw(seed, uint64_t((b * L + i) * S + j));
+          keep = uint64_t(draw) < threshold ? 1 / (1 - p) : 0;
+        }
+        for (int64_t f = 0; f < F; ++f)
+          out.v[(b * L + i) * F + f] += w[j] / z * keep * v.v[(b * S + j) * F + f];
+      }
+    }
+  return {out, lse};
+}
+
+constexpr uint64_t kDropoutSeed = 0xa77e5eedull;
 }  // namespace
 
 EMBER_OP_CASES(attention) {
@@ -47,6 +93,46 @@ EMBER_OP_CASES(attention) {
       return std::vector<Ref>{ref_attention(r[0], r[1], r[2], causal)};
     };
     c.gradcheck = true;
+    c.tol_scale = 4;
+    cases.push_back(c);
+  }
+  // The fused op, called directly on every device (lse detached: it has no grad). Batch dims
+  // [2, 3], L != S, E != F, more queries than keys (causal rows past S see every key), and no
+  // keys at all (out 0, lse -inf).
+  for (bool causal : {false, true}) {
+    OpCase c;
+    c.name = causal ? "attention_causal" : "attention";
+    c.covers = {OpId::attention, OpId::attention_backward};
+    c.shapes = {{{2, 3, 5, 4}, {2, 3, 7, 4}, {2, 3, 7, 6}},
+                {{1, 4, 3}, {1, 4, 3}, {1, 4, 2}},
+                {{2, 6, 4}, {2, 3, 4}, {2, 3, 5}},
+                {{2, 3, 4}, {2, 0, 4}, {2, 0, 5}}};
+    c.run = [causal](const Inputs& in) {
+      AttentionResult r = fused_attention(in[0], in[1], in[2], causal, 0.0, std::nullopt);
+      return Inputs{r.out, r.lse.detach()};
+    };
+    c.reference = [causal](const std::vector<Ref>& r) {
+      return ref_fused(r[0], r[1], r[2], causal, 0.0, 0);
+    };
+    c.gradcheck = true;
+    c.tol_scale = 4;
+    cases.push_back(c);
+  }
+  // With dropout 0.3 from a fixed seed: the kept elements are the reference's. No gradcheck
+  // here (tests/ops/attention_test.cpp reseeds for that) and no covers, so compiled-training
+  // tests, which cannot reseed inside a compiled function, leave it out.
+  for (bool causal : {false, true}) {
+    OpCase c;
+    c.name = causal ? "attention_dropout_causal" : "attention_dropout";
+    c.shapes = {{{2, 3, 6, 4}, {2, 3, 9, 4}, {2, 3, 9, 5}}, {{3, 8, 3}, {3, 5, 3}, {3, 5, 2}}};
+    c.run = [causal](const Inputs& in) {
+      manual_seed(kDropoutSeed);
+      AttentionResult r = fused_attention(in[0], in[1], in[2], causal, 0.3, std::nullopt);
+      return Inputs{r.out, r.lse};
+    };
+    c.reference = [causal](const std::vector<Ref>& r) {
+      return ref_fused(r[0], r[1], r[2], causal, 0.3, kDropoutSeed);
+    };
     c.tol_scale = 4;
     cases.push_back(c);
   }

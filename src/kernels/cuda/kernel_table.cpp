@@ -19,6 +19,8 @@ KernelFn device_kernel(OpId op, Device device) {
     cuda::register_random(t);
     cuda::register_shape_ops(t);
     cuda::register_factories(t);
+    cuda::register_attention_forward(t);
+    cuda::register_attention_backward(t);
     return t;
   }();
   return device.type == DeviceType::CUDA ? table.fns[size_t(op)] : nullptr;

@@ -1,0 +1,18 @@
+// CUDA kernels of the attention_backward op: D, then dK and dV, then dQ (attention_bwd.cuh),
+// launched in that order on the device's stream.
+#include "kernels/cuda/attention_bwd.cuh"
+#include "kernels/cuda/kernel_table.h"
+
+namespace ember::cuda {
+
+namespace {
+void attention_backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  attn::backward(in, out, a, attn::cuda_runner(in[0], "attention_backward"));
+}
+}  // namespace
+
+void register_attention_backward(KernelTable& t) {
+  t[OpId::attention_backward] = attention_backward;
+}
+
+}  // namespace ember::cuda

@@ -1,0 +1,105 @@
+// The fused attention ops: shape rules, the grad (through attention_backward, which recomputes
+// the probabilities from the saved logsumexp) and the front end fused_attention (ops/attention.h).
+#include <cmath>
+
+#include "core/generator.h"
+#include "core/shape.h"
+#include "kernels/cpu/attention.h"
+#include "ops/attention.h"
+#include "ops/frontend.h"
+
+namespace ember {
+
+namespace {
+// Dtype of the per-row logsumexp: float32 for 16-bit inputs (it is computed in float).
+DType stats_dtype(DType t) {
+  return t == DType::Float64 ? t : DType::Float32;
+}
+
+MetaList infer_attention(std::span<const Tensor> in, const Attrs&) {
+  const Tensor &q = in[0], &v = in[2];
+  Shape out = q.sizes(), lse(q.sizes().begin(), q.sizes().end() - 1);
+  out.back() = v.sizes().back();
+  return {TensorMeta{out, {}, 0, q.dtype()}, TensorMeta{lse, {}, 0, stats_dtype(q.dtype())}};
+}
+
+MetaList infer_attention_backward(std::span<const Tensor> in, const Attrs&) {
+  return {TensorMeta{in[0].sizes(), {}, 0, in[0].dtype()},
+          TensorMeta{in[1].sizes(), {}, 0, in[1].dtype()},
+          TensorMeta{in[2].sizes(), {}, 0, in[2].dtype()}};
+}
+
+// One attention_backward call gives all three grads (with the same attrs, so the same dropout
+// mask). The grad of lse is not propagated: it is a statistic saved for this formula.
+std::vector<Tensor> grad_attention(const GradCtx& c) {
+  const Tensor& g = c.grads[0];
+  if (!g.defined()) return {Tensor(), Tensor(), Tensor()};
+  std::vector<Tensor> grads = dispatch(OpId::attention_backward,
+                                       {c.inputs[0], c.inputs[1], c.inputs[2], c.outputs[0],
+                                        c.outputs[1], cast_to(g, c.outputs[0].dtype())},
+                                       c.attrs);
+  for (size_t i = 0; i < 3; ++i)
+    if (!c.needs_grad[i]) grads[i] = Tensor();
+  return grads;
+}
+
+Shape batch_of(const Tensor& t) {
+  return Shape(t.sizes().begin(), t.sizes().end() - 2);
+}
+// t with its batch dims expanded to `batch` (a view: no copy).
+Tensor expand_batch(const Tensor& t, const Shape& batch) {
+  Shape s = batch;
+  s.push_back(t.size(-2));
+  s.push_back(t.size(-1));
+  return t.sizes() == s ? t : t.expand(s);
+}
+}  // namespace
+
+const OpImpl op_impl_attention{infer_attention, cpu::attention, grad_attention, 0b111, 0b11};
+const OpImpl op_impl_attention_backward{infer_attention_backward, cpu::attention_backward, nullptr};
+
+void check_attention_args(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p,
+                          const char* op) {
+  EMBER_CHECK(q.defined() && k.defined() && v.defined(), op, ": undefined input");
+  EMBER_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2, op,
+              ": q, k, v need at least 2 dims [..., L, E], got ", q.shape_str(), ", ",
+              k.shape_str(), ", ", v.shape_str());
+  EMBER_CHECK(q.size(-1) == k.size(-1), op, ": q ", q.shape_str(), " and k ", k.shape_str(),
+              " must have the same last dim (embedding)");
+  EMBER_CHECK(k.size(-2) == v.size(-2), op, ": k ", k.shape_str(), " and v ", v.shape_str(),
+              " must have the same sequence length (dim -2)");
+  EMBER_CHECK(dropout_p >= 0 && dropout_p < 1, op, ": dropout_p must be in [0, 1), got ",
+              dropout_p);
+}
+
+AttentionResult fused_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                                bool is_causal, double dropout_p, std::optional<double> scale,
+                                const char* op) {
+  check_attention_args(q_in, k_in, v_in, dropout_p, op);
+  const Tensor q0 = autocast_lower(q_in), k0 = autocast_lower(k_in), v0 = autocast_lower(v_in);
+  const DType t = promote_types(promote_types(q0.dtype(), k0.dtype()), v0.dtype());
+  EMBER_CHECK(is_floating(t), op, ": q, k and v must be floating point, got ",
+              dtype_name(q0.dtype()), ", ", dtype_name(k0.dtype()), " and ", dtype_name(v0.dtype()),
+              "; convert them with .to()");
+  const Shape batch =
+      broadcast_pair(broadcast_pair(batch_of(q0), batch_of(k0), op), batch_of(v0), op);
+  const Tensor q = expand_batch(cast_to(q0, t), batch), k = expand_batch(cast_to(k0, t), batch),
+               v = expand_batch(cast_to(v0, t), batch);
+  Attrs a;
+  a.flag = is_causal;
+  a.value = dropout_p;
+  a.value2 = scale ? *scale : 1.0 / std::sqrt(double(q.size(-1)));
+  if (dropout_p > 0) {
+    // The draws of bernoulli([..., L, S]) in dropout: the same count from the same place.
+    Shape scores = batch;
+    scores.push_back(q.size(-2));
+    scores.push_back(k.size(-2));
+    const RandomRange r = reserve_random(uint64_t(checked_numel(scores, op)), op);
+    a.seed = r.seed;
+    a.offset = r.offset;
+  }
+  std::vector<Tensor> outs = dispatch(OpId::attention, {q, k, v}, a);
+  return {outs[0], outs[1]};
+}
+
+}  // namespace ember

@@ -1,0 +1,248 @@
+// The CUDA attention kernels (kernels/cuda/attention_fwd.cuh, attention_bwd.cuh) compiled for
+// the host and run by the block emulator (support/block_emulator.h), against the CPU kernels of
+// the same ops: tiling, masking, the online softmax, the dropout mask, strided and broadcast
+// operands and both load paths are checked on machines without a GPU. (On a GPU, the op cases and
+// tests/cuda/cuda_attention_test.cpp run the real kernels.) Builds where the CUDA headers are
+// found, as they are with the CUDA backend.
+#if __has_include(<cuda_bf16.h>)
+#define EMBER_CUDA_EMULATION 1
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "support/block_emulator.h"
+
+// The kernels' primitives (attention_tiles.cuh), on the emulator.
+namespace ember::cuda::attn {
+inline int thread_index() {
+  return test::emu::thread_index();
+}
+inline int64_t block_index() {
+  return test::emu::block_index();
+}
+inline void sync_block() {
+  test::emu::barrier();
+}
+template <class C>
+inline C shfl_xor(C v, int lane_mask) {
+  return test::emu::exchange(v, lane_mask);
+}
+inline unsigned char* shared_memory() {
+  return test::emu::shared_memory();
+}
+inline float exp_of(float x) {
+  return std::exp(x);
+}
+inline double exp_of(double x) {
+  return std::exp(x);
+}
+inline float log_of(float x) {
+  return std::log(x);
+}
+inline double log_of(double x) {
+  return std::log(x);
+}
+inline float max_of(float a, float b) {
+  return std::fmax(a, b);
+}
+inline double max_of(double a, double b) {
+  return std::fmax(a, b);
+}
+template <class V>
+inline V load16(const void* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+}
+template <class V>
+inline void store16(void* p, const V& v) {
+  std::memcpy(p, &v, sizeof(V));
+}
+}  // namespace ember::cuda::attn
+
+#include <gtest/gtest.h>
+
+#include "core/make_tensor.h"
+#include "core/shape.h"
+#include "ember/ember.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cuda/attention_bwd.cuh"
+#include "kernels/cuda/attention_fwd.cuh"
+
+namespace ember::test {
+namespace {
+
+struct Emulated {
+  template <class Args>
+  void operator()(void (*kernel)(Args), int64_t blocks, size_t smem, const Args& args) const {
+    emu::run_blocks(blocks, cuda::attn::kThreads, smem, [&] { kernel(args); });
+  }
+};
+
+struct Config {
+  Shape batch;
+  int64_t L, S, E, F;
+  bool causal;
+  double dropout;
+  DType dtype;
+  // How q, k, v are laid out: 0 contiguous, 1 heads interleaved as in the GPT (a transposed view
+  // of [B, L, H, E]), 2 every other element of the last dim, 3 k and v broadcast along batch dim 0.
+  int layout = 0;
+
+  std::string str() const {
+    return "batch " + shape_str(batch) + " L " + std::to_string(L) + " S " + std::to_string(S) +
+           " E " + std::to_string(E) + " F " + std::to_string(F) + (causal ? " causal" : "") +
+           " dropout " + std::to_string(dropout) + " " + std::string(dtype_name(dtype)) +
+           " layout " + std::to_string(layout);
+  }
+};
+
+Shape with(Shape batch, int64_t rows, int64_t cols) {
+  batch.push_back(rows);
+  batch.push_back(cols);
+  return batch;
+}
+
+// Values in [-2, 2) of `shape` in c.layout's layout (randn-like scale, fixed by the seed).
+Tensor make_input(const Config& c, const Shape& shape, bool shared) {
+  NoGradGuard no_grad;
+  auto draw = [&](const Shape& s) { return (rand(s, DType::Float64) * 4.0 - 2.0).to(c.dtype); };
+  const int64_t nb = int64_t(c.batch.size());
+  if (c.layout == 1 && nb == 2) {
+    // [B, H, rows, cols] as the view of [B, rows, H, cols]
+    Tensor base = draw({shape[0], shape[2], shape[1], shape[3]});
+    return base.transpose(1, 2);
+  }
+  if (c.layout == 2) {
+    Shape wide = shape;
+    wide.back() *= 2;
+    Tensor v = zeros(wide, c.dtype).slice(-1, 0, wide.back(), 2);
+    v.copy_(draw(shape));
+    return v;
+  }
+  if (c.layout == 3 && shared) {
+    Shape one = shape;
+    one[0] = 1;
+    return draw(one).expand(shape);
+  }
+  return draw(shape);
+}
+
+// max |got - want| / (1 + |want|); infinite when only one of them is infinite or NaN.
+double max_rel_error(const Tensor& got, const Tensor& want) {
+  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
+  double worst = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (g[i] == w[i]) continue;  // equal infinities included
+    const double e = std::abs(g[i] - w[i]) / (1 + std::abs(w[i]));
+    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+  }
+  return worst;
+}
+
+double tolerance(DType t) {
+  switch (t) {
+    case DType::Float64:
+      return 1e-10;
+    case DType::Float32:
+      return 2e-5;
+    case DType::Float16:
+      return 2e-3;
+    default:
+      return 1.6e-2;  // bfloat16 outputs: a rounding of 2^-8 relative
+  }
+}
+
+Attrs attrs_of(const Config& c) {
+  Attrs a;
+  a.flag = c.causal;
+  a.value = c.dropout;
+  a.value2 = 1.0 / std::sqrt(double(c.E));
+  a.seed = 1234567;
+  a.offset = 4 * 77;
+  return a;
+}
+
+DType stats_dtype(DType t) {
+  return t == DType::Float64 ? t : DType::Float32;
+}
+
+void check(const Config& c) {
+  SCOPED_TRACE(c.str());
+  manual_seed(uint64_t(c.L * 1000 + c.S * 10 + c.E));
+  const Tensor q = make_input(c, with(c.batch, c.L, c.E), false);
+  const Tensor k = make_input(c, with(c.batch, c.S, c.E), true);
+  const Tensor v = make_input(c, with(c.batch, c.S, c.F), true);
+  const Tensor go = make_input(c, with(c.batch, c.L, c.F), false);
+  const Attrs a = attrs_of(c);
+  const Tensor in[3] = {q, k, v};
+  Shape lse_shape = c.batch;
+  lse_shape.push_back(c.L);
+  Tensor want[2] = {make_tensor(with(c.batch, c.L, c.F), c.dtype),
+                    make_tensor(lse_shape, stats_dtype(c.dtype))};
+  Tensor got[2] = {make_tensor(with(c.batch, c.L, c.F), c.dtype),
+                   make_tensor(lse_shape, stats_dtype(c.dtype))};
+  cpu::attention(in, want, a);
+  cuda::attn::forward(in, got, a, Emulated{});
+  const double tol = tolerance(c.dtype);
+  EXPECT_LE(max_rel_error(got[0], want[0]), tol) << "out";
+  EXPECT_LE(max_rel_error(got[1], want[1]), c.dtype == DType::Float64 ? 1e-12 : 1e-5) << "lse";
+
+  // The backward from the CPU's out and lse, so both compute from the same saved values.
+  const Tensor bin[6] = {q, k, v, want[0], want[1], go};
+  Tensor bwant[3] = {make_tensor(q.sizes(), c.dtype), make_tensor(k.sizes(), c.dtype),
+                     make_tensor(v.sizes(), c.dtype)};
+  Tensor bgot[3] = {make_tensor(q.sizes(), c.dtype), make_tensor(k.sizes(), c.dtype),
+                    make_tensor(v.sizes(), c.dtype)};
+  cpu::attention_backward(bin, bwant, a);
+  cuda::attn::backward(bin, bgot, a, Emulated{});
+  const char* names[3] = {"dq", "dk", "dv"};
+  // Grads sum over many rows: a few roundings more than out.
+  const double gtol = c.dtype == DType::Float64 ? 1e-9 : 4 * tol;
+  for (int i = 0; i < 3; ++i) EXPECT_LE(max_rel_error(bgot[i], bwant[i]), gtol) << names[i];
+}
+
+TEST(AttentionEmulation, SmallShapesEveryDtype) {
+  for (DType t : {DType::Float32, DType::Float64, DType::BFloat16, DType::Float16})
+    for (bool causal : {false, true}) {
+      check({{2, 3}, 5, 7, 8, 6, causal, 0.0, t});
+      check({{3}, 9, 4, 3, 5, causal, 0.3, t});
+    }
+}
+
+TEST(AttentionEmulation, SeveralTilesWithTheirEdges) {
+  // Past one tile of rows and keys (64 for float, 32 for double), with partial last tiles.
+  for (DType t : {DType::Float32, DType::Float64, DType::BFloat16})
+    for (bool causal : {false, true}) {
+      check({{2}, 70, 70, 16, 16, causal, 0.0, t});
+      check({{1}, 65, 130, 32, 24, causal, 0.25, t});
+      check({{1}, 100, 40, 16, 8, causal, 0.0, t});  // L > S: causal rows past S see every key
+    }
+}
+
+TEST(AttentionEmulation, HeadTilesOf64And128) {
+  check({{1}, 20, 33, 64, 64, true, 0.2, DType::Float32});
+  check({{1}, 20, 33, 100, 72, false, 0.0, DType::Float32});
+  check({{1}, 20, 33, 128, 128, true, 0.0, DType::BFloat16});
+  check({{1}, 12, 20, 128, 40, true, 0.1, DType::Float64});
+}
+
+TEST(AttentionEmulation, StridedAndBroadcastOperands) {
+  for (DType t : {DType::Float32, DType::BFloat16}) {
+    check({{2, 3}, 40, 40, 16, 16, true, 0.2, t, 1});  // heads of a [B, L, H, E] tensor
+    check({{2, 3}, 12, 17, 8, 8, false, 0.0, t, 2});   // every other element
+    check({{2, 3}, 12, 17, 8, 16, true, 0.1, t, 3});   // k, v shared by batch dim 0
+  }
+}
+
+TEST(AttentionEmulation, NoKeysGiveZeroOutputAndMinusInfinity) {
+  check({{2}, 5, 0, 4, 3, false, 0.0, DType::Float32});
+  check({{2}, 5, 0, 4, 3, true, 0.5, DType::Float64});
+}
+
+}  // namespace
+}  // namespace ember::test
+
+#endif  // __has_include(<cuda_bf16.h>)
