@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "autograd/node.h"
+#include "dispatch/dispatcher.h"
 #include "ember/autograd.h"
 #include "ember/ops.h"
 
@@ -10,6 +11,20 @@ namespace ember {
 
 using autograd::Edge;
 using autograd::Node;
+
+namespace {
+// Whether a grad being summed may take the next one in place: nothing else holds it or its
+// memory (a grad passed through unchanged to two inputs, or a view of another tensor, is
+// shared), the sum has its shape and dtype, and no capture records the step (a traced
+// backward keeps the out-of-place sum). Saves a buffer per sum: the peak of a backward that
+// adds up the grads of many views of one tensor (q, k and v split from one product).
+bool owns_alone(const Tensor& slot, const Tensor& g) {
+  const auto& impl = slot.impl_ptr();
+  return capture_hook() == nullptr && impl.use_count() == 1 && impl->storage &&
+         impl->storage.use_count() == 1 && slot.is_contiguous() && g.sizes() == slot.sizes() &&
+         g.dtype() == slot.dtype() && g.device() == slot.device() && !g.is_symbolic();
+}
+}  // namespace
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads,
               bool retain_graph) {
@@ -71,7 +86,9 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
       p.grads.resize(e.fn->output_meta.size());
     }
     Tensor& slot = p.grads[e.input_nr];
-    slot = slot.defined() ? slot + g : g;
+    if (!slot.defined()) slot = g;
+    else if (owns_alone(slot, g)) slot.add_(g);
+    else slot = slot + g;
   };
   auto later_first = [](const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) {
     return a->sequence_nr < b->sequence_nr;

@@ -139,8 +139,10 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   // PyTorch, infinities and NaNs in x still give NaN.
   if (p == 1) return x * 0.0;
   const double keep = 1 - p;
-  if (x.device().type != DeviceType::CPU) {
-    // One kernel, and no mask kept for the backward (it draws the mask again).
+  if (x.device().type != DeviceType::CPU && !capture_hook()) {
+    // One kernel, and no mask kept for the backward (it draws the mask again). Not under
+    // capture: the op's draws are attrs, which a replayed graph would reuse, where the
+    // composite's bernoulli node draws afresh at each run.
     Attrs a;
     a.value = p;
     RandomRange r = reserve_random(uint64_t(x.numel()), "dropout");

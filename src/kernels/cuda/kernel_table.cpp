@@ -19,6 +19,7 @@ KernelFn device_kernel(OpId op, Device device) {
     cuda::register_random(t);
     cuda::register_shape_ops(t);
     cuda::register_factories(t);
+    cuda::register_nonzero(t);
     cuda::register_attention_forward(t);
     cuda::register_attention_backward(t);
     return t;

@@ -14,6 +14,7 @@
 #include "core/shape.h"
 #include "ember/ops.h"
 #include "kernels/cuda/kernel_table.h"
+#include "kernels/cuda/matmul_int.h"
 #include "kernels/cuda/runtime.h"
 
 namespace ember::cuda {
@@ -105,9 +106,14 @@ void matmul(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
     case DType::Float16: type = CUDA_R_16F; compute = CUBLAS_COMPUTE_32F; break;
     case DType::BFloat16: type = CUDA_R_16BF; compute = CUBLAS_COMPUTE_32F; break;
     case DType::Float64: type = CUDA_R_64F; compute = CUBLAS_COMPUTE_64F; break;
+    case DType::Int32:
+    case DType::Int64:
+      type = CUDA_R_32I;  // unused: integers take their own kernel below
+      compute = CUBLAS_COMPUTE_32I;
+      break;
     default:
       EMBER_FAIL("matmul: no kernel for ", c.device().str(), " tensors of dtype ",
-                 dtype_name(dt), " yet (floating dtypes only); cast, or move them with .cpu()");
+                 dtype_name(dt), " (floating and integer dtypes only); cast with .to()");
   }
   const int64_t nd = c.dim(), m = c.sizes()[size_t(nd - 2)], n = c.sizes()[size_t(nd - 1)];
   const int64_t k = a.sizes()[size_t(a.dim() - 1)];
@@ -121,6 +127,10 @@ void matmul(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
     detail::check(cudaMemsetAsync(c.impl()->data(), 0, size_t(c.numel()) * dtype_size(dt),
                                   detail::stream(device)),
                   "matmul");
+    return;
+  }
+  if (dt == DType::Int32 || dt == DType::Int64) {
+    integer_matmul(a, b, c);
     return;
   }
   Operand A = operand_of(a, batch), B = operand_of(b, batch);
