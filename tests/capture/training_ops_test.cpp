@@ -161,8 +161,12 @@ TEST(TrainingOps, EveryDifferentiableOpHasACase) {
   for (const Instance& inst : instances(false))
     for (OpId op : inst.c->covers) covered.insert(op);
   std::string missing;
+  // Random ops are left out (their cases reseed, see instances()); the one differentiable
+  // random op, dropout, is never captured (its front end keeps the composite under capture),
+  // and its grad is checked by the op table's gradcheck.
   for (int i = 0; i < kNumOps; ++i)
-    if (op_info(OpId(i)).has(kDifferentiable) && !covered.count(OpId(i)))
+    if (op_info(OpId(i)).has(kDifferentiable) && op_info(OpId(i)).kind != OpKind::Random &&
+        !covered.count(OpId(i)))
       missing += std::string(op_name(OpId(i))) + " ";
   EXPECT_TRUE(missing.empty()) << "differentiable ops without a gradient case: " << missing;
 }
