@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds ember with its CUDA backend and runs every test, the GPU tests included, on a machine
 # with an NVIDIA GPU. Usage: scripts/test-gpu.sh [gtest filter]. With OUT set, the report goes
-# to $OUT/gpu-tests.json. No GPU (or no CUDA toolkit) is a failure here, never a pass.
+# to $OUT/gpu-tests.json; with EMBER_MEMCHECK=1 the CUDA tests run again under memcheck. No GPU
+# (or no CUDA toolkit) is a failure here, never a pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! nvidia-smi -L >/dev/null 2>&1; then
@@ -28,3 +29,11 @@ ninja -C build-gpu  # the library, the tests, ember-bench (bench/compare_torch.p
 echo "[test-gpu] running the test suite${1:+ ($1)}"
 ./build-gpu/tests/ember-tests --gtest_brief=1 ${1:+--gtest_filter=$1} \
   ${OUT:+--gtest_output=json:$OUT/gpu-tests.json}
+# EMBER_MEMCHECK=1: the CUDA tests again under compute-sanitizer's memcheck (every kernel's
+# reads and writes checked; the out-of-memory test left out, as the sanitizer's own memory
+# changes what runs out).
+if [[ "${EMBER_MEMCHECK:-0}" == 1 ]]; then
+  echo "[test-gpu] compute-sanitizer --tool memcheck over the CUDA tests"
+  compute-sanitizer --tool memcheck --error-exitcode 1 ./build-gpu/tests/ember-tests --gtest_brief=1 \
+    --gtest_filter='Cuda*:-CudaRuntime.OutOfMemory*'
+fi

@@ -34,6 +34,12 @@ void reset_peak_memory_stats(int device = 0);
 // Returns every cached block that no tensor uses to the driver.
 void empty_cache();
 
+// Whether float32 matmuls on a GPU may run on TF32 tensor cores (inputs rounded to a 10-bit
+// mantissa, sums in float32), as PyTorch's torch.backends.cuda.matmul.allow_tf32: off by
+// default, so float32 products are computed in full float32. Setting it works in any build.
+void set_allow_tf32(bool on);
+bool allow_tf32();
+
 // A point in a device's stream, for timing GPU work without waiting for it at each step:
 // record two events around the work, then ask the time between them (which waits for the
 // second).

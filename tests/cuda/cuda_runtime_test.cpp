@@ -176,6 +176,34 @@ TEST(CudaRuntime, BatchesCopiesAndCheckpointsCrossDevices) {
   EXPECT_EQ(back[0].second.to_vector<float>(), (std::vector<float>{1, 2, 3}));
 }
 
+TEST(CudaRuntime, Tf32SettingHoldsInAnyBuild) {
+  EXPECT_FALSE(cuda::allow_tf32());
+  cuda::set_allow_tf32(true);
+  EXPECT_TRUE(cuda::allow_tf32());
+  cuda::set_allow_tf32(false);
+  EXPECT_FALSE(cuda::allow_tf32());
+}
+
+// float32 matmuls run in full float32 unless TF32 is allowed; with it they still agree with
+// float64 to TF32's precision (a 10-bit mantissa).
+TEST(CudaRuntime, Tf32IsAnOptIn) {
+  REQUIRE_GPU();
+  manual_seed(5);
+  const Tensor a = randn({256, 256}), b = randn({256, 256});
+  const Tensor want = matmul(a.to(DType::Float64), b.to(DType::Float64));
+  auto max_err = [&](bool tf32) {
+    cuda::set_allow_tf32(tf32);
+    const Tensor got = matmul(a.cuda(), b.cuda()).cpu().to(DType::Float64);
+    cuda::set_allow_tf32(false);
+    return (got - want).abs().amax().item() / want.abs().amax().item();
+  };
+  EXPECT_FALSE(cuda::allow_tf32());
+  const double full = max_err(false), tf32 = max_err(true);
+  EXPECT_LT(full, 1e-5);
+  EXPECT_LT(tf32, 1e-2);
+  EXPECT_GT(tf32, full);  // the tensor-core path ran: it rounds more
+}
+
 TEST(CudaRuntime, FactoriesAndRandomOpsRunOnTheDevice) {
   REQUIRE_GPU();
   TensorOptions o(DType::Float32);

@@ -175,11 +175,9 @@ EMBER_ATTN_KERNEL void attention_dq_kernel(BackwardArgs<T, C> a) {
   C *ds_s = smem + Sm::s0, *lse_s = smem + Sm::lse, *d_s = smem + Sm::d;
   unsigned char* keep = shared_memory() + size_t(Sm::end) * sizeof(C);
   const Problem<C>& p = a.p;
-  const int tid = thread_index(), tr = tid / kSide, tc = tid % kSide;
-  const int64_t tiles = (p.L + R - 1) / R;
-  const int64_t b = block_index() % p.batch;
-  const int64_t r0 = (tiles - 1 - block_index() / p.batch) * R;
-  const int rows = min_rows(p.L - r0, R);
+  const QueryTile at = query_tile(p);
+  const int tr = at.tr, tc = at.tc, rows = at.rows;
+  const int64_t b = at.b, r0 = at.r0;
 
   load_tile<T, C, kD, kVecLoad>(qs, a.q.rows_of(b, r0), a.q.row_stride, rows, p.E);
   load_tile<T, C, kD, kVecLoad>(gos, a.go.rows_of(b, r0), a.go.row_stride, rows, p.F);

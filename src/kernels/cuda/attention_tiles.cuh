@@ -172,6 +172,24 @@ struct Problem {
   EMBER_ATTN_DEVICE bool hidden(int64_t i, int64_t j) const { return causal && j > i; }
 };
 
+// Where a block and its thread stand in the kernels that take a block per (batch entry, tile
+// of R query rows), the last tiles first (under the causal mask they see the most keys): the
+// thread's row and column in the kSide x kSide grid, the batch entry, the tile's first row and
+// its number of rows.
+struct QueryTile {
+  int tr, tc;
+  int64_t b, r0;
+  int rows;
+};
+template <class C>
+EMBER_ATTN_DEVICE QueryTile query_tile(const Problem<C>& p) {
+  constexpr int R = Tiles<C>::kRows;
+  const int tid = thread_index();
+  const int64_t tiles = (p.L + R - 1) / R;
+  const int64_t r0 = (tiles - 1 - block_index() / p.batch) * R;
+  return {tid / kSide, tid % kSide, block_index() % p.batch, r0, min_rows(p.L - r0, R)};
+}
+
 // dst (R x kD, row stride kD + V) = rows [0, rows) and cols [0, cols) of src, zeros elsewhere.
 // kVecLoad: 16-byte loads (the launcher checked that src, its strides and cols allow them).
 template <class T, class C, int kD, bool kVecLoad>

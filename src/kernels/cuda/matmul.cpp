@@ -2,8 +2,9 @@
 // row-major C = A @ B is computed as C^T = B^T @ A^T; an operand whose last two dims have a unit
 // stride (row-major, or a transposed view) is passed as it lies with the matching trans flag,
 // others (and batch dims that no single stride describes) are copied first. float32 computes
-// in full float32 (no TF32), the half types in float32 with their storage type, float64 in
-// float64. The handle is per device, on the device's stream.
+// in full float32 (on TF32 tensor cores only after cuda::set_allow_tf32(true)), the half types
+// in float32 with their storage type, float64 in float64; integers take matmul_int.cu's
+// kernel. The handle is per device, on the device's stream.
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <mutex>
 
 #include "core/make_tensor.h"
+#include "ember/cuda.h"
 #include "core/shape.h"
 #include "ember/ops.h"
 #include "kernels/cuda/kernel_table.h"
@@ -102,7 +104,10 @@ void matmul(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
   cudaDataType_t type;
   cublasComputeType_t compute;
   switch (dt) {
-    case DType::Float32: type = CUDA_R_32F; compute = CUBLAS_COMPUTE_32F_PEDANTIC; break;
+    case DType::Float32:
+      type = CUDA_R_32F;
+      compute = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC;
+      break;
     case DType::Float16: type = CUDA_R_16F; compute = CUBLAS_COMPUTE_32F; break;
     case DType::BFloat16: type = CUDA_R_16BF; compute = CUBLAS_COMPUTE_32F; break;
     case DType::Float64: type = CUDA_R_64F; compute = CUBLAS_COMPUTE_64F; break;
