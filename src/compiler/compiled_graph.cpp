@@ -560,6 +560,17 @@ class CompilerBackend : public capture::Backend {
       });
       return capture::backend("eager").compile(std::move(g));
     }
+    for (const auto& v : g->values())
+      if (v->device.type != DeviceType::CPU) {
+        // Generated code runs on the CPU: a graph of GPU tensors runs its eager CUDA kernels.
+        static std::once_flag once;
+        std::call_once(once, [&] {
+          capture::warn("backend \"compiler\": a graph of " + v->device.str() +
+                        " tensors runs through eager interpretation (its eager GPU kernels); "
+                        "generated code is CPU-only for now");
+        });
+        return capture::backend("eager").compile(std::move(g));
+      }
     try {
       return std::make_shared<CompiledGraph>(g);
     } catch (const Error& e) {
