@@ -167,6 +167,15 @@ def torch_train_run(text_path, iters):
     torch.manual_seed(1337)
     model = GPT(len(chars), r["block_size"], r["n_layer"], r["n_head"], r["n_embd"],
                 r["dropout"]).to(DEV)
+    # nanoGPT's initialization: normal(0, 0.02) weights, zero biases, the residual projections
+    # scaled by 1/sqrt(2 * n_layer).
+    for name, p in model.named_parameters():
+        if name.endswith("bias"):
+            torch.nn.init.zeros_(p)
+        elif p.dim() >= 2:
+            residual = name.endswith(("c_proj.weight", "proj.weight"))
+            std = 0.02 / math.sqrt(2 * r["n_layer"]) if residual else 0.02
+            torch.nn.init.normal_(p, mean=0.0, std=std)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": r["weight_decay"]},
