@@ -1,6 +1,7 @@
 // Free-function ops: factories, random numbers, and ops over several tensors.
 #pragma once
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "ember/tensor.h"
@@ -85,6 +86,24 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 // Indices of the non-zero elements of x, int64 [n, x.dim()] in row-major order. The result's
 // size depends on the data, so under compile this op breaks the graph (`loc` names the caller).
 Tensor nonzero(const Tensor& x, ember::SourceLocation loc = ember::SourceLocation::current());
+// RMSNorm (LLaMA's): x / sqrt(mean(x^2 over the trailing normalized_shape dims) + eps), times
+// weight when given; eps defaults to the machine epsilon of x's dtype, as PyTorch's.
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                std::optional<double> eps = std::nullopt);
+// int64 indices [...] -> int64 [..., num_classes] with a 1 at each index (num_classes -1: the
+// largest index + 1). An index outside [0, num_classes) is an Error.
+Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
+// x shifted circularly by shifts[i] along dims[i] (elements leaving one end come back at the
+// other); with no dims, the flattened tensor is rolled and reshaped back.
+Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts,
+            const std::vector<int64_t>& dims = {});
+// Constant padding as PyTorch's F.pad: pads = {left, right} of the last dim, then of the one
+// before, and so on; negative amounts crop.
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value = 0);
+// Einstein summation over one or two operands ("ij,jk->ik", "bij,bjk->bik", "ii->" is not
+// taken: each letter at most once an operand; without "->" the output is the letters that
+// appear once, in alphabetical order). Products run as one batched matmul.
+Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands);
 // Sums a broadcast tensor back down to `shape` (the reverse of expand).
 Tensor sum_to_size(const Tensor& x, const Shape& shape);
 // x broadcast to shape as a view (Error when it does not broadcast); the broadcast of two shapes.

@@ -107,4 +107,33 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   return dispatch(OpId::layer_norm, std::move(inputs), a)[0];
 }
 
+// RMSNorm as a composite (mean of squares, rsqrt, products), in float32 under autocast as
+// layer_norm is.
+Tensor rms_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight,
+                std::optional<double> eps) {
+  EMBER_CHECK(x_in.defined(), "rms_norm: undefined input");
+  const Tensor x = autocast_float32(x_in);
+  const int64_t k = int64_t(normalized_shape.size());
+  EMBER_CHECK(k >= 1 && k <= x.dim() &&
+                  std::equal(normalized_shape.begin(), normalized_shape.end(), x.sizes().end() - k),
+              "rms_norm: normalized_shape ", shape_str(normalized_shape),
+              " must name trailing dims of the input, which has shape ", x.shape_str());
+  EMBER_CHECK(is_floating(x.dtype()), "rms_norm: input must be floating point, got ",
+              dtype_name(x.dtype()), "; convert it with .to()");
+  Shape dims;
+  for (int64_t d = x.dim() - k; d < x.dim(); ++d) dims.push_back(d);
+  // PyTorch's default: the gap between 1 and the next value of x's dtype.
+  const double machine_eps = x.dtype() == DType::Float64   ? 2.220446049250313e-16
+                             : x.dtype() == DType::Float16  ? 9.765625e-4
+                             : x.dtype() == DType::BFloat16 ? 7.8125e-3
+                                                            : 1.1920928955078125e-7;
+  Tensor y = x * ((x * x).mean(dims, true) + (eps ? *eps : machine_eps)).rsqrt();
+  if (!weight.defined()) return y;
+  EMBER_CHECK(weight.sizes() == normalized_shape && is_floating(weight.dtype()),
+              "rms_norm: the weight (shape ", weight.shape_str(), ", ", dtype_name(weight.dtype()),
+              ") must be a floating tensor of shape normalized_shape ",
+              shape_str(normalized_shape));
+  return y * cast_to(weight, x.dtype());
+}
+
 }  // namespace ember
