@@ -1,9 +1,12 @@
-// Elementwise kernels on the GPU. One thread an output element, grid-stride: each operand's
-// element is found from the output's linear index through the operand's own strides (0 along
-// broadcast dims), so views and broadcasts cost index math, not copies; when every operand is
-// contiguous and as large as the output the index is the offset itself. Half types are loaded
-// into float and rounded back on store (to nearest even, as on the CPU), so the functors of
-// kernels/functors.h compute in the same types as the CPU kernels.
+// Elementwise kernels on the GPU, grid-stride. When every operand is contiguous and as large as
+// the output, the linear index is the offset itself and each thread takes 4 elements through
+// 16-byte loads. Otherwise each operand's element is found from the output's linear index
+// through the operand's own strides (0 along broadcast dims), so views and broadcasts cost index
+// math, not copies: dims that every operand steps through as one are merged first, the index
+// math runs in 32 bits when the tensor allows, and when every operand walks the inner dim
+// contiguously or broadcasts along it a thread takes 4 of its elements (a bias add). Half types
+// are loaded into float and rounded back on store (to nearest even, as on the CPU), so the
+// functors of kernels/functors.h compute in the same types as the CPU kernels.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -2,7 +2,9 @@
 // over any set of dims, and of softmax and log_softmax. A block takes
 // an output element (grid-stride over outputs): its threads stride over the reduced elements,
 // each folding into a register, then the block combines the partials through warp shuffles and
-// shared memory. Operands are read through their strides (views need no copies). Sums
+// shared memory. Operands are read through their strides (views need no copies), the kept and
+// the reduced dims each merged where they step as one; columns and short rows have their own
+// kernels (below). Sums
 // accumulate as the CPU kernels do: float for float32 and the half types, double for float64,
 // int64 for integers; extremes propagate NaN. Softmax and log_softmax over a contiguous dim of
 // up to 16384 elements keep each row in registers (read once, written once, vector loads where
