@@ -11,11 +11,6 @@
 namespace ember {
 
 namespace {
-// Dtype of the per-row logsumexp: float32 for 16-bit inputs (it is computed in float).
-DType stats_dtype(DType t) {
-  return t == DType::Float64 ? t : DType::Float32;
-}
-
 MetaList infer_attention(std::span<const Tensor> in, const Attrs&) {
   const Tensor &q = in[0], &v = in[2];
   Shape out = q.sizes(), lse(q.sizes().begin(), q.sizes().end() - 1);

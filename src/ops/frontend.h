@@ -26,6 +26,9 @@ Tensor autocast_float32(const Tensor& t);
 Tensor zeros_shaped_like(const Shape& shape, const Tensor& like);
 // t cast to dtype (no-op when equal).
 inline Tensor cast_to(const Tensor& t, DType d) { return t.dtype() == d ? t : t.to(d); }
+// Dtype of per-row statistics saved for a grad (layer_norm's mean and rstd, the logsumexp of
+// cross_entropy and attention): float32 for 16-bit inputs, which are computed in float.
+inline DType stats_dtype(DType t) { return t == DType::Float64 ? t : DType::Float32; }
 // Integral and bool inputs are promoted to the default float dtype (exp, log, div ...).
 Tensor to_floating(const Tensor& t);
 

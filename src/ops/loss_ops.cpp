@@ -5,11 +5,6 @@
 namespace ember {
 
 namespace {
-// Dtype of the per-row logsumexp: float32 for 16-bit logits (it is computed in float).
-DType stats_dtype(DType t) {
-  return t == DType::Float64 ? t : DType::Float32;
-}
-
 MetaList infer_cross_entropy(std::span<const Tensor> in, const Attrs&) {
   const Tensor& logits = in[0];
   return {TensorMeta{{}, {}, 0, logits.dtype()},

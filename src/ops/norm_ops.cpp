@@ -7,11 +7,6 @@
 namespace ember {
 
 namespace {
-// Dtype of the per-row statistics: float32 for 16-bit inputs (they are computed in float).
-DType stats_dtype(DType t) {
-  return t == DType::Float64 ? t : DType::Float32;
-}
-
 MetaList infer_layer_norm(std::span<const Tensor> in, const Attrs& a) {
   const Tensor& x = in[0];
   Shape stats = x.sizes();

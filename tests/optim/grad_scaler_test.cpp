@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "capture/capture_test_util.h"
 #include "ember/ember.h"
 #include "ember/nn.h"
 #include "ember/optim.h"
@@ -86,12 +87,8 @@ TEST(GradScaler, DisabledIsAPassThrough) {
 
 TEST(GradScaler, Float16AutocastTrainingLowersTheLoss) {
   manual_seed(4);
-  nn::GPTConfig c;
+  nn::GPTConfig c = test::tiny_gpt();
   c.n_layer = 1;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.block_size = 8;
-  c.vocab_size = 11;
   nn::GPT model(c);
   AdamW opt(decay_groups(model, 0.1), 1e-2, 0.9, 0.99);
   GradScaler scaler;

@@ -42,6 +42,7 @@ void integer_matmul(const Tensor& a, const Tensor& b, Tensor& c) {
   const int device = c.device().index;
   detail::use_device(device);
   const int64_t total = batches * m * n;
+  if (total == 0) return;
   const int threads = 256;
   const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, int64_t(1) << 16);
   auto run = [&]<class T>() {
