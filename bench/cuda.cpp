@@ -140,9 +140,29 @@ EMBER_BENCH(cuda) {
     cuda::synchronize();
     std::sort(per_op.begin(), per_op.end());
     const double ms = per_op[per_op.size() / 2];
+    // Its parts, timed the same way: an in-place fill (dispatch and launch, no allocation) and
+    // a new tensor dropped at once (allocator and tensor object, no launch).
+    auto median_us = [&](auto&& op) {
+      std::vector<double> t;
+      for (int r = 0; r < (opt.quick ? 20 : 200); ++r) {
+        cudaDeviceSynchronize();
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < kBatch; ++i) op();
+        const auto t1 = std::chrono::steady_clock::now();
+        t.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / kBatch);
+      }
+      cuda::synchronize();
+      std::sort(t.begin(), t.end());
+      return t[t.size() / 2];
+    };
+    Tensor f = ones({1}, on_gpu());
+    const double fill_us = median_us([&] { f.fill_(2.0); });
+    const double alloc_us = median_us([&] { Tensor e = empty({1}, on_gpu()); });
     Row r{"cuda/add_1elem_overhead", ms};
     r.device = kGpu.str();
     r.extra.push_back({"us_per_op", ms * 1000});
+    r.extra.push_back({"fill_inplace_us", fill_us});
+    r.extra.push_back({"alloc_free_us", alloc_us});
     rows.push_back(r);
   }
   if (opt.wants("cuda/attention_bf16")) {

@@ -116,7 +116,7 @@ class Tracer : public CaptureHook {
     MetaList metas = op_impl(op).infer(inputs, attrs);
     graph::Node* n = add_node(op, vals, attrs, metas);
     const bool view = info.kind == OpKind::View;
-    Device dev = inputs.empty() ? kCPU : inputs[0].device();
+    Device dev = inputs.empty() ? attrs.device : inputs[0].device();
     std::vector<Tensor> outs;
     outs.reserve(metas.size());
     for (size_t i = 0; i < metas.size(); ++i) {

@@ -127,7 +127,7 @@ Node* Graph::add_node(OpId op, std::vector<Value*> inputs, const Attrs& attrs,
   node->op = op;
   node->attrs = attrs;
   node->loc = loc;
-  Device device = inputs.empty() ? kCPU : inputs[0]->device;
+  Device device = inputs.empty() ? attrs.device : inputs[0]->device;
   node->inputs = std::move(inputs);
   for (size_t j = 0; j < metas.size(); ++j) {
     Value* out = new_value(metas[j], device);
