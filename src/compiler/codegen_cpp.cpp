@@ -1,7 +1,6 @@
-// Generating C++ for fusion groups: pointwise kernels (a flat loop over the output, or rows
-// and columns when an input is broadcast; inputs indexed with their strides baked in; large
-// outputs streamed), horizontal batches, the shared prelude, and the translation unit that
-// calls each group's emitter (row kernels: codegen_rows.cpp). The math is done by the fn:: functors
+// Generating C++ for fusion groups: the translation unit that calls each group's emitter
+// (pointwise kernels and gemm epilogues: lowered to the kernel IR, lower.h, and rendered,
+// render_cpp.h; row kernels: codegen_rows.cpp), horizontal batches and the shared prelude. The math is done by the fn:: functors
 // the eager kernels call; fused float code may still round differently (FMA contraction, sum
 // order).
 #include "compiler/codegen_cpp.h"
@@ -13,6 +12,8 @@
 #include <sstream>
 
 #include "compiler/codegen_util.h"
+#include "compiler/lower.h"
+#include "compiler/render_cpp.h"
 #include "compiler/toolchain.h"
 #include "core/shape.h"
 #include "graph/graph_util.h"
@@ -67,28 +68,6 @@ std::string var(const graph::Value* v) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "v%d", v->id);
   return buf;
-}
-
-std::string index_expr(const graph::Value& v, const Shape& out) {
-  const Shape& vs = v.meta.sizes;
-  if (shape_numel(vs) == 1) return "";
-  if (vs == out && v.meta.strides == contiguous_strides(vs)) return "i";
-  const size_t lead = out.size() - vs.size();
-  std::string expr;
-  int64_t inner = 1;  // elements of the output after dim d
-  for (size_t k = out.size(); k-- > 0;) {
-    const size_t d = k;
-    const int64_t size = out[d];
-    if (d >= lead && size > 1 && vs[d - lead] != 1 && v.meta.strides[d - lead] != 0) {
-      std::string coord = inner == 1 ? "i" : "(i / " + std::to_string(inner) + ")";
-      if (d > 0) coord = "(" + coord + " % " + std::to_string(size) + ")";
-      const int64_t stride = v.meta.strides[d - lead];
-      std::string term = stride == 1 ? coord : coord + " * " + std::to_string(stride);
-      expr = expr.empty() ? term : term + " + " + expr;
-    }
-    inner *= size;
-  }
-  return expr.empty() ? "0" : expr;
 }
 
 RowIndex row_index(const graph::Value& v, const Shape& out) {
@@ -227,178 +206,6 @@ std::vector<std::string> emit_row_bases(std::ostringstream& os, const FusionGrou
 
 namespace {
 
-// The body of a pointwise kernel, its arguments read from args[base ...]: pointers, one-element
-// inputs loaded once, the loop. Inside a batch's parallel region (in_region) the loop is a
-// worksharing loop without a barrier at its end. A gemm group's body is its epilogue: a plain
-// loop over rows [r0, r1) that reads the gemm's product from the output where it stands.
-void emit_pointwise_body(std::ostringstream& os, const FusionGroup& grp, size_t base,
-                         bool in_region, const char* ind) {
-  const bool epilogue = grp.gemm != nullptr;
-  const graph::Value& out = *grp.output;
-  // The output is stored as S and computed as T (16-bit floats: their bits, and float); each
-  // input and node likewise in its own dtype's types (they differ only across casts).
-  const DType dt = out.meta.dtype;
-  const char* S = storage_type(dt);
-  const char* T = compute_type(dt);
-  auto load = [dt](const std::string& element) { return load_value(dt, element); };
-  auto store = [dt](const std::string& value) { return store_value(dt, value); };
-  // Input j's element at `index`, as its compute type, declared as the input's value.
-  auto load_input = [&](size_t j, const std::string& index) {
-    const DType t = grp.inputs[j]->meta.dtype;
-    return std::string("const ") + compute_type(t) + " " + var(grp.inputs[j]) + " = " +
-           load_value(t, "in" + std::to_string(j) + "[" + index + "]") + ";\n";
-  };
-  const int64_t n = shape_numel(out.meta.sizes);
-  for (size_t j = 0; j < grp.inputs.size(); ++j) {
-    const char* sj = storage_type(grp.inputs[j]->meta.dtype);
-    os << ind << "const " << sj << "* __restrict in" << j << " = static_cast<const " << sj
-       << "*>(args[" << base + j << "]);  // " << var(grp.inputs[j]) << " "
-       << value_type_str(*grp.inputs[j]) << "\n";
-  }
-  os << ind << S << "* __restrict out = static_cast<" << S << "*>(args[" << base + grp.inputs.size()
-     << "]);  // " << var(&out) << "\n";
-  for (size_t j = 0; j < grp.inputs.size(); ++j)
-    if (shape_numel(grp.inputs[j]->meta.sizes) == 1) os << ind << load_input(j, "0");
-  auto emit_nodes = [&](const std::string& in) {
-    for (const graph::Node* node : grp.nodes) {
-      const DType nt = node->outputs[0]->meta.dtype;
-      if (node->op == OpId::cast) {
-        // As the eager cast: converted to the target's compute type, then (16-bit targets)
-        // rounded to the target, which eager does by storing the result.
-        const graph::Value& src = *node->inputs[0];
-        const std::string converted =
-            std::string(compute_type(nt)) + "(" + var(&src) + ")";
-        os << in << "const " << compute_type(nt) << " " << var(node->outputs[0]) << " = "
-           << load_value(nt, store_value(nt, converted)) << ";\n";
-        continue;
-      }
-      if (node->op == OpId::slice_backward) {
-        // The grad's column for output column j, or zero outside the slice (the load always
-        // reads a valid element; the select discards it).
-        const graph::Value& g = *node->inputs[0];
-        const Attrs& a = node->attrs;
-        const std::string o = var(node->outputs[0]);
-        const char* T = compute_type(nt);  // the grad's and the result's (same dtype)
-        auto load = [nt](const std::string& element) { return load_value(nt, element); };
-        if (shape_numel(g.meta.sizes) == 0) {
-          os << in << "const " << T << " " << o << " = " << T << "(0);\n";
-          continue;
-        }
-        const size_t k =
-            size_t(std::find(grp.inputs.begin(), grp.inputs.end(), &g) - grp.inputs.begin());
-        // The grad is read at other columns than j: only a buffer, never a value computed here.
-        EMBER_CHECK(k < grp.inputs.size(), "compiler: slice_backward's grad ", var(&g),
-                    " is computed inside its kernel, which reads it at other columns");
-        os << in << "const bool " << o << "_in = j >= " << a.start << " && j < " << a.end
-           << (a.step > 1 ? " && (j - " + std::to_string(a.start) + ") % " +
-                                std::to_string(a.step) + " == 0"
-                          : std::string())
-           << ";\n"
-           << in << "const int64_t " << o << "_j = " << o << "_in ? (j - " << a.start << ")"
-           << (a.step > 1 ? " / " + std::to_string(a.step) : std::string()) << " : 0;\n"
-           << in << "const " << T << " " << o << " = " << o << "_in ? "
-           << load("in" + std::to_string(k) + "[s" + std::to_string(k) + " + " + o + "_j * " +
-                   std::to_string(g.meta.strides.back()) + "]")
-           << " : " << T << "(0);\n";
-        continue;
-      }
-      emit_functor_line(os, *node, compute_type(nt), in);
-    }
-  };
-  if (epilogue || uses_row_loop(grp)) {
-    // Rows of the last dim: each input's offset splits into a per-row base and a column term,
-    // so broadcast inputs cost no division per element.
-    const int64_t cols = out.meta.sizes.back(), rows = n / cols;
-    if (epilogue) {
-      os << ind << "constexpr int64_t cols = " << cols << ";\n"
-         << ind << "for (int64_t r = r0; r < r1; ++r) {\n";
-    } else {
-      os << ind << "constexpr int64_t rows = " << rows << ", cols = " << cols << ";\n";
-      if (in_region)
-        os << "#pragma omp for schedule(static) nowait\n";
-      else if (n >= cpu::kParallelGrain && rows > 1)
-        os << "#pragma omp parallel for schedule(static)\n";
-      os << ind << "for (int64_t r = 0; r < rows; ++r) {\n";
-    }
-    const std::string in1 = std::string(ind) + "  ", in2 = in1 + "  ";
-    // Grads read by slice_backward nodes (at their own columns) and not element for element
-    // by another node: no load at column j.
-    std::vector<const graph::Value*> sliced, only_sliced;
-    for (const graph::Node* node : grp.nodes)
-      if (node->op == OpId::slice_backward &&
-          std::find(sliced.begin(), sliced.end(), node->inputs[0]) == sliced.end())
-        sliced.push_back(node->inputs[0]);
-    for (const graph::Value* g : sliced) {
-      bool direct = false;
-      for (const graph::Node* node : grp.nodes)
-        if (node->op != OpId::slice_backward)
-          direct |= std::find(node->inputs.begin(), node->inputs.end(), g) != node->inputs.end();
-      if (!direct) only_sliced.push_back(g);
-    }
-    const std::vector<std::string> bases =
-        emit_row_bases(os, grp, out.meta.sizes, in1.c_str(), only_sliced);
-    for (const graph::Value* g : sliced) {
-      if (shape_numel(g->meta.sizes) == 0) continue;
-      const size_t k =
-          size_t(std::find(grp.inputs.begin(), grp.inputs.end(), g) - grp.inputs.begin());
-      const RowIndex ri = row_index(*g, g->meta.sizes);  // g's rows are the output's rows
-      os << in1 << "const int64_t s" << k << " = " << (ri.row.empty() ? "0" : ri.row) << ";\n";
-    }
-    os << in1 << S << "* __restrict orow = out + r * cols;\n"
-       << "#pragma omp simd\n"
-       << in1 << "for (int64_t j = 0; j < cols; ++j) {\n";
-    if (epilogue)
-      os << in2 << "const " << T << " " << var(grp.gemm->outputs[0]) << " = " << load("orow[j]")
-         << ";\n";
-    for (size_t j = 0; j < grp.inputs.size(); ++j)
-      if (!bases[j].empty()) os << in2 << load_input(j, bases[j]);
-    emit_nodes(in2);
-    os << in2 << "orow[j] = " << store(var(&out)) << ";\n" << in1 << "}\n" << ind << "}\n";
-    return;
-  }
-  os << ind << "constexpr int64_t n = " << n << ";\n";
-  const int64_t esize = int64_t(dtype_size(out.meta.dtype));
-  if (!in_region && n * esize >= cpu::kStreamBytes) {
-    // A large output: chunks of 256 bytes computed in registers, then streamed out past the
-    // cache, so the output's lines are not read from memory before being overwritten. One
-    // fence per thread orders the streaming stores before the region's closing barrier.
-    const int64_t chunk = 256 / esize;
-    const std::string in1 = std::string(ind) + "  ", in2 = in1 + "  ", in3 = in2 + "  ";
-    os << ind << "constexpr int64_t chunk = " << chunk << ";\n"
-       << "#pragma omp parallel\n"
-       << ind << "{\n"
-       << "#pragma omp for schedule(static)\n"
-       << in1 << "for (int64_t i0 = 0; i0 < n; i0 += chunk) {\n"
-       << in2 << "alignas(64) " << S << " buf[chunk];\n"
-       << in2 << "const int64_t cn = n - i0 < chunk ? n - i0 : chunk;\n"
-       << "#pragma omp simd\n"
-       << in2 << "for (int64_t l = 0; l < cn; ++l) {\n"
-       << in3 << "const int64_t i = i0 + l;\n";
-    for (size_t j = 0; j < grp.inputs.size(); ++j)
-      if (shape_numel(grp.inputs[j]->meta.sizes) != 1)
-        os << in3 << load_input(j, index_expr(*grp.inputs[j], out.meta.sizes));
-    emit_nodes(in3);
-    os << in3 << "buf[l] = " << store(var(&out)) << ";\n"
-       << in2 << "}\n"
-       << in2 << "ember_stream(out + i0, buf, sizeof(" << S << ") * cn);\n"
-       << in1 << "}\n"
-       << in1 << "ember_fence();\n"
-       << ind << "}\n";
-    return;
-  }
-  if (in_region)
-    os << "#pragma omp for simd schedule(static) nowait\n";
-  else
-    os << (n >= cpu::kParallelGrain ? "#pragma omp parallel for simd\n" : "#pragma omp simd\n");
-  os << ind << "for (int64_t i = 0; i < n; ++i) {\n";
-  const std::string inner = std::string(ind) + "  ";
-  for (size_t j = 0; j < grp.inputs.size(); ++j)
-    if (shape_numel(grp.inputs[j]->meta.sizes) != 1)
-      os << inner << load_input(j, index_expr(*grp.inputs[j], out.meta.sizes));
-  emit_nodes(inner);
-  os << inner << "out[i] = " << store(var(&out)) << ";\n" << ind << "}\n";
-}
-
 void emit_kernel_comment(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   const graph::Value& out = *grp.output;
   os << "// " << kernel_name(k) << ": " << grp.nodes.size() << " node"
@@ -413,7 +220,7 @@ void emit_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp) {
   emit_kernel_comment(os, k, grp);
   os << "extern \"C\" void " << kernel_name(k)
      << (grp.gemm ? "(void* const* args, int64_t r0, int64_t r1) {\n" : "(void* const* args) {\n");
-  emit_pointwise_body(os, grp, 0, false, "  ");
+  render_cpp_elementwise(os, lower_elementwise(grp, kernel_name(k)), 0, false, "  ");
   os << "}\n\n";
 }
 
@@ -481,16 +288,7 @@ std::string batch_name(size_t b) {
 }
 
 bool uses_row_loop(const FusionGroup& grp) {
-  const Shape& out = grp.output->meta.sizes;
-  if (!grp.elementwise()) return false;
-  for (const graph::Node* n : grp.nodes)
-    if (n->op == OpId::slice_backward) return true;  // its select needs the column
-  if (out.size() < 2 || out.back() < 16) return false;
-  for (const graph::Value* v : grp.inputs) {
-    const std::string e = index_expr(*v, out);
-    if (!e.empty() && e != "i") return true;  // an index needing division
-  }
-  return false;
+  return grp.elementwise() && cpp_row_loop(lower_elementwise(grp, ""));
 }
 
 size_t kernel_arg_count(const FusionGroup& grp) {
@@ -571,7 +369,8 @@ std::string generate_cpp(const FusionPlan& plan, const std::vector<KernelBatch>&
     for (size_t i = 0; i < batch.kernels.size(); ++i) {
       const size_t k = size_t(batch.kernels[i]);
       std::ostringstream body;
-      emit_pointwise_body(body, plan.groups[k], 0, true, "  ");
+      render_cpp_elementwise(body, lower_elementwise(plan.groups[k], kernel_name(k)), 0, true,
+                             "  ");
       check_reads_declared(body.str(), kernel_name(k) + " (in " + batch_name(b) + ")");
       calls.push_back(
           shared.use(os,

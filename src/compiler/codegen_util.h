@@ -37,13 +37,10 @@ class SharedCode {
   std::map<std::string, std::string> names_;
 };
 std::string var(const graph::Value* v);  // "v12": the C++ name of a value
-// The offset of input `v`'s element read by flat output element `i` (v broadcast to `out`,
-// strides baked in), or "" when v is one element.
-std::string index_expr(const graph::Value& v, const Shape& out);
-
-// The same offset split for row kernels, with r the row (over all dims but the last) and j the
-// column: `row` is computed once per row, `col` per element ("" when v does not vary along
-// the row). Both empty when v is one element.
+// The offset of input `v`'s element read by the output element at row r (over all dims but
+// the last) and column j, `v` broadcast to `out`, split for row kernels: `row` is computed once
+// per row, `col` per element ("" when v does not vary along the row). Both empty when v is one
+// element.
 struct RowIndex {
   std::string row, col;
 };

@@ -241,40 +241,46 @@ int64_t eval_node(const Node& n, std::span<const int64_t> v) {
   return total;
 }
 
-std::string atom_str(const Node& n);
+std::string atom_str(const Node& n, const Expr::Names& name);
 
 // e as an operand: bare when it is one atom or a non-negative constant.
-std::string operand(const Expr& e) {
-  if (e.is_constant() && e.constant() >= 0) return e.str();
+std::string operand(const Expr& e, const Expr::Names& name) {
+  if (e.is_constant() && e.constant() >= 0) return e.str(name);
   const auto& ts = e.node().terms;
   if (ts.size() == 1 && ts[0].coeff == 1 && ts[0].mono.size() == 1 && ts[0].mono[0].power == 1)
-    return e.str();
-  return "(" + e.str() + ")";
+    return e.str(name);
+  return std::string("(").append(e.str(name)).append(")");
 }
 
-std::string atom_str(const Node& n) {
+std::string atom_str(const Node& n, const Expr::Names& name) {
   switch (n.kind) {
-    case Node::Kind::Symbol: return "s" + std::to_string(n.id);
-    case Node::Kind::FloorDiv: return "(" + operand(*n.a) + "/" + operand(*n.b) + ")";
-    case Node::Kind::Mod: return "(" + operand(*n.a) + "%" + operand(*n.b) + ")";
-    case Node::Kind::Min: return "std::min<int64_t>(" + n.a->str() + ", " + n.b->str() + ")";
-    case Node::Kind::Max: return "std::max<int64_t>(" + n.a->str() + ", " + n.b->str() + ")";
+    case Node::Kind::Symbol: return name ? name(n.id) : std::string("s").append(std::to_string(n.id));
+    case Node::Kind::FloorDiv:
+      return std::string("(").append(operand(*n.a, name)).append("/").append(
+          operand(*n.b, name)).append(")");
+    case Node::Kind::Mod:
+      return std::string("(").append(operand(*n.a, name)).append("%").append(
+          operand(*n.b, name)).append(")");
+    case Node::Kind::Min:
+      return "std::min<int64_t>(" + n.a->str(name) + ", " + n.b->str(name) + ")";
+    case Node::Kind::Max:
+      return "std::max<int64_t>(" + n.a->str(name) + ", " + n.b->str(name) + ")";
     case Node::Kind::Poly: break;
   }
   return "?";
 }
 
-std::string mono_str(const std::vector<Factor>& m) {
+std::string mono_str(const std::vector<Factor>& m, const Expr::Names& name) {
   std::string s;
   for (const Factor& f : m)
     for (int k = 0; k < f.power; ++k) {
       if (!s.empty()) s += '*';
-      s += atom_str(*f.atom);
+      s += atom_str(*f.atom, name);
     }
   return s;
 }
 
-std::string terms_str(const std::vector<Term>& terms) {
+std::string terms_str(const std::vector<Term>& terms, const Expr::Names& name = {}) {
   if (terms.empty()) return "0";
   std::string s;
   for (size_t i = 0; i < terms.size(); ++i) {
@@ -284,7 +290,8 @@ std::string terms_str(const std::vector<Term>& terms) {
     const uint64_t mag = neg ? uint64_t(0) - uint64_t(t.coeff) : uint64_t(t.coeff);
     std::string body;
     if (t.mono.empty()) body = std::to_string(mag);
-    else body = mag == 1 ? mono_str(t.mono) : std::to_string(mag) + "*" + mono_str(t.mono);
+    else
+      body = mag == 1 ? mono_str(t.mono, name) : std::to_string(mag) + "*" + mono_str(t.mono, name);
     if (i == 0) {
       if (neg) s += '-';
     } else {
@@ -307,6 +314,36 @@ std::vector<int> Expr::symbols() const {
 int64_t Expr::eval(std::span<const int64_t> values) const { return eval_node(*node_, values); }
 
 std::string Expr::str() const { return terms_str(node_->terms); }
+
+std::string Expr::str(const Names& name) const { return terms_str(node_->terms, name); }
+
+namespace {
+Expr substitute_node(const Node& n, const Expr::Substitution& by) {
+  switch (n.kind) {
+    case Node::Kind::Symbol: {
+      if (std::optional<Expr> e = by(n.id)) return *e;
+      return Expr::symbol(n.id);
+    }
+    case Node::Kind::FloorDiv: return floordiv(n.a->substitute(by), n.b->substitute(by));
+    case Node::Kind::Mod: return mod(n.a->substitute(by), n.b->substitute(by));
+    case Node::Kind::Min: return min(n.a->substitute(by), n.b->substitute(by));
+    case Node::Kind::Max: return max(n.a->substitute(by), n.b->substitute(by));
+    case Node::Kind::Poly: break;
+  }
+  Expr total = 0;
+  for (const Term& t : n.terms) {
+    Expr p = t.coeff;
+    for (const Factor& f : t.mono) {
+      const Expr x = substitute_node(*f.atom, by);
+      for (int k = 0; k < f.power; ++k) p = p * x;
+    }
+    total = total + p;
+  }
+  return total;
+}
+}  // namespace
+
+Expr Expr::substitute(const Substitution& by) const { return substitute_node(*node_, by); }
 
 bool Expr::operator==(const Expr& o) const {
   return node_ == o.node_ || (node_->hash == o.node_->hash && cmp_poly(*node_, *o.node_) == 0);
@@ -433,14 +470,16 @@ std::optional<bool> Rel::decided() const {
 
 bool Rel::eval(std::span<const int64_t> values) const { return holds(op, diff.eval(values)); }
 
-std::string Rel::str() const {
+std::string Rel::str() const { return str(Expr::Names{}); }
+
+std::string Rel::str(const Expr::Names& name) const {
   // diff = P - N: terms with positive coefficients on the left, the others negated on the right.
   std::vector<Term> left, right;
   for (const Term& t : diff.node().terms) {
     if (t.coeff > 0) left.push_back(t);
     else right.push_back({t.mono, checked_mul(t.coeff, -1)});
   }
-  return terms_str(left) + op_str(op) + terms_str(right);
+  return terms_str(left, name) + op_str(op) + terms_str(right, name);
 }
 
 }  // namespace ember::sym

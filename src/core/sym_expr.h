@@ -13,6 +13,7 @@
 // each symbol as an int64_t named s<i>). Arithmetic that overflows int64 is an Error.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -41,6 +42,13 @@ class Expr {
   int64_t eval(std::span<const int64_t> values) const;
   // C++ text: "2*s0*s1 + s0 - 3", "(s0 + 1)/2", "std::min<int64_t>(s0, s1 + 4)".
   std::string str() const;
+  // The same with symbol i spelled name(i) (a renderer's loop variables and size arguments).
+  using Names = std::function<std::string(int)>;
+  std::string str(const Names& name) const;
+  // The expression with each symbol i for which `by(i)` gives an expression replaced by it,
+  // and simplified again.
+  using Substitution = std::function<std::optional<Expr>(int)>;
+  Expr substitute(const Substitution& by) const;
 
   bool operator==(const Expr& o) const;
   bool operator!=(const Expr& o) const { return !(*this == o); }
@@ -83,6 +91,7 @@ struct Rel {
   std::optional<bool> decided() const;
   bool eval(std::span<const int64_t> values) const;
   std::string str() const;  // "s0 - s1 == 0" style is avoided: "s0 == s1", "s0 >= 2"
+  std::string str(const Expr::Names& name) const;
 };
 
 }  // namespace ember::sym

@@ -63,6 +63,31 @@ TEST(SymExpr, PrintsCppAndEvaluates) {
   expect_error([&] { (s0 * 4).eval(big); }, "overflows int64");
 }
 
+TEST(SymExpr, SubstitutesAndPrintsWithRendererNames) {
+  // Coordinates of a flat element i of a [s1, 8] domain: i / 8 and i % 8.
+  const Expr e = s0 * 8 + s2;  // row s0, column s2
+  const Expr i = Expr::symbol(7);
+  const Expr flat = e.substitute([&](int id) -> std::optional<Expr> {
+    if (id == 0) return floordiv(i, 8);
+    if (id == 2) return mod(i, 8);
+    return std::nullopt;
+  });
+  auto names = [](int id) { return id == 7 ? std::string("i") : std::string("n").append(std::to_string(id)); };
+  EXPECT_EQ(flat.str(names), "8*(i/8) + (i%8)");
+  for (int64_t v : {0, 5, 8, 63}) {
+    std::vector<int64_t> at(8, 0);
+    at[7] = v;
+    EXPECT_EQ(flat.eval(at), v);
+  }
+  // Substitution simplifies again; unreplaced symbols stay.
+  EXPECT_EQ((s0 * 2 + s1).substitute([&](int id) -> std::optional<Expr> {
+    if (id == 0) return s1 - 1;
+    return std::nullopt;
+  }), s1 * 3 - 2);
+  EXPECT_EQ(Rel::make(s1, Rel::Op::Ge, 3).str(names), "n1 >= 3");
+  EXPECT_EQ(min(s0, s1 + 4).str(names), "std::min<int64_t>(n0, n1 + 4)");
+}
+
 TEST(SymExpr, RelationsDecideWhatTheNormalFormTells) {
   EXPECT_EQ(Rel::make(s0 + 1, Rel::Op::Gt, s0).decided(), true);
   EXPECT_EQ(Rel::make(s0 * 2, Rel::Op::Eq, s0 + s0).decided(), true);

@@ -1,0 +1,84 @@
+// The kernel IR's helpers and its printed form (kernel_ir.h).
+#include "compiler/kernel_ir.h"
+
+#include <sstream>
+
+namespace ember::compiler::kir {
+
+Index coord(int d) { return Index::symbol(kCoord + d); }
+
+bool reads_coord(const Index& e, int d) {
+  for (int s : e.symbols())
+    if (s == kCoord + d) return true;
+  return false;
+}
+
+bool reads_any_coord(const Index& e) {
+  for (int s : e.symbols())
+    if (s >= kCoord) return true;
+  return false;
+}
+
+Index Kernel::numel() const {
+  Index n = 1;
+  for (const Index& s : domain) n = n * s;
+  return n;
+}
+
+Index Kernel::contiguous_index() const {
+  Index idx = 0, inner = 1;
+  for (size_t d = domain.size(); d-- > 0;) {
+    idx = idx + coord(int(d)) * inner;
+    inner = inner * domain[d];
+  }
+  return idx;
+}
+
+bool Kernel::uniform(const Stmt& s) const {
+  if (s.kind != Stmt::Kind::Load || !s.when.empty() || reads_any_coord(s.index)) return false;
+  const Index& n = buffers[size_t(s.buffer)].numel;
+  return n.is_constant() && n.constant() == 1;
+}
+
+namespace {
+std::string names(int id) {
+  return std::string(id >= kCoord ? "c" : "s").append(std::to_string(id >= kCoord ? id - kCoord : id));
+}
+}  // namespace
+
+std::string print(const Kernel& k) {
+  std::ostringstream os;
+  os << "kernel " << k.name << (k.epilogue ? " (gemm epilogue)" : "") << " over [";
+  for (size_t d = 0; d < k.domain.size(); ++d) os << (d ? ", " : "") << k.domain[d].str(names);
+  os << "]\n";
+  for (const std::string& line : k.comment) os << "  # " << line << "\n";
+  for (size_t b = 0; b < k.buffers.size(); ++b)
+    os << "  " << (k.buffers[b].output ? "out" : "in") << " #" << b << " " << dtype_name(k.buffers[b].dtype)
+       << "[" << k.buffers[b].numel.str(names) << "]  " << k.buffers[b].about << "\n";
+  for (const Stmt& s : k.body) {
+    os << "  ";
+    switch (s.kind) {
+      case Stmt::Kind::Load:
+        os << s.out << " = load #" << s.buffer << "[" << s.index.str(names) << "]";
+        for (size_t c = 0; c < s.when.size(); ++c)
+          os << (c ? " and " : " where ") << s.when[c].str(names);
+        if (k.uniform(s)) os << " (uniform)";
+        break;
+      case Stmt::Kind::Call:
+        os << s.out << " = " << s.functor << "(";
+        for (size_t a = 0; a < s.args.size(); ++a) os << (a ? ", " : "") << s.args[a];
+        os << ")";
+        break;
+      case Stmt::Kind::Cast:
+        os << s.out << " = cast<" << dtype_name(s.dtype) << ">(" << s.args[0] << ")";
+        break;
+      case Stmt::Kind::Store:
+        os << "store #" << s.buffer << "[" << s.index.str(names) << "] = " << s.args[0];
+        break;
+    }
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace ember::compiler::kir

@@ -1,0 +1,82 @@
+// The kernel IR: what one generated kernel computes, independent of the device and of how its
+// loops are spelled. Fusion planning (pointwise_fusion.h) decides which graph nodes form a
+// kernel; lowering (lower.h) turns a group into a Kernel; a renderer per device writes its
+// text (render_cpp.h: C++/OpenMP). Index math lives here, as size expressions
+// (core/sym_expr.h) over the kernel's coordinates, so a renderer only chooses loops and spells
+// expressions; sizes that are symbols stay symbols until a renderer binds them.
+//
+// A pointwise kernel iterates over its domain, the output's shape. Each element reads its
+// inputs (Load: an element offset over the coordinates c0 .. c{n-1} of the output element),
+// computes with the functors of kernels/functors.h (Call) and conversions (Cast), and writes
+// the output (Store). A gemm epilogue is a pointwise kernel whose first load reads the product
+// already in the output buffer, run by the caller on row ranges.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ember/dtype.h"
+#include "core/sym_expr.h"
+
+namespace ember::compiler::kir {
+
+using Index = sym::Expr;
+
+// Coordinate d of the domain in index expressions is the symbol kCoord + d; symbols below
+// kCoord are sizes.
+constexpr int kCoord = 1 << 20;
+Index coord(int d);
+// Whether `e` reads coordinate d / any coordinate.
+bool reads_coord(const Index& e, int d);
+bool reads_any_coord(const Index& e);
+
+// A kernel argument: a tensor buffer of `numel` elements.
+struct Buffer {
+  DType dtype = DType::Float32;
+  Index numel = 0;
+  bool output = false;
+  std::string about;  // what it holds, for comments: "v12 f32[64, 128]"
+};
+
+struct Stmt {
+  enum class Kind : uint8_t {
+    Load,   // out = buffer[index] (where `when` holds; 0 elsewhere)
+    Call,   // out = ember::fn::<functor>{}(args...)
+    Cast,   // out = args[0] converted to dtype (rounded to it, for 16-bit floats)
+    Store,  // buffer[index] = args[0]
+  };
+  Kind kind = Kind::Load;
+  std::string out;  // the value defined (Load, Call, Cast): a name unique in the kernel
+  DType dtype = DType::Float32;  // of `out` (Store: of the buffer)
+  int buffer = -1;               // Load, Store
+  Index index = 0;               // Load, Store: element offset over the coordinates
+  // Load: conditions on the coordinates under which the element is read; elsewhere the value
+  // is 0 and nothing is read (slice_backward's grad outside the slice). Index math under
+  // these conditions need not be in bounds elsewhere.
+  std::vector<sym::Rel> when;
+  std::string functor;            // Call
+  std::vector<std::string> args;  // Call operands; Cast, Store: the one value
+};
+
+struct Kernel {
+  std::string name;
+  std::vector<std::string> comment;  // lines describing the kernel (the graph nodes)
+  std::vector<Buffer> buffers;       // the arguments, in order
+  std::vector<Index> domain;         // the output's shape
+  std::vector<Stmt> body;            // per element, in order
+  // A gemm epilogue: run by the caller on rows [r0, r1) of the domain (all dims but the last),
+  // after the product's rows are in the output.
+  bool epilogue = false;
+
+  Index numel() const;
+  // The offset of coordinate tuple (c0 ..) in a contiguous tensor of the domain's shape.
+  Index contiguous_index() const;
+  // Whether a value is the same for every element (its load reads one element): renderers
+  // load it once.
+  bool uniform(const Stmt& s) const;
+};
+
+// The kernel as text, one statement a line (tests, docs and EMBER_LOGS=output_code).
+std::string print(const Kernel& k);
+
+}  // namespace ember::compiler::kir

@@ -1,0 +1,128 @@
+// Lowering elementwise groups (lower.h): a load per input the nodes read, a statement per
+// node, the store of the root. slice_backward becomes a load of its grad under the slice's
+// conditions on the last coordinate.
+#include <algorithm>
+
+#include "compiler/codegen_util.h"
+#include "compiler/lower.h"
+#include "core/shape.h"
+#include "graph/graph_util.h"
+
+namespace ember::compiler {
+
+kir::Index broadcast_index(const graph::Value& v, const Shape& out) {
+  const Shape& vs = v.meta.sizes;
+  const size_t lead = out.size() - vs.size();
+  kir::Index idx = 0;
+  for (size_t d = lead; d < out.size(); ++d)
+    if (out[d] > 1 && vs[d - lead] != 1 && v.meta.strides[d - lead] != 0)
+      idx = idx + kir::coord(int(d)) * v.meta.strides[d - lead];
+  return idx;
+}
+
+namespace {
+
+// The grad's element for output column j of slice_backward `node`, or 0 outside the slice.
+kir::Stmt slice_backward_load(const graph::Node& node, int buffer) {
+  const graph::Value& g = *node.inputs[0];
+  const Attrs& a = node.attrs;
+  kir::Stmt s;
+  s.kind = kir::Stmt::Kind::Load;
+  s.out = var(node.outputs[0]);
+  s.dtype = node.outputs[0]->meta.dtype;
+  s.buffer = buffer;
+  using Rel = sym::Rel;
+  if (shape_numel(g.meta.sizes) == 0) {  // nothing sliced: zeros
+    s.when = {Rel::make(0, Rel::Op::Ne, 0)};
+    return s;
+  }
+  const int last = int(g.meta.sizes.size()) - 1;
+  const kir::Index j = kir::coord(last);
+  // g's rows are the output's rows; its column for j is (j - start) / step.
+  kir::Index row = 0;
+  for (int d = 0; d < last; ++d)
+    if (g.meta.sizes[size_t(d)] > 1) row = row + kir::coord(d) * g.meta.strides[size_t(d)];
+  s.index = row + floordiv(j - a.start, a.step) * g.meta.strides.back();
+  s.when = {Rel::make(j, Rel::Op::Ge, a.start), Rel::make(j, Rel::Op::Lt, a.end)};
+  if (a.step > 1) s.when.push_back(Rel::make(mod(j - a.start, a.step), Rel::Op::Eq, 0));
+  return s;
+}
+
+}  // namespace
+
+kir::Kernel lower_elementwise(const FusionGroup& grp, const std::string& name) {
+  EMBER_CHECK(grp.elementwise(), "compiler: lower_elementwise of a group that is not elementwise");
+  const graph::Value& out = *grp.output;
+  const Shape& shape = out.meta.sizes;
+  kir::Kernel k;
+  k.name = name;
+  k.epilogue = grp.gemm != nullptr;
+  for (int64_t s : shape) k.domain.push_back(s);
+  for (const graph::Node* node : grp.nodes) k.comment.push_back(node_str(*node));
+  for (const graph::Value* v : grp.inputs)
+    k.buffers.push_back({v->meta.dtype, shape_numel(v->meta.sizes), false,
+                         var(v) + " " + value_type_str(*v)});
+  const int out_buffer = int(k.buffers.size());
+  k.buffers.push_back({out.meta.dtype, shape_numel(shape), true, var(&out)});
+  auto buffer_of = [&](const graph::Value* v) {
+    return int(std::find(grp.inputs.begin(), grp.inputs.end(), v) - grp.inputs.begin());
+  };
+  if (grp.gemm) {  // the product, already in the output
+    kir::Stmt s;
+    s.out = var(grp.gemm->outputs[0]);
+    s.dtype = out.meta.dtype;
+    s.buffer = out_buffer;
+    s.index = k.contiguous_index();
+    k.body.push_back(s);
+  }
+  // Inputs read element for element by some node (a slice_backward's grad is read at its own
+  // columns, by its masked load).
+  for (const graph::Value* v : grp.inputs) {
+    bool direct = false;
+    for (const graph::Node* node : grp.nodes)
+      if (node->op != OpId::slice_backward)
+        direct |= std::find(node->inputs.begin(), node->inputs.end(), v) != node->inputs.end();
+    if (!direct) continue;
+    kir::Stmt s;
+    s.out = var(v);
+    s.dtype = v->meta.dtype;
+    s.buffer = buffer_of(v);
+    s.index = shape_numel(v->meta.sizes) == 1 ? kir::Index(0) : broadcast_index(*v, shape);
+    k.body.push_back(s);
+  }
+  for (const graph::Node* node : grp.nodes) {
+    const DType nt = node->outputs[0]->meta.dtype;
+    if (node->op == OpId::slice_backward) {
+      int b = buffer_of(node->inputs[0]);
+      if (b == int(grp.inputs.size())) b = -1;  // a zero-size grad: never read
+      // The grad is read at other columns than j: only a buffer, never a value computed here.
+      EMBER_CHECK(b >= 0 || shape_numel(node->inputs[0]->meta.sizes) == 0,
+                  "compiler: slice_backward's grad ", var(node->inputs[0]),
+                  " is computed inside its kernel, which reads it at other columns");
+      k.body.push_back(slice_backward_load(*node, b));
+      continue;
+    }
+    kir::Stmt s;
+    s.out = var(node->outputs[0]);
+    s.dtype = nt;
+    if (node->op == OpId::cast) {
+      s.kind = kir::Stmt::Kind::Cast;
+      s.args = {var(node->inputs[0])};
+    } else {
+      s.kind = kir::Stmt::Kind::Call;
+      s.functor = fused_op_info(*node)->functor;
+      for (const graph::Value* v : node->inputs) s.args.push_back(var(v));
+    }
+    k.body.push_back(s);
+  }
+  kir::Stmt st;
+  st.kind = kir::Stmt::Kind::Store;
+  st.dtype = out.meta.dtype;
+  st.buffer = out_buffer;
+  st.index = k.contiguous_index();
+  st.args = {var(&out)};
+  k.body.push_back(st);
+  return k;
+}
+
+}  // namespace ember::compiler

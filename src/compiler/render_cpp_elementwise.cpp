@@ -1,0 +1,260 @@
+// Rendering elementwise kernels as C++ (render_cpp.h): a flat loop over the output (large
+// outputs built in chunks and streamed past the cache), or rows and columns of its last dim
+// with each input's offset split into a per-row base and a column term, so broadcast inputs
+// cost no division per element. Coordinates are spelled from the loop variables here: the
+// IR's index expressions are substituted and printed.
+#include <algorithm>
+
+#include "compiler/codegen_util.h"
+#include "compiler/render_cpp.h"
+#include "kernels/cpu/loops.h"
+
+namespace ember::compiler {
+
+namespace {
+
+using kir::Index;
+using kir::Stmt;
+
+// Coordinates of a flat element i (or, over the leading dims, of row r): the last varies
+// fastest; the first needs no modulo.
+Index::Substitution coords_of(const std::vector<Index>& dims, int var) {
+  std::vector<Index> c(dims.size());
+  Index inner = 1;
+  for (size_t d = dims.size(); d-- > 0;) {
+    Index x = Index::symbol(var);
+    if (!(inner.is_constant() && inner.constant() == 1)) x = floordiv(x, inner);
+    if (d > 0) x = mod(x, dims[d]);
+    c[d] = x;
+    inner = inner * dims[d];
+  }
+  return [c](int id) -> std::optional<Index> {
+    if (id >= kir::kCoord && size_t(id - kir::kCoord) < c.size()) return c[size_t(id - kir::kCoord)];
+    return std::nullopt;
+  };
+}
+
+// The loop variables i, r and j are symbols just below the coordinates; sizes print as
+// themselves.
+constexpr int kVarI = kir::kCoord - 3, kVarR = kir::kCoord - 2, kVarJ = kir::kCoord - 1;
+std::string loop_names(int id) {
+  if (id == kVarI) return "i";
+  if (id == kVarR) return "r";
+  if (id == kVarJ) return "j";
+  return std::string("s").append(std::to_string(id));
+}
+
+// e with the last coordinate set to `to` (0: the row part of an offset).
+Index with_last(const Index& e, int last, const Index& to) {
+  return e.substitute([&](int id) -> std::optional<Index> {
+    if (id == kir::kCoord + last) return to;
+    return std::nullopt;
+  });
+}
+
+bool constant(const Index& e, int64_t v) { return e.is_constant() && e.constant() == v; }
+
+std::string buffer_name(const kir::Kernel& k, int b) {
+  return k.buffers[size_t(b)].output ? "out" : "in" + std::to_string(b);
+}
+
+}  // namespace
+
+bool cpp_row_loop(const kir::Kernel& k) {
+  for (const Stmt& s : k.body)
+    if (s.kind == Stmt::Kind::Load && !s.when.empty()) return true;  // needs the column
+  if (k.domain.size() < 2 || !k.domain.back().is_constant() || k.domain.back().constant() < 16)
+    return false;
+  const Index flat = k.contiguous_index();
+  for (const Stmt& s : k.body)
+    if (s.kind == Stmt::Kind::Load && !k.uniform(s) && s.index != flat) return true;
+  return false;
+}
+
+void render_cpp_elementwise(std::ostringstream& os, const kir::Kernel& k, size_t base,
+                            bool in_region, const char* ind) {
+  // Values are stored as their dtype's storage type and computed in its compute type (16-bit
+  // floats: their bits, and float).
+  int out_buffer = -1;
+  for (size_t b = 0; b < k.buffers.size(); ++b) {
+    const kir::Buffer& buf = k.buffers[b];
+    const char* S = storage_type(buf.dtype);
+    if (buf.output) {
+      out_buffer = int(b);
+      os << ind << S << "* __restrict out = static_cast<" << S << "*>(args[" << base + b
+         << "]);  // " << buf.about << "\n";
+    } else {
+      os << ind << "const " << S << "* __restrict in" << b << " = static_cast<const " << S
+         << "*>(args[" << base + b << "]);  // " << buf.about << "\n";
+    }
+  }
+  const kir::Buffer& outb = k.buffers[size_t(out_buffer)];
+  const DType dt = outb.dtype;
+  auto decl = [](const Stmt& s) {
+    return std::string("const ") + compute_type(s.dtype) + " " + s.out + " = ";
+  };
+  for (const Stmt& s : k.body)
+    if (k.uniform(s))
+      os << ind << decl(s) << load_value(s.dtype, buffer_name(k, s.buffer) + "[0]") << ";\n";
+  // The statements at one element: `at(load)` spells the load's offset, `store_to` the
+  // output's element.
+  auto emit_body = [&](const std::string& in, const std::function<std::string(const Stmt&)>& at,
+                       const std::string& store_to) {
+    for (const Stmt& s : k.body) {
+      switch (s.kind) {
+        case Stmt::Kind::Load: {
+          if (k.uniform(s)) break;
+          if (s.when.empty()) {
+            const std::string o = at(s);  // the output's own element: through its row pointer
+            const std::string element =
+                o == "orow[j]" ? o : buffer_name(k, s.buffer) + "[" + o + "]";
+            os << in << decl(s) << load_value(s.dtype, element) << ";\n";
+            break;
+          }
+          const char* T = compute_type(s.dtype);
+          bool never = false;
+          for (const sym::Rel& r : s.when) never |= r.decided() == std::optional<bool>(false);
+          if (never) {
+            os << in << decl(s) << T << "(0);\n";
+            break;
+          }
+          // The offset is taken only where the conditions hold (0 elsewhere), so the load
+          // always reads a valid element and the select discards it.
+          // The conditions are on the last coordinate, the column j (masked loads make the
+          // kernel loop over rows).
+          const int last = int(k.domain.size()) - 1;
+          std::string cond;
+          for (const sym::Rel& r : s.when) {
+            const sym::Rel at_j{r.op, r.diff.substitute([&](int id) -> std::optional<Index> {
+                                  if (id == kir::kCoord + last) return Index::symbol(kVarJ);
+                                  return std::nullopt;
+                                })};
+            cond += (cond.empty() ? "" : " && ") + at_j.str(loop_names);
+          }
+          os << in << "const bool " << s.out << "_in = " << cond << ";\n"
+             << in << "const int64_t " << s.out << "_at = " << s.out << "_in ? " << at(s)
+             << " : 0;\n"
+             << in << decl(s) << s.out << "_in ? "
+             << load_value(s.dtype, buffer_name(k, s.buffer) + "[" + s.out + "_at]") << " : "
+             << T << "(0);\n";
+          break;
+        }
+        case Stmt::Kind::Cast:
+          // As the eager cast: converted to the target's compute type, then (16-bit targets)
+          // rounded to the target, which eager does by storing the result.
+          os << in << decl(s)
+             << load_value(s.dtype, store_value(s.dtype, std::string(compute_type(s.dtype)) + "(" +
+                                                             s.args[0] + ")"))
+             << ";\n";
+          break;
+        case Stmt::Kind::Call:
+          os << in << decl(s) << "ember::fn::" << s.functor << "{}(";
+          for (size_t a = 0; a < s.args.size(); ++a) os << (a ? ", " : "") << s.args[a];
+          os << ");\n";
+          break;
+        case Stmt::Kind::Store:
+          os << in << store_to << " = " << store_value(dt, s.args[0]) << ";\n";
+          break;
+      }
+    }
+  };
+  const Index n_expr = k.numel();
+  EMBER_CHECK(n_expr.is_constant(), "compiler: the C++ renderer takes static sizes, got ",
+              n_expr.str());
+  const int64_t n = n_expr.constant();
+  const Index flat = k.contiguous_index();
+  if (k.epilogue || cpp_row_loop(k)) {
+    const int last = int(k.domain.size()) - 1;
+    const int64_t cols = k.domain.back().constant(), rows = n / cols;
+    const std::vector<Index> lead(k.domain.begin(), k.domain.end() - 1);
+    const Index::Substitution row_coords = coords_of(lead, kVarR);
+    if (k.epilogue) {
+      os << ind << "constexpr int64_t cols = " << cols << ";\n"
+         << ind << "for (int64_t r = r0; r < r1; ++r) {\n";
+    } else {
+      os << ind << "constexpr int64_t rows = " << rows << ", cols = " << cols << ";\n";
+      if (in_region)
+        os << "#pragma omp for schedule(static) nowait\n";
+      else if (n >= cpu::kParallelGrain && rows > 1)
+        os << "#pragma omp parallel for schedule(static)\n";
+      os << ind << "for (int64_t r = 0; r < rows; ++r) {\n";
+    }
+    const std::string in1 = std::string(ind) + "  ", in2 = in1 + "  ";
+    // Each load's offset: a base computed once per row (b<stmt>) plus a column term.
+    std::vector<std::string> offset(k.body.size());
+    for (size_t i = 0; i < k.body.size(); ++i) {
+      const Stmt& s = k.body[i];
+      if (s.kind != Stmt::Kind::Load || k.uniform(s)) continue;
+      if (s.buffer == out_buffer && s.index == flat) {
+        offset[i] = "orow";  // the output's own element
+        continue;
+      }
+      const Index row_part = with_last(s.index, last, 0);
+      const Index col_part = (s.index - row_part).substitute(
+          [&](int id) -> std::optional<Index> {
+            if (id == kir::kCoord + last) return Index::symbol(kVarJ);
+            return std::nullopt;
+          });
+      std::string b;
+      if (!constant(row_part, 0)) {
+        b = "b" + std::to_string(i);
+        os << in1 << "const int64_t " << b << " = " << row_part.substitute(row_coords).str(loop_names)
+           << ";\n";
+      }
+      const std::string c = constant(col_part, 0) ? "" : col_part.str(loop_names);
+      offset[i] = b.empty() ? (c.empty() ? "0" : c) : (c.empty() ? b : b + " + " + c);
+    }
+    os << in1 << storage_type(dt) << "* __restrict orow = out + r * cols;\n"
+       << "#pragma omp simd\n"
+       << in1 << "for (int64_t j = 0; j < cols; ++j) {\n";
+    emit_body(
+        in2,
+        [&](const Stmt& s) {
+          const std::string& o = offset[size_t(&s - k.body.data())];
+          return o == "orow" ? std::string("orow[j]") : o;
+        },
+        "orow[j]");
+    os << in1 << "}\n" << ind << "}\n";
+    return;
+  }
+  const Index::Substitution flat_coords = coords_of(k.domain, kVarI);
+  auto flat_at = [&](const Stmt& s) {
+    if (s.index == flat) return std::string("i");
+    return s.index.substitute(flat_coords).str(loop_names);
+  };
+  os << ind << "constexpr int64_t n = " << n << ";\n";
+  const int64_t esize = int64_t(dtype_size(dt));
+  if (!in_region && n * esize >= cpu::kStreamBytes) {
+    // A large output: chunks of 256 bytes computed in registers, then streamed out past the
+    // cache, so the output's lines are not read from memory before being overwritten. One
+    // fence per thread orders the streaming stores before the region's closing barrier.
+    const int64_t chunk = 256 / esize;
+    const std::string in1 = std::string(ind) + "  ", in2 = in1 + "  ", in3 = in2 + "  ";
+    os << ind << "constexpr int64_t chunk = " << chunk << ";\n"
+       << "#pragma omp parallel\n"
+       << ind << "{\n"
+       << "#pragma omp for schedule(static)\n"
+       << in1 << "for (int64_t i0 = 0; i0 < n; i0 += chunk) {\n"
+       << in2 << "alignas(64) " << storage_type(dt) << " buf[chunk];\n"
+       << in2 << "const int64_t cn = n - i0 < chunk ? n - i0 : chunk;\n"
+       << "#pragma omp simd\n"
+       << in2 << "for (int64_t l = 0; l < cn; ++l) {\n"
+       << in3 << "const int64_t i = i0 + l;\n";
+    emit_body(in3, flat_at, "buf[l]");
+    os << in2 << "}\n"
+       << in2 << "ember_stream(out + i0, buf, sizeof(" << storage_type(dt) << ") * cn);\n"
+       << in1 << "}\n"
+       << in1 << "ember_fence();\n"
+       << ind << "}\n";
+    return;
+  }
+  if (in_region)
+    os << "#pragma omp for simd schedule(static) nowait\n";
+  else
+    os << (n >= cpu::kParallelGrain ? "#pragma omp parallel for simd\n" : "#pragma omp simd\n");
+  os << ind << "for (int64_t i = 0; i < n; ++i) {\n";
+  emit_body(std::string(ind) + "  ", flat_at, "out[i]");
+  os << ind << "}\n";
+}
+
+}  // namespace ember::compiler
