@@ -1,6 +1,6 @@
 // Generating C++ for fusion groups: the translation unit that calls each group's emitter
-// (pointwise kernels and gemm epilogues: lowered to the kernel IR, lower.h, and rendered,
-// render_cpp.h; row kernels: codegen_rows.cpp), horizontal batches and the shared prelude. The math is done by the fn:: functors
+// (pointwise kernels, gemm epilogues and row kernels: lowered to the kernel IR, lower.h, and
+// rendered, render_cpp.h), horizontal batches and the shared prelude. The math is done by the fn:: functors
 // the eager kernels call; fused float code may still round differently (FMA contraction, sum
 // order).
 #include "compiler/codegen_cpp.h"
@@ -354,7 +354,7 @@ std::string generate_cpp(const FusionPlan& plan, const std::vector<KernelBatch>&
     else if (plan.groups[k].attn_qk)
       emit_attention_kernel(ks, kernel_name(k), plan.groups[k]);
     else if (plan.groups[k].row)
-      emit_row_kernel(ks, kernel_name(k), plan.groups[k]);
+      render_cpp_rows(ks, lower_rows(plan.groups[k], kernel_name(k)));
     else
       emit_kernel(ks, k, plan.groups[k]);
     check_reads_declared(ks.str(), kernel_name(k));

@@ -1,6 +1,6 @@
-// Pieces of C++ generation shared by the kernel emitters (codegen_cpp.cpp, codegen_rows.cpp,
-// codegen_attention.cpp and codegen_columns.cpp): element types, value names, index arithmetic,
-// fused node lines.
+// Pieces of C++ generation shared by the kernel emitters (codegen_cpp.cpp, the renderers
+// render_cpp_*.cpp, codegen_attention.cpp and codegen_columns.cpp): element types, value
+// names, index arithmetic, fused node lines.
 #pragma once
 #include <map>
 #include <sstream>
@@ -82,8 +82,6 @@ void emit_attention_backward_kernel(std::ostringstream& os, const std::string& n
 // A layer_norm backward group's kernel (see FusionGroup::ln_bwd).
 void emit_layer_norm_backward_kernel(std::ostringstream& os, const std::string& name,
                                      const FusionGroup& grp);
-// A row op's group kernel (see FusionGroup::row).
-void emit_row_kernel(std::ostringstream& os, const std::string& name, const FusionGroup& grp);
 // A column group's kernel (see FusionGroup::col).
 void emit_column_kernel(std::ostringstream& os, const std::string& name, const FusionGroup& grp);
 

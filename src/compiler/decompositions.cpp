@@ -3,55 +3,152 @@
 // kernels compute them.
 #include "compiler/decompositions.h"
 
-#include <cstdio>
+#include "compiler/codegen_util.h"
 
 namespace ember::compiler {
 
-std::optional<RowDecomposition> row_decomposition(const graph::Node& n) {
-  using K = RowStep::Kind;
-  RowDecomposition d;
+namespace {
+
+using kir::RowStep;
+using kir::Stmt;
+
+// Appends statements to `into`, naming each value `prefix`_<k> unless given a name.
+struct Emit {
+  std::vector<Stmt>& into;
+  DType t;
+  std::string prefix;
+  int count = 0;
+
+  std::string add(Stmt s, const std::string& name) {
+    s.out = name.empty() ? prefix + "_" + std::to_string(count++) : name;
+    s.dtype = t;
+    into.push_back(std::move(s));
+    return into.back().out;
+  }
+  std::string call(const char* functor, std::vector<std::string> args,
+                   const std::string& name = "") {
+    Stmt s;
+    s.kind = Stmt::Kind::Call;
+    s.functor = functor;
+    s.args = std::move(args);
+    return add(std::move(s), name);
+  }
+  std::string constant(double v) {
+    Stmt s;
+    s.kind = Stmt::Kind::Const;
+    s.constant = v;
+    return add(std::move(s), "");
+  }
+  std::string kept() {
+    Stmt s;
+    s.kind = Stmt::Kind::Kept;
+    return add(std::move(s), "");
+  }
+  std::string load_column(int buffer, int last) {
+    Stmt s;
+    s.kind = Stmt::Kind::Load;
+    s.buffer = buffer;
+    s.index = kir::coord(last);
+    return add(std::move(s), "");
+  }
+};
+
+RowStep step(RowStep::Kind kind, const std::string& name) {
+  RowStep s;
+  s.kind = kind;
+  s.name = name;
+  return s;
+}
+
+}  // namespace
+
+bool has_row_decomposition(const graph::Node& n) {
   switch (n.op) {
     case OpId::softmax:
-      // The exponentials are kept in the row: the last pass only scales them.
-      d.steps = {{K::Max, "mx", "$x"},
-                 {K::Sum, "sum", "ember::fn::ExpFtz{}($x - mx)", true},
-                 {K::Let, "inv", "$T(1) / sum"}};
-      d.out = "$kept * inv";
-      return d;
     case OpId::log_softmax:
-      // (x - max) - log(sum), not x - (max + log(sum)), which loses small results.
-      d.steps = {{K::Max, "mx", "$x"},
-                 {K::Sum, "sum", "ember::fn::ExpFtz{}($x - mx)"},
-                 {K::Let, "lse", "ember::fn::Log{}(sum)"}};
-      d.out = "($x - mx) - lse";
+    case OpId::layer_norm:
+    case OpId::sum:
+    case OpId::mean:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::optional<RowDecomposition> row_decomposition(
+    const graph::Node& n, const std::string& x,
+    const std::function<int(size_t input)>& buffer_of_input) {
+  if (!has_row_decomposition(n)) return std::nullopt;
+  using K = RowStep::Kind;
+  const DType t = n.outputs[0]->meta.dtype;
+  const std::string y = var(n.outputs[0]);
+  const int last = int(n.inputs[0]->meta.sizes.size()) - 1;
+  const double cols = double(n.inputs[0]->meta.sizes.back());
+  RowDecomposition d;
+  Emit out{d.out, t, "y"};
+  switch (n.op) {
+    case OpId::softmax: {
+      // The exponentials are kept in the row: the last pass only scales them.
+      RowStep mx = step(K::Max, "mx"), sum = step(K::Sum, "sum"), inv = step(K::Let, "inv");
+      mx.value = x;
+      Emit e{sum.body, t, "sum"};
+      sum.value = e.call("ExpFtz", {e.call("Sub", {x, "mx"})});
+      sum.keep = true;
+      Emit i{inv.body, t, "inv"};
+      inv.value = i.call("Div", {i.constant(1), "sum"});
+      d.steps = {mx, sum, inv};
+      out.call("Mul", {out.kept(), "inv"}, y);
       return d;
+    }
+    case OpId::log_softmax: {
+      // (x - max) - log(sum), not x - (max + log(sum)), which loses small results.
+      RowStep mx = step(K::Max, "mx"), sum = step(K::Sum, "sum"), lse = step(K::Let, "lse");
+      mx.value = x;
+      Emit e{sum.body, t, "sum"};
+      sum.value = e.call("ExpFtz", {e.call("Sub", {x, "mx"})});
+      Emit l{lse.body, t, "lse"};
+      lse.value = l.call("Log", {"sum"});
+      d.steps = {mx, sum, lse};
+      out.call("Sub", {out.call("Sub", {x, "mx"}), "lse"}, y);
+      return d;
+    }
     case OpId::layer_norm: {
-      char eps[40];
-      std::snprintf(eps, sizeof eps, "%.17g", n.attrs.value);
-      d.steps = {{K::Sum, "sx", "$x"},
-                 {K::Let, "mu", "sx / $T($n)"},
-                 {K::Sum, "sq", "($x - mu) * ($x - mu)"},
-                 {K::Let, "rs", "$T(1) / ember::fn::Sqrt{}(sq / $T($n) + $T(" + std::string(eps) + "))"}};
-      d.out = "($x - mu) * rs";
-      if (n.inputs.size() > 1) {
-        d.out += " * $w";
-        d.row_vectors.push_back({"$w", 1});
-      }
-      if (n.inputs.size() > 2) {
-        d.out += " + $b";
-        d.row_vectors.push_back({"$b", 2});
-      }
+      RowStep sx = step(K::Sum, "sx"), mu = step(K::Let, "mu"), sq = step(K::Sum, "sq"),
+              rs = step(K::Let, "rs");
+      sx.value = x;
+      Emit m{mu.body, t, "mu"};
+      mu.value = m.call("Div", {"sx", m.constant(cols)});
+      Emit q{sq.body, t, "sq"};
+      const std::string c = q.call("Sub", {x, "mu"});
+      sq.value = q.call("Mul", {c, c});
+      Emit r{rs.body, t, "rs"};
+      const std::string var_eps =
+          r.call("Add", {r.call("Div", {"sq", r.constant(cols)}), r.constant(n.attrs.value)});
+      rs.value = r.call("Div", {r.constant(1), r.call("Sqrt", {var_eps})});
+      d.steps = {sx, mu, sq, rs};
+      const bool w = n.inputs.size() > 1, b = n.inputs.size() > 2;
+      std::string v = out.call("Mul", {out.call("Sub", {x, "mu"}), "rs"}, w ? "" : y);
+      if (w) v = out.call("Mul", {v, out.load_column(buffer_of_input(1), last)}, b ? "" : y);
+      if (b) out.call("Add", {v, out.load_column(buffer_of_input(2), last)}, y);
       d.stat_outputs = {{1, "mu"}, {2, "rs"}};
       return d;
     }
-    case OpId::sum:  // over the last dim (can_fuse_row checks): one value per row
-      d.steps = {{K::Sum, "s", "$x"}};
-      d.out = "s";
+    case OpId::sum: {  // over the last dim (can_fuse_row checks): one value per row
+      RowStep s = step(K::Sum, "s");
+      s.value = x;
+      d.steps = {s};
+      out.call("Identity", {"s"}, y);
       return d;
-    case OpId::mean:
-      d.steps = {{K::Sum, "s", "$x"}, {K::Let, "m", "s / $T($n)"}};
-      d.out = "m";
+    }
+    case OpId::mean: {
+      RowStep s = step(K::Sum, "s"), m = step(K::Let, "m");
+      s.value = x;
+      Emit e{m.body, t, "m"};
+      m.value = e.call("Div", {"s", e.constant(cols)});
+      d.steps = {s, m};
+      out.call("Identity", {"m"}, y);
       return d;
+    }
     default:
       return std::nullopt;
   }

@@ -1,6 +1,7 @@
 // The kernel IR's helpers and its printed form (kernel_ir.h).
 #include "compiler/kernel_ir.h"
 
+#include <algorithm>
 #include <sstream>
 
 namespace ember::compiler::kir {
@@ -34,6 +35,30 @@ Index Kernel::contiguous_index() const {
   return idx;
 }
 
+std::vector<int> Kernel::size_symbols() const {
+  std::vector<int> out;
+  auto add = [&](const Index& e) {
+    for (int s : e.symbols())
+      if (s < kCoord && std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+  };
+  auto add_stmts = [&](const std::vector<Stmt>& stmts) {
+    for (const Stmt& s : stmts) {
+      add(s.index);
+      for (const sym::Rel& r : s.when) add(r.diff);
+    }
+  };
+  for (const Index& d : domain) add(d);
+  for (const Buffer& b : buffers) add(b.numel);
+  add_stmts(body);
+  if (rows) {
+    add_stmts(rows->pre);
+    add_stmts(rows->out);
+    for (const RowStep& st : rows->steps) add_stmts(st.body);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 bool Kernel::uniform(const Stmt& s) const {
   if (s.kind != Stmt::Kind::Load || !s.when.empty() || reads_any_coord(s.index)) return false;
   const Index& n = buffers[size_t(s.buffer)].numel;
@@ -55,8 +80,8 @@ std::string print(const Kernel& k) {
   for (size_t b = 0; b < k.buffers.size(); ++b)
     os << "  " << (k.buffers[b].output ? "out" : "in") << " #" << b << " " << dtype_name(k.buffers[b].dtype)
        << "[" << k.buffers[b].numel.str(names) << "]  " << k.buffers[b].about << "\n";
-  for (const Stmt& s : k.body) {
-    os << "  ";
+  auto stmt = [&](const Stmt& s, const std::string& ind) {
+    os << ind;
     switch (s.kind) {
       case Stmt::Kind::Load:
         os << s.out << " = load #" << s.buffer << "[" << s.index.str(names) << "]";
@@ -75,9 +100,30 @@ std::string print(const Kernel& k) {
       case Stmt::Kind::Store:
         os << "store #" << s.buffer << "[" << s.index.str(names) << "] = " << s.args[0];
         break;
+      case Stmt::Kind::Const:
+        os << s.out << " = " << s.constant;
+        break;
+      case Stmt::Kind::Kept:
+        os << s.out << " = kept";
+        break;
     }
     os << "\n";
+  };
+  for (const Stmt& s : k.body) stmt(s, "  ");
+  if (!k.rows) return os.str();
+  const RowProgram& rp = *k.rows;
+  os << "  rows: the row op reads " << rp.input << "\n";
+  for (const Stmt& s : rp.pre) stmt(s, "    ");
+  for (const RowStep& st : rp.steps) {
+    static const char* const kind[] = {"max", "sum", "let"};
+    os << "  " << st.name << " = " << kind[int(st.kind)]
+       << (st.kind == RowStep::Kind::Let ? "" : " over the row") << " of " << st.value
+       << (st.keep ? " (kept)" : "") << "\n";
+    for (const Stmt& s : st.body) stmt(s, "    ");
   }
+  os << "  " << (rp.row_output ? "each column" : "each row") << ":\n";
+  for (const Stmt& s : rp.out) stmt(s, "    ");
+  for (const auto& [buffer, name] : rp.stats) os << "  store #" << buffer << "[row] = " << name << "\n";
   return os.str();
 }
 

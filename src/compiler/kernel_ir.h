@@ -9,7 +9,8 @@
 // inputs (Load: an element offset over the coordinates c0 .. c{n-1} of the output element),
 // computes with the functors of kernels/functors.h (Call) and conversions (Cast), and writes
 // the output (Store). A gemm epilogue is a pointwise kernel whose first load reads the product
-// already in the output buffer, run by the caller on row ranges.
+// already in the output buffer, run by the caller on row ranges. A row kernel (RowProgram)
+// reduces along the domain's last dim, row by row.
 #pragma once
 #include <optional>
 #include <string>
@@ -44,6 +45,8 @@ struct Stmt {
     Call,   // out = ember::fn::<functor>{}(args...)
     Cast,   // out = args[0] converted to dtype (rounded to it, for 16-bit floats)
     Store,  // buffer[index] = args[0]
+    Const,  // out = constant, in dtype
+    Kept,   // out = the value a row step kept at this column (RowStep::keep)
   };
   Kind kind = Kind::Load;
   std::string out;  // the value defined (Load, Call, Cast): a name unique in the kernel
@@ -56,6 +59,31 @@ struct Stmt {
   std::vector<sym::Rel> when;
   std::string functor;            // Call
   std::vector<std::string> args;  // Call operands; Cast, Store: the one value
+  double constant = 0;            // Const
+};
+
+// A row kernel computes a row op over the last dim of its input (the kernel's domain) with
+// its fused pointwise producers and consumers. For each row: the steps in order, then the
+// output. A Max or Sum step reduces `value`, computed by `body` at each column j, to the row
+// statistic `name` (the first such step also runs `pre`, which computes the row op's input
+// `input` at j); a Let step computes the row scalar `name` once per row from earlier ones.
+struct RowStep {
+  enum class Kind : uint8_t { Max, Sum, Let };
+  Kind kind = Kind::Let;
+  std::string name;
+  std::vector<Stmt> body;
+  std::string value;
+  bool keep = false;  // Max, Sum: `value` at each column is kept for later steps (Kept)
+};
+struct RowProgram {
+  std::string input;            // the row op's input at column j, defined by `pre`
+  std::vector<Stmt> pre;        // per column: loads and the fused producers
+  std::vector<RowStep> steps;
+  // Per column: the row op's output, the fused consumers, the store; for an op that reduces
+  // each row to one value (row_output false), once per row, storing at the row.
+  std::vector<Stmt> out;
+  bool row_output = true;
+  std::vector<std::pair<int, std::string>> stats;  // buffer <- statistic, stored per row
 };
 
 struct Kernel {
@@ -67,10 +95,15 @@ struct Kernel {
   // A gemm epilogue: run by the caller on rows [r0, r1) of the domain (all dims but the last),
   // after the product's rows are in the output.
   bool epilogue = false;
+  // A row kernel (then `body` is empty): the rows are the domain's leading dims.
+  std::optional<RowProgram> rows;
 
   Index numel() const;
   // The offset of coordinate tuple (c0 ..) in a contiguous tensor of the domain's shape.
   Index contiguous_index() const;
+  // The size symbols the kernel reads (in its domain, buffer sizes and offsets), ascending.
+  // Renderers take their values at run time: one compiled kernel serves every size.
+  std::vector<int> size_symbols() const;
   // Whether a value is the same for every element (its load reads one element): renderers
   // load it once.
   bool uniform(const Stmt& s) const;

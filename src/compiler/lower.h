@@ -12,6 +12,16 @@ namespace ember::compiler {
 // the buffers are the group's inputs in order, then its output.
 kir::Kernel lower_elementwise(const FusionGroup& grp, const std::string& name);
 
+// A row group (FusionGroup::row): the buffers are the group's inputs, its output, then its
+// extra outputs (the row op's statistics).
+kir::Kernel lower_rows(const FusionGroup& grp, const std::string& name);
+// The row's offset in a tensor of one value per row of k's domain (all dims but the last).
+kir::Index with_columns_dropped(const kir::Kernel& k);
+
+// A kernel over `domain` with the group's buffers: its inputs, its output, its extra outputs;
+// the graph nodes as its comment.
+kir::Kernel kernel_of_group(const FusionGroup& grp, const Shape& domain, const std::string& name);
+
 // The element offset of `v` read by the output element at the kernel's coordinates, `v`
 // broadcast to `out` (size-1 and stride-0 dims read at 0).
 kir::Index broadcast_index(const graph::Value& v, const Shape& out);

@@ -50,20 +50,29 @@ kir::Stmt slice_backward_load(const graph::Node& node, int buffer) {
 
 }  // namespace
 
-kir::Kernel lower_elementwise(const FusionGroup& grp, const std::string& name) {
-  EMBER_CHECK(grp.elementwise(), "compiler: lower_elementwise of a group that is not elementwise");
-  const graph::Value& out = *grp.output;
-  const Shape& shape = out.meta.sizes;
+kir::Kernel kernel_of_group(const FusionGroup& grp, const Shape& domain,
+                            const std::string& name) {
   kir::Kernel k;
   k.name = name;
-  k.epilogue = grp.gemm != nullptr;
-  for (int64_t s : shape) k.domain.push_back(s);
+  for (int64_t s : domain) k.domain.push_back(s);
   for (const graph::Node* node : grp.nodes) k.comment.push_back(node_str(*node));
   for (const graph::Value* v : grp.inputs)
     k.buffers.push_back({v->meta.dtype, shape_numel(v->meta.sizes), false,
                          var(v) + " " + value_type_str(*v)});
-  const int out_buffer = int(k.buffers.size());
-  k.buffers.push_back({out.meta.dtype, shape_numel(shape), true, var(&out)});
+  const graph::Value& out = *grp.output;
+  k.buffers.push_back({out.meta.dtype, shape_numel(out.meta.sizes), true, var(&out)});
+  for (const graph::Value* v : grp.extra_outputs)
+    k.buffers.push_back({v->meta.dtype, shape_numel(v->meta.sizes), true, var(v)});
+  return k;
+}
+
+kir::Kernel lower_elementwise(const FusionGroup& grp, const std::string& name) {
+  EMBER_CHECK(grp.elementwise(), "compiler: lower_elementwise of a group that is not elementwise");
+  const graph::Value& out = *grp.output;
+  const Shape& shape = out.meta.sizes;
+  kir::Kernel k = kernel_of_group(grp, shape, name);
+  k.epilogue = grp.gemm != nullptr;
+  const int out_buffer = int(grp.inputs.size());
   auto buffer_of = [&](const graph::Value* v) {
     return int(std::find(grp.inputs.begin(), grp.inputs.end(), v) - grp.inputs.begin());
   };

@@ -375,7 +375,7 @@ bool contiguous(const graph::Value& v) {
 }
 
 bool can_fuse_row(const graph::Node& n) {
-  if (!row_decomposition(n)) return false;  // the table says which ops are row ops
+  if (!has_row_decomposition(n)) return false;  // the table says which ops are row ops
   const graph::Value& x = *n.inputs[0];
   const graph::Value& out = *n.outputs[0];
   const DType t = out.meta.dtype;

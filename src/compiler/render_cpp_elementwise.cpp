@@ -60,6 +60,17 @@ std::string buffer_name(const kir::Kernel& k, int b) {
 
 }  // namespace
 
+CppRowOffset cpp_row_offset(const kir::Kernel& k, const kir::Index& index) {
+  const int last = int(k.domain.size()) - 1;
+  const Index row_part = with_last(index, last, 0);
+  const Index col_part = with_last(index - row_part, last, Index::symbol(kVarJ));
+  const std::vector<Index> lead(k.domain.begin(), k.domain.end() - 1);
+  CppRowOffset o;
+  if (!constant(row_part, 0)) o.row = row_part.substitute(coords_of(lead, kVarR)).str(loop_names);
+  if (!constant(col_part, 0)) o.col = col_part.str(loop_names);
+  return o;
+}
+
 bool cpp_row_loop(const kir::Kernel& k) {
   for (const Stmt& s : k.body)
     if (s.kind == Stmt::Kind::Load && !s.when.empty()) return true;  // needs the column
@@ -155,27 +166,44 @@ void render_cpp_elementwise(std::ostringstream& os, const kir::Kernel& k, size_t
         case Stmt::Kind::Store:
           os << in << store_to << " = " << store_value(dt, s.args[0]) << ";\n";
           break;
+        case Stmt::Kind::Const:
+        case Stmt::Kind::Kept:
+          EMBER_FAIL("compiler: ", k.name, ": a row statement in an elementwise kernel");
       }
     }
   };
+  // Symbolic sizes: their values follow the buffers in args (s<i> at [i]); the loop bounds and
+  // the parallel and streaming choices that depend on them are taken at run time.
+  const std::vector<int> symbols = k.size_symbols();
+  if (!symbols.empty()) {
+    os << ind << "const int64_t* __restrict sizes = static_cast<const int64_t*>(args["
+       << base + k.buffers.size() << "]);\n";
+    for (int sym : symbols)
+      os << ind << "const int64_t " << loop_names(sym) << " = sizes[" << sym << "];\n";
+  }
   const Index n_expr = k.numel();
-  EMBER_CHECK(n_expr.is_constant(), "compiler: the C++ renderer takes static sizes, got ",
-              n_expr.str());
-  const int64_t n = n_expr.constant();
+  const bool fixed = n_expr.is_constant();
+  const int64_t n = fixed ? n_expr.constant() : -1;
+  // "constexpr int64_t x = 4" or "const int64_t x = 4*s0".
+  auto size_decl = [&](const std::string& name, const Index& e) {
+    return std::string(e.is_constant() ? "constexpr" : "const") + " int64_t " + name + " = " +
+           e.str(loop_names) + ";\n";
+  };
+  const std::string grain = std::to_string(cpu::kParallelGrain);
   const Index flat = k.contiguous_index();
   if (k.epilogue || cpp_row_loop(k)) {
-    const int last = int(k.domain.size()) - 1;
-    const int64_t cols = k.domain.back().constant(), rows = n / cols;
-    const std::vector<Index> lead(k.domain.begin(), k.domain.end() - 1);
-    const Index::Substitution row_coords = coords_of(lead, kVarR);
+    const Index cols = k.domain.back();
     if (k.epilogue) {
-      os << ind << "constexpr int64_t cols = " << cols << ";\n"
-         << ind << "for (int64_t r = r0; r < r1; ++r) {\n";
+      os << ind << size_decl("cols", cols) << ind << "for (int64_t r = r0; r < r1; ++r) {\n";
     } else {
-      os << ind << "constexpr int64_t rows = " << rows << ", cols = " << cols << ";\n";
+      const Index rows = floordiv(n_expr, cols);
+      os << ind << size_decl("rows", rows) << ind << size_decl("cols", cols);
       if (in_region)
         os << "#pragma omp for schedule(static) nowait\n";
-      else if (n >= cpu::kParallelGrain && rows > 1)
+      else if (!fixed)
+        os << "#pragma omp parallel for schedule(static) if (rows > 1 && rows * cols >= "
+           << grain << ")\n";
+      else if (n >= cpu::kParallelGrain && rows.constant() > 1)
         os << "#pragma omp parallel for schedule(static)\n";
       os << ind << "for (int64_t r = 0; r < rows; ++r) {\n";
     }
@@ -189,19 +217,13 @@ void render_cpp_elementwise(std::ostringstream& os, const kir::Kernel& k, size_t
         offset[i] = "orow";  // the output's own element
         continue;
       }
-      const Index row_part = with_last(s.index, last, 0);
-      const Index col_part = (s.index - row_part).substitute(
-          [&](int id) -> std::optional<Index> {
-            if (id == kir::kCoord + last) return Index::symbol(kVarJ);
-            return std::nullopt;
-          });
+      const CppRowOffset o = cpp_row_offset(k, s.index);
       std::string b;
-      if (!constant(row_part, 0)) {
-        b = "b" + std::to_string(i);
-        os << in1 << "const int64_t " << b << " = " << row_part.substitute(row_coords).str(loop_names)
-           << ";\n";
+      if (!o.row.empty()) {
+        b = std::string("b").append(std::to_string(i));
+        os << in1 << "const int64_t " << b << " = " << o.row << ";\n";
       }
-      const std::string c = constant(col_part, 0) ? "" : col_part.str(loop_names);
+      const std::string& c = o.col;
       offset[i] = b.empty() ? (c.empty() ? "0" : c) : (c.empty() ? b : b + " + " + c);
     }
     os << in1 << storage_type(dt) << "* __restrict orow = out + r * cols;\n"
@@ -222,9 +244,10 @@ void render_cpp_elementwise(std::ostringstream& os, const kir::Kernel& k, size_t
     if (s.index == flat) return std::string("i");
     return s.index.substitute(flat_coords).str(loop_names);
   };
-  os << ind << "constexpr int64_t n = " << n << ";\n";
+  os << ind << size_decl("n", n_expr);
   const int64_t esize = int64_t(dtype_size(dt));
-  if (!in_region && n * esize >= cpu::kStreamBytes) {
+  // Symbolic sizes: no streamed chunks (the choice would depend on the size).
+  if (!in_region && fixed && n * esize >= cpu::kStreamBytes) {
     // A large output: chunks of 256 bytes computed in registers, then streamed out past the
     // cache, so the output's lines are not read from memory before being overwritten. One
     // fence per thread orders the streaming stores before the region's closing barrier.
@@ -250,6 +273,8 @@ void render_cpp_elementwise(std::ostringstream& os, const kir::Kernel& k, size_t
   }
   if (in_region)
     os << "#pragma omp for simd schedule(static) nowait\n";
+  else if (!fixed)
+    os << "#pragma omp parallel for simd if (n >= " << grain << ")\n";
   else
     os << (n >= cpu::kParallelGrain ? "#pragma omp parallel for simd\n" : "#pragma omp simd\n");
   os << ind << "for (int64_t i = 0; i < n; ++i) {\n";

@@ -3,10 +3,15 @@
 // and what the C++ renderer makes of it (row loop or flat loop, per-row bases).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "compiler/kernel_ir.h"
 #include "compiler/lower.h"
 #include "compiler/pointwise_fusion.h"
 #include "compiler/render_cpp.h"
+#include "compiler/toolchain.h"
+#include "compiler/compiler_test_util.h"
 #include "core/shape.h"
 
 namespace ember::compiler {
@@ -83,28 +88,117 @@ TEST(KernelIR, TransposedInputsIndexWithTheirStridesAndContiguousOnesFlat) {
   EXPECT_NE(os.str().find("out[i] ="), std::string::npos) << os.str();
 }
 
-TEST(KernelIR, SymbolicDomainsPrintTheirSymbols) {
+TEST(KernelIR, FusedSoftmaxLowersToARowProgram) {
+  graph::Graph g;
+  Value* x = input(g, {4, 64}, {64, 1}, "x");
+  Value* t = input(g, {}, {}, "t");
+  Value* scaled = g.add_node(OpId::mul, {x, t}, {}, {})->outputs[0];
+  Attrs last;
+  last.dim = 1;  // normalized, as the front end records it
+  Value* p = g.add_node(OpId::softmax, {scaled}, last, {})->outputs[0];
+  g.set_outputs({p});
+  const FusionPlan plan = plan_fusion(g);
+  ASSERT_EQ(plan.groups.size(), 1u);
+  ASSERT_NE(plan.groups[0].row, nullptr);
+  const kir::Kernel k = lower_rows(plan.groups[0], "kernel_0");
+  ASSERT_TRUE(k.rows.has_value());
+  const kir::RowProgram& rp = *k.rows;
+  // The producer (x * t) computes the row op's input; max, then the kept exponentials' sum,
+  // then the reciprocal; the output scales the kept values.
+  EXPECT_EQ(rp.input, "v2");
+  ASSERT_EQ(rp.steps.size(), 3u);
+  EXPECT_EQ(rp.steps[0].kind, kir::RowStep::Kind::Max);
+  EXPECT_EQ(rp.steps[1].kind, kir::RowStep::Kind::Sum);
+  EXPECT_TRUE(rp.steps[1].keep);
+  EXPECT_EQ(rp.steps[2].kind, kir::RowStep::Kind::Let);
+  EXPECT_EQ(rp.out.back().kind, kir::Stmt::Kind::Store);
+  const std::string text = kir::print(k);
+  EXPECT_NE(text.find("mx = max over the row of v2"), std::string::npos) << text;
+  EXPECT_NE(text.find("(kept)"), std::string::npos) << text;
+  EXPECT_NE(text.find("= kept"), std::string::npos) << text;
+  std::ostringstream os;
+  render_cpp_rows(os, k);
+  EXPECT_NE(os.str().find("ember::fn::ExpFtz{}"), std::string::npos) << os.str();
+  EXPECT_NE(os.str().find("row[j] = kept;"), std::string::npos) << os.str();
+  if (std::getenv("EMBER_PRINT_IR")) std::printf("%s\n%s", text.c_str(), os.str().c_str());
+}
+
+// y = x + b over a domain of `domain` (x contiguous, b one value per column), built by hand.
+kir::Kernel add_columns(const std::vector<kir::Index>& domain) {
   kir::Kernel k;
-  k.name = "k";
-  k.domain = {kir::Index::symbol(0), 16};
-  k.buffers = {{DType::Float32, k.numel(), false, "x"}, {DType::Float32, k.numel(), true, "y"}};
-  kir::Stmt ld;
-  ld.out = "x";
-  ld.buffer = 0;
-  ld.index = k.contiguous_index();
-  kir::Stmt st;
+  k.name = "add_columns";
+  k.domain = domain;
+  const kir::Index n = k.numel();
+  k.buffers = {{DType::Float32, n, false, "x"},
+               {DType::Float32, domain.back(), false, "b"},
+               {DType::Float32, n, true, "y"}};
+  kir::Stmt x, b, y, st;
+  x.out = "x";
+  x.buffer = 0;
+  x.index = k.contiguous_index();
+  b.out = "b";
+  b.buffer = 1;
+  b.index = coord(int(domain.size()) - 1);
+  y.kind = kir::Stmt::Kind::Call;
+  y.out = "y";
+  y.functor = "Add";
+  y.args = {"x", "b"};
   st.kind = kir::Stmt::Kind::Store;
-  st.buffer = 1;
+  st.buffer = 2;
   st.index = k.contiguous_index();
-  st.args = {"x"};
-  k.body = {ld, st};
+  st.args = {"y"};
+  k.body = {x, b, y, st};
+  return k;
+}
+
+// Builds k's C++ (static or with size symbols) and runs it on [rows, cols] data.
+void expect_adds_columns(const kir::Kernel& k, int64_t rows, int64_t cols,
+                         std::vector<int64_t> sizes, std::string* source = nullptr) {
+  std::ostringstream body;
+  render_cpp_elementwise(body, k, 0, false, "  ");
+  const std::string text = generated_includes() + "\nextern \"C\" void " + k.name +
+                           "(void* const* args) {\n" + body.str() + "}\n";
+  if (source) *source = text;
+  std::shared_ptr<const Library> lib = load_source(text, k.name);
+  auto fn = reinterpret_cast<void (*)(void* const*)>(lib->symbol(k.name));
+  std::vector<float> x(static_cast<size_t>(rows * cols)), b(static_cast<size_t>(cols));
+  std::vector<float> y(x.size(), -1.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i % 97) * 0.5f;
+  for (size_t j = 0; j < b.size(); ++j) b[j] = float(j) * 0.25f;
+  void* args[] = {x.data(), b.data(), y.data(), sizes.data()};
+  fn(args);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      ASSERT_EQ(y[size_t(r * cols + c)], x[size_t(r * cols + c)] + b[size_t(c)])
+          << "row " << r << " column " << c << " of [" << rows << ", " << cols << "]";
+}
+
+TEST(KernelIR, SymbolicDomainsPrintTheirSymbols) {
+  const kir::Kernel k = add_columns({kir::Index::symbol(0), 16});
   EXPECT_EQ(k.numel(), kir::Index::symbol(0) * 16);
+  EXPECT_EQ(k.size_symbols(), std::vector<int>{0});
   const std::string text = kir::print(k);
   EXPECT_NE(text.find("over [s0, 16]"), std::string::npos) << text;
   EXPECT_NE(text.find("load #0[16*c0 + c1]"), std::string::npos) << text;
-  // The C++ renderer takes static sizes only, for now, and says so.
-  std::ostringstream os;
-  EXPECT_THROW(render_cpp_elementwise(os, k, 0, false, "  "), Error);
+}
+
+TEST(KernelIR, OneCompiledKernelServesEverySizeOfItsSymbols) {
+  test::CacheDir cache(test::kSharedCompilerCache);
+  // Rows symbolic: the row loop, its bound read from the sizes argument.
+  const kir::Kernel rows = add_columns({kir::Index::symbol(0), 64});
+  std::string source;
+  for (int64_t r : {1, 3, 700})  // 700 rows: past the parallel grain, threads split the rows
+    expect_adds_columns(rows, r, 64, {r}, &source);
+  EXPECT_NE(source.find("const int64_t s0 = sizes[0];"), std::string::npos) << source;
+  EXPECT_NE(source.find("const int64_t rows = s0;"), std::string::npos) << source;
+  // Columns symbolic (s1; s0 unused): a flat loop dividing by the symbol.
+  const kir::Kernel cols = add_columns({5, kir::Index::symbol(1)});
+  for (int64_t c : {1, 17, 9000}) expect_adds_columns(cols, 5, c, {-1, c}, &source);
+  EXPECT_NE(source.find("const int64_t n = 5*s1;"), std::string::npos) << source;
+  EXPECT_NE(source.find("if (n >= "), std::string::npos) << source;
+  const ToolchainStats before = toolchain_stats();
+  expect_adds_columns(cols, 5, 123, {-1, 123});
+  EXPECT_EQ(toolchain_stats().compiler_runs, before.compiler_runs);  // no new build
 }
 
 }  // namespace

@@ -1,14 +1,15 @@
-// The row kernel: a row op over the last dim (softmax, log_softmax, layer_norm, a sum or mean)
-// with its fused pointwise producers and consumers, from the op's row decomposition
-// (decompositions.h). One task per row runs the decomposition's passes; large outputs are
+// Rendering row kernels as C++ (render_cpp.h): a row op over the last dim (softmax,
+// log_softmax, layer_norm, a sum or mean) with its fused pointwise producers and consumers, as
+// lowered to a kir::RowProgram. One task per row runs the program's passes; large outputs are
 // built in a row buffer and streamed out, and rows read straight from an input are pipelined
 // (docs/architecture.md, "Compiler").
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <functional>
 
 #include "compiler/codegen_util.h"
-#include "compiler/decompositions.h"
-#include "graph/graph_util.h"
+#include "compiler/render_cpp.h"
 #include "kernels/cpu/loops.h"
 
 namespace ember::compiler {
@@ -90,84 +91,163 @@ void emit_reduce(std::ostringstream& os, const char* T, int64_t esize, int64_t n
      << "    for (int64_t l = 1; l < " << w << "; ++l) " << combine(acc, lanes + "[l]") << "\n";
 }
 
-}  // namespace
+// Statements as C++ lines at column j (or, in the output of a row reduction, at row r):
+// loads at their offsets (`offset(stmt)`), kept values where the pass finds them (`kept_at`),
+// the store to `store_to`.
+struct Spell {
+  const kir::Kernel& k;
+  std::function<std::string(const kir::Stmt&)> offset;
+  std::string kept_at, store_to;
 
-// One task per row of the row op's [rows, n] output. Pass 1 computes the row op's input
-// (fused producers) into the output row and reduces it; the middle passes finish the
-// statistics; the last pass applies the row op and the fused consumers and stores.
-void emit_row_kernel(std::ostringstream& os, const std::string& name, const FusionGroup& grp) {
-  const graph::Node& row = *grp.row;
-  const graph::Value& out = *grp.output;
-  const char* T = c_type(out.meta.dtype);
-  const Shape& shape = row.inputs[0]->meta.sizes;  // whole rows
-  // A row reduction with no consumers writes one value per row, not a row.
-  const bool row_output = out.meta.sizes == shape;
-  const int64_t n = shape.back(), rows = shape_numel(shape) / n;
-  // Producers: the nodes the row op depends on; consumers: the rest, after it.
-  std::vector<const graph::Node*> pre, post;
-  std::vector<const graph::Value*> needed = {row.inputs[0]};
-  for (size_t a = grp.nodes.size(); a-- > 0;) {
-    const graph::Node* node = grp.nodes[a];
-    if (node == &row) continue;
-    if (std::find(needed.begin(), needed.end(), node->outputs[0]) != needed.end()) {
-      pre.insert(pre.begin(), node);
-      needed.insert(needed.end(), node->inputs.begin(), node->inputs.end());
+  void operator()(std::ostringstream& os, const std::vector<kir::Stmt>& stmts,
+                  const std::string& ind) const {
+    for (const kir::Stmt& s : stmts) {
+      const char* T = compute_type(s.dtype);
+      const std::string decl = std::string("const ") + T + " " + s.out + " = ";
+      switch (s.kind) {
+        case kir::Stmt::Kind::Load:
+          if (k.uniform(s)) break;  // loaded once, at the kernel's start
+          os << ind << decl << "in" << s.buffer << "[" << offset(s) << "];\n";
+          break;
+        case kir::Stmt::Kind::Call:
+          os << ind << decl << "ember::fn::" << s.functor << "{}(";
+          for (size_t a = 0; a < s.args.size(); ++a) os << (a ? ", " : "") << s.args[a];
+          os << ");\n";
+          break;
+        case kir::Stmt::Kind::Const: {
+          char v[40];
+          std::snprintf(v, sizeof v, "%.17g", s.constant);
+          os << ind << decl << T << "(" << v << ");\n";
+          break;
+        }
+        case kir::Stmt::Kind::Kept:
+          os << ind << decl << kept_at << ";\n";
+          break;
+        case kir::Stmt::Kind::Cast:
+          os << ind << decl << T << "(" << s.args[0] << ");\n";
+          break;
+        case kir::Stmt::Kind::Store:
+          os << ind << store_to << " = " << s.args[0] << ";\n";
+          break;
+      }
     }
   }
-  for (const graph::Node* node : grp.nodes)
-    if (node != &row && std::find(pre.begin(), pre.end(), node) == pre.end()) post.push_back(node);
+};
 
-  os << "// " << name << ": " << op_name(row.op) << " over the rows of "
-     << value_type_str(*row.outputs[0]) << ", " << pre.size() << " producer(s) and " << post.size()
-     << " consumer(s) fused\n";
-  for (const graph::Node* node : grp.nodes) os << "//   " << node_str(*node) << "\n";
-  os << "extern \"C\" void " << name << "(void* const* args) {\n";
-  for (size_t j = 0; j < grp.inputs.size(); ++j)
-    os << "  const " << T << "* __restrict in" << j << " = static_cast<const " << T << "*>(args["
-       << j << "]);  // " << var(grp.inputs[j]) << " " << value_type_str(*grp.inputs[j]) << "\n";
-  size_t arg = grp.inputs.size();
-  os << "  " << T << "* __restrict out = static_cast<" << T << "*>(args[" << arg++ << "]);  // "
-     << var(&out) << "\n";
-  for (size_t e = 0; e < grp.extra_outputs.size(); ++e)
-    os << "  " << T << "* __restrict stat" << e << " = static_cast<" << T << "*>(args[" << arg++
-       << "]);  // " << var(grp.extra_outputs[e]) << "\n";
-  for (size_t j = 0; j < grp.inputs.size(); ++j)
-    if (shape_numel(grp.inputs[j]->meta.sizes) == 1)
-      os << "  const " << T << " " << var(grp.inputs[j]) << " = in" << j << "[0];\n";
+// Whether `name` is read by one of `stmts` or is `value`, without being defined by them (a
+// consumer may load the row op's input itself).
+bool reads(const std::vector<kir::Stmt>& stmts, const std::string& value, const std::string& name) {
+  bool read = value == name;
+  for (const kir::Stmt& s : stmts) {
+    if (s.kind != kir::Stmt::Kind::Store && s.out == name) return false;
+    read |= std::find(s.args.begin(), s.args.end(), name) != s.args.end();
+  }
+  return read;
+}
+
+}  // namespace
+
+
+// One task per row of the domain [rows, n]. Pass 1 computes the row op's input (the fused
+// producers) into the output row and reduces it; the middle passes finish the statistics; the
+// last pass applies the row op and the fused consumers and stores.
+void render_cpp_rows(std::ostringstream& os, const kir::Kernel& k) {
+  const kir::RowProgram& rp = *k.rows;
+  int out_buffer = -1;
+  for (size_t b = 0; b < k.buffers.size() && out_buffer < 0; ++b)
+    if (k.buffers[b].output) out_buffer = int(b);
+  const char* T = c_type(k.buffers[size_t(out_buffer)].dtype);
+  const kir::Index numel = k.numel();
+  EMBER_CHECK(numel.is_constant() && k.domain.back().is_constant(),
+              "compiler: the C++ renderer takes static sizes, got ", numel.str());
+  const int64_t n = k.domain.back().constant(), rows = numel.constant() / n;
+  const bool row_output = rp.row_output;
+  int64_t consumers = 0;
+  for (const kir::Stmt& s : rp.out) consumers += s.kind == kir::Stmt::Kind::Call;
+  os << "// " << k.name << ": a row kernel over [" << rows << ", " << n << "], "
+     << (rp.pre.size() - size_t(std::count_if(rp.pre.begin(), rp.pre.end(), [](const kir::Stmt& s) {
+           return s.kind == kir::Stmt::Kind::Load;
+         })))
+     << " producer(s) fused\n";
+  for (const std::string& line : k.comment) os << "//   " << line << "\n";
+  os << "extern \"C\" void " << k.name << "(void* const* args) {\n";
+  for (size_t b = 0; b < k.buffers.size(); ++b) {
+    const kir::Buffer& buf = k.buffers[b];
+    if (!buf.output)
+      os << "  const " << T << "* __restrict in" << b << " = static_cast<const " << T << "*>(args["
+         << b << "]);  // " << buf.about << "\n";
+    else if (int(b) == out_buffer)
+      os << "  " << T << "* __restrict out = static_cast<" << T << "*>(args[" << b << "]);  // "
+         << buf.about << "\n";
+    else
+      os << "  " << T << "* __restrict stat" << b << " = static_cast<" << T << "*>(args[" << b
+         << "]);  // " << buf.about << "\n";
+  }
+  // One-element inputs: loaded once.
+  std::vector<std::string> hoisted;
+  for (const std::vector<kir::Stmt>* list : {&rp.pre, &rp.out})
+    for (const kir::Stmt& s : *list)
+      if (k.uniform(s) && std::find(hoisted.begin(), hoisted.end(), s.out) == hoisted.end()) {
+        hoisted.push_back(s.out);
+        os << "  const " << T << " " << s.out << " = in" << s.buffer << "[0];\n";
+      }
   os << "  constexpr int64_t rows = " << rows << ", n = " << n << ";\n";
   // A large output is built row by row in the thread's buffer and streamed out past the cache,
   // so its lines are not read from memory before being overwritten; the input of the next row
   // is fetched while the current one is computed (rows that leave the cache room for it).
-  const int64_t esize = int64_t(dtype_size(out.meta.dtype)), row_bytes = n * esize;
+  const int64_t esize = int64_t(dtype_size(k.buffers[size_t(out_buffer)].dtype)),
+                row_bytes = n * esize;
   const int64_t block = 256 / esize;  // elements in a block of the streamed last pass
   const bool large = rows > 1 && rows * row_bytes >= cpu::kStreamBytes;
   const bool stream = large && row_output && row_bytes % 256 == 0 && row_bytes <= kRowBufferBytes;
+  // Each load's offset: a per-row base b<k> and a column term, one per distinct offset.
+  struct Offset {
+    kir::Index index;
+    CppRowOffset text;
+  };
+  std::vector<Offset> offsets;
+  auto position = [&](const kir::Stmt& s) {
+    for (size_t p = 0; p < offsets.size(); ++p)
+      if (offsets[p].index == s.index) return p;
+    offsets.push_back({s.index, cpp_row_offset(k, s.index)});
+    return offsets.size() - 1;
+  };
+  auto offset_of = [&](const kir::Stmt& s) -> const CppRowOffset& {
+    return offsets[position(s)].text;
+  };
+  for (const std::vector<kir::Stmt>* list : {&rp.pre, &rp.out})
+    for (const kir::Stmt& s : *list)
+      if (s.kind == kir::Stmt::Kind::Load && !k.uniform(s)) offset_of(s);
+  auto offset = [&](const kir::Stmt& s) {
+    const size_t p = position(s);
+    const CppRowOffset& o = offsets[p].text;
+    const std::string base = o.row.empty() ? "" : std::string("b").append(std::to_string(p));
+    if (base.empty()) return o.col.empty() ? std::string("0") : o.col;
+    return o.col.empty() ? base : base + " + " + o.col;
+  };
   // Where later passes read the row op's input: straight from a unit-stride group input when
   // nothing is computed before the row op (as the eager kernels do), else from the row, which
   // the first pass fills.
+  const bool no_producers = std::all_of(rp.pre.begin(), rp.pre.end(), [](const kir::Stmt& s) {
+    return s.kind == kir::Stmt::Kind::Load;
+  });
   std::string src = "row";
   std::string src_decl;
-  if (pre.empty()) {
-    const size_t k =
-        size_t(std::find(grp.inputs.begin(), grp.inputs.end(), row.inputs[0]) - grp.inputs.begin());
-    const RowIndex ri = row_index(*row.inputs[0], shape);
-    if (k < grp.inputs.size() && ri.col == "j") {
+  for (const kir::Stmt& s : rp.pre)
+    if (no_producers && s.out == rp.input && !k.uniform(s) && offset_of(s).col == "j") {
       src = "src";
-      src_decl = "    const " + std::string(T) + "* __restrict src = in" + std::to_string(k) +
-                 " + " + ri.row + ";\n";
+      const CppRowOffset& o = offset_of(s);
+      src_decl = "    const " + std::string(T) + "* __restrict src = in" +
+                 std::to_string(s.buffer) + " + " + (o.row.empty() ? "0" : o.row) + ";\n";
     }
-  }
   // The inputs whose rows are read from memory along the row (unit stride, a row each): the row
   // op's input read where it lies, or those the fused producers read.
-  std::vector<std::pair<size_t, std::string>> fetched;  // group input, its row offset
-  for (size_t k = 0; k < grp.inputs.size(); ++k) {
-    bool read = src == "src" ? grp.inputs[k] == row.inputs[0] : false;
-    for (const graph::Node* node : pre)
-      read |=
-          std::find(node->inputs.begin(), node->inputs.end(), grp.inputs[k]) != node->inputs.end();
-    const RowIndex ri = row_index(*grp.inputs[k], shape);
-    if (read && ri.col == "j" && ri.row != "0") fetched.push_back({k, ri.row});
-  }
+  std::vector<std::pair<int, std::string>> fetched;  // buffer, its row offset
+  for (const kir::Stmt& s : rp.pre)
+    if (s.kind == kir::Stmt::Kind::Load && !k.uniform(s) && (src == "row" || s.out == rp.input)) {
+      const CppRowOffset& o = offset_of(s);
+      if (o.col == "j" && !o.row.empty()) fetched.push_back({s.buffer, o.row});
+    }
   // Pipelined rows (inputs fetched ahead, reduced in blocks): each thread takes a contiguous
   // range of rows, and the last reduction over row r also stores row r - 1's output block by
   // block and fetches row r + 2's inputs. The streaming stores and the reads from memory then
@@ -199,27 +279,26 @@ void emit_row_kernel(std::ostringstream& os, const std::string& name, const Fusi
               << (pipelined ? "rowbuf[r & 1];  // built in cache, then streamed out\n"
                   : stream  ? "rowbuf;  // built in cache, then streamed out\n"
                             : "out + r * n;  // built in place, in cache\n");
-  const std::vector<std::string> idx = emit_row_bases(row_scope, grp, shape, "    ");
+  for (size_t p = 0; p < offsets.size(); ++p)
+    if (!offsets[p].text.row.empty())
+      row_scope << "    const int64_t b" << p << " = " << offsets[p].text.row << ";\n";
   row_scope << src_decl;
   std::ostringstream rowbody;
   std::swap(os, rowbody);
   os << row_scope.str();
-  const std::string x = var(row.inputs[0]);
-  // The decomposition's steps: reductions over the row (the first also computes the fused
-  // producers), row scalars between them, then the elementwise output.
-  const std::optional<RowDecomposition> dec = row_decomposition(row);
-  EMBER_CHECK(dec.has_value(), "compiler: no row decomposition for ", op_name(row.op));
+  const std::string x = rp.input;
   const int64_t reductions_total =
-      int64_t(std::count_if(dec->steps.begin(), dec->steps.end(),
-                            [](const RowStep& s) { return s.kind != RowStep::Let; }));
+      int64_t(std::count_if(rp.steps.begin(), rp.steps.end(), [](const kir::RowStep& s) {
+        return s.kind != kir::RowStep::Kind::Let;
+      }));
   // A pipelined kernel's row after next, over its last reduction; else the next row, over the
   // output pass.
   Ahead ahead_reduce, ahead_out;
   if (pipelined) {
     os << "    const int64_t rn = r + 2 < r1 ? r + 2 : r;  // the row fetched ahead\n";
-    for (const auto& [k, offset] : fetched) {
-      const std::string p = "next" + std::to_string(k);
-      os << "    const " << T << "* " << p << " = in" << k << " + " << at_row(offset, "rn")
+    for (const auto& [b, offset_text] : fetched) {
+      const std::string p = "next" + std::to_string(b);
+      os << "    const " << T << "* " << p << " = in" << b << " + " << at_row(offset_text, "rn")
          << ";\n";
       ahead_reduce.rows.push_back(p);
     }
@@ -232,36 +311,32 @@ void emit_row_kernel(std::ostringstream& os, const std::string& name, const Fusi
   int reductions = 0;  // emitted so far
   // Whether a step after the first, or the output, reads the input again (then the first pass
   // keeps a computed input in the row).
-  bool reread = dec->out.find("$x") != std::string::npos;
-  for (size_t i = 1; i < dec->steps.size(); ++i)
-    reread |= dec->steps[i].expr.find("$x") != std::string::npos;
+  bool reread = reads(rp.out, "", x);
+  for (size_t i = 1; i < rp.steps.size(); ++i)
+    reread |= reads(rp.steps[i].body, rp.steps[i].value, x);
   EMBER_CHECK(row_output || !reread, "compiler: a row reduction cannot keep its input");
   bool kept = false, first = true;
-  auto expand = [&](std::string e) {
-    e = replace_all(e, "$x", src + "[j]");
-    e = replace_all(e, "$kept", "row[j]");
-    e = replace_all(e, "$T", T);
-    e = replace_all(e, "$n", std::to_string(n));
-    for (const auto& [name, input] : dec->row_vectors) {
-      const size_t k = size_t(std::find(grp.inputs.begin(), grp.inputs.end(), row.inputs[input]) -
-                              grp.inputs.begin());
-      e = replace_all(e, name, "in" + std::to_string(k) + "[j]");
-    }
-    return e;
+  // The row op's input read again at column j, by a pass after the first.
+  const std::string x_again = "      const " + std::string(T) + " " + x + " = " + src + "[j];\n";
+  Spell spell{k, offset, "row[j]", ""};
+  // The output at column j of row r: the row op's result, the fused consumers, stored to `to`.
+  auto output_at = [&](const std::string& to) {
+    std::ostringstream last;
+    if (reads(rp.out, "", x)) last << x_again;
+    Spell s = spell;
+    s.store_to = to;
+    s(last, rp.out, "      ");
+    return last.str();
   };
-  const std::string value = expand(dec->out);  // the row op's output at column j
-  // The streamed output of row r, one block at jb: the row op's result, the fused consumers,
-  // the store.
+  // The streamed output of row r, one block at jb.
   std::string out_block;
   if (stream) {
-    std::ostringstream last, blk;
-    last << "      const " << T << " " << var(row.outputs[0]) << " = " << value << ";\n";
-    emit_elementwise(last, grp, post, idx, T, "      ");
+    std::ostringstream blk;
     blk << "      alignas(64) " << T << " blk[" << block << "];\n"
         << "#pragma omp simd\n"
         << "      for (int64_t l = 0; l < " << block << "; ++l) {\n"
         << "        const int64_t j = jb + l;\n"
-        << indent(last.str(), "  ") << "        blk[l] = " << var(&out) << ";\n      }\n"
+        << indent(output_at("blk[l]"), "  ") << "      }\n"
         << "      ember_stream(out + r * n + jb, blk, sizeof blk);\n";
     out_block = blk.str();
   }
@@ -270,23 +345,27 @@ void emit_row_kernel(std::ostringstream& os, const std::string& name, const Fusi
   std::string prev_scope;
   if (pipelined) {
     prev_scope = "    const int64_t r = rp;\n" + row_scope.str();
-    for (const RowStep& step : dec->steps)
+    for (const kir::RowStep& step : rp.steps)
       prev_scope += "    const " + std::string(T) + " " + step.name + " = " + step.name + "_p;\n";
   }
-  for (const RowStep& step : dec->steps) {
-    if (step.kind == RowStep::Let) {
-      os << "    const " << T << " " << step.name << " = " << expand(step.expr) << ";\n";
+  for (const kir::RowStep& step : rp.steps) {
+    if (step.kind == kir::RowStep::Kind::Let) {
+      std::ostringstream body;
+      spell(body, step.body, "    ");
+      os << body.str() << "    const " << T << " " << step.name << " = " << step.value << ";\n";
       continue;
     }
-    EMBER_CHECK(!kept || step.expr.find("$x") == std::string::npos,
+    EMBER_CHECK(!kept || !reads(step.body, step.value, x),
                 "compiler: a row step reads the input after the row was overwritten");
     std::ostringstream body;
-    std::string value = expand(step.expr);
     if (first && src == "row") {  // the row op's input computed here (kept when reread)
-      emit_elementwise(body, grp, pre, idx, T, "      ", row.inputs[0]);
+      spell(body, rp.pre, "      ");
       if (reread) body << "      row[j] = " << x << ";\n";
-      value = replace_all(value, "row[j]", x);
+    } else if (reads(step.body, step.value, x)) {
+      body << x_again;
     }
+    spell(body, step.body, "      ");
+    std::string value = step.value;
     if (step.keep) {
       body << "      const " << T << " kept = " << value << ";\n      row[j] = kept;\n";
       value = "kept";
@@ -300,18 +379,20 @@ void emit_row_kernel(std::ostringstream& os, const std::string& name, const Fusi
       tail = "      if (rp >= r0) {\n" + indent(prev_scope, "    ") + indent(out_block, "  ") +
              "      }\n";
     }
-    emit_reduce(os, T, esize, n, step.name, step.kind == RowStep::Max, body.str(), value,
-                pipelined && last_reduction ? ahead_reduce : Ahead{}, tail);
+    emit_reduce(os, T, esize, n, step.name, step.kind == kir::RowStep::Kind::Max, body.str(),
+                value, pipelined && last_reduction ? ahead_reduce : Ahead{}, tail);
     first = false;
   }
-  for (const auto& [index, name] : dec->stat_outputs)
-    for (size_t e = 0; e < grp.extra_outputs.size(); ++e)
-      if (grp.extra_outputs[e] == row.outputs[index])
-        os << "    stat" << e << "[r] = " << name << ";\n";
+  EMBER_CHECK(!(kept && src == "row" && reads(rp.out, "", x)),
+              "compiler: ", k.name, "'s output reads the row op's input after the row was "
+              "overwritten");
+  for (const auto& [buffer, name] : rp.stats) os << "    stat" << buffer << "[r] = " << name << ";\n";
   if (!row_output) {
-    os << "    out[r] = " << value << ";\n";
+    Spell s = spell;
+    s.store_to = "out[r]";
+    s(os, rp.out, "    ");
   } else if (pipelined) {
-    for (const RowStep& step : dec->steps)
+    for (const kir::RowStep& step : rp.steps)
       os << "    " << step.name << "_p = " << step.name << ";\n";
   } else if (stream) {
     // Last pass: streamed out a block of 256 bytes at a time.
@@ -319,18 +400,15 @@ void emit_row_kernel(std::ostringstream& os, const std::string& name, const Fusi
     emit_prefetch(os, ahead_out);
     os << out_block << "    }\n";
   } else {
-    std::ostringstream last;
-    last << "      const " << T << " " << var(row.outputs[0]) << " = " << value << ";\n";
-    emit_elementwise(last, grp, post, idx, T, "      ");
     os << "#pragma omp simd\n"
        << "    for (int64_t j = 0; j < n; ++j) {\n"
-       << last.str() << "      row[j] = " << var(&out) << ";\n    }\n";
+       << output_at("row[j]") << "    }\n";
   }
   std::swap(os, rowbody);
   if (pipelined) {
     os << ind << T;
-    for (size_t i = 0; i < dec->steps.size(); ++i)
-      os << (i ? ", " : " ") << dec->steps[i].name << "_p = " << T << "(0)";
+    for (size_t i = 0; i < rp.steps.size(); ++i)
+      os << (i ? ", " : " ") << rp.steps[i].name << "_p = " << T << "(0)";
     os << ";  // row r - 1's statistics\n"
        << ind << "for (int64_t r = r0; r < r1; ++r) {\n"
        << indent(rowbody.str(), ind.substr(2)) << ind << "}\n"
