@@ -39,6 +39,13 @@ struct Emit {
     s.constant = v;
     return add(std::move(s), "");
   }
+  std::string size(const kir::Index& v) {  // a size, as a value of the element type
+    Stmt s;
+    s.kind = Stmt::Kind::Const;
+    s.size_valued = true;
+    s.index = v;
+    return add(std::move(s), "");
+  }
   std::string kept() {
     Stmt s;
     s.kind = Stmt::Kind::Kept;
@@ -83,7 +90,7 @@ std::optional<RowDecomposition> row_decomposition(
   const DType t = n.outputs[0]->meta.dtype;
   const std::string y = var(n.outputs[0]);
   const int last = int(n.inputs[0]->meta.sizes.size()) - 1;
-  const double cols = double(n.inputs[0]->meta.sizes.back());
+  const kir::Index cols = n.inputs[0]->meta.sizes.back();
   RowDecomposition d;
   Emit out{d.out, t, "y"};
   switch (n.op) {
@@ -117,13 +124,13 @@ std::optional<RowDecomposition> row_decomposition(
               rs = step(K::Let, "rs");
       sx.value = x;
       Emit m{mu.body, t, "mu"};
-      mu.value = m.call("Div", {"sx", m.constant(cols)});
+      mu.value = m.call("Div", {"sx", m.size(cols)});
       Emit q{sq.body, t, "sq"};
       const std::string c = q.call("Sub", {x, "mu"});
       sq.value = q.call("Mul", {c, c});
       Emit r{rs.body, t, "rs"};
       const std::string var_eps =
-          r.call("Add", {r.call("Div", {"sq", r.constant(cols)}), r.constant(n.attrs.value)});
+          r.call("Add", {r.call("Div", {"sq", r.size(cols)}), r.constant(n.attrs.value)});
       rs.value = r.call("Div", {r.constant(1), r.call("Sqrt", {var_eps})});
       d.steps = {sx, mu, sq, rs};
       const bool w = n.inputs.size() > 1, b = n.inputs.size() > 2;
@@ -144,7 +151,7 @@ std::optional<RowDecomposition> row_decomposition(
       RowStep s = step(K::Sum, "s"), m = step(K::Let, "m");
       s.value = x;
       Emit e{m.body, t, "m"};
-      m.value = e.call("Div", {"s", e.constant(cols)});
+      m.value = e.call("Div", {"s", e.size(cols)});
       d.steps = {s, m};
       out.call("Identity", {"m"}, y);
       return d;

@@ -2,7 +2,10 @@
 #include "compiler/kernel_ir.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
+
+#include "ember/error.h"
 
 namespace ember::compiler::kir {
 
@@ -101,7 +104,10 @@ std::string print(const Kernel& k) {
         os << "store #" << s.buffer << "[" << s.index.str(names) << "] = " << s.args[0];
         break;
       case Stmt::Kind::Const:
-        os << s.out << " = " << s.constant;
+        if (s.size_valued)
+          os << s.out << " = " << s.index.str(names);
+        else
+          os << s.out << " = " << s.constant;
         break;
       case Stmt::Kind::Kept:
         os << s.out << " = kept";
@@ -125,6 +131,104 @@ std::string print(const Kernel& k) {
   for (const Stmt& s : rp.out) stmt(s, "    ");
   for (const auto& [buffer, name] : rp.stats) os << "  store #" << buffer << "[row] = " << name << "\n";
   return os.str();
+}
+
+namespace {
+
+// Calls f on every size expression of k, in one fixed order.
+template <class K, class F>
+void each_expr(K& k, F&& f) {
+  auto stmts = [&](auto& list) {
+    for (auto& s : list) {
+      f(s.index);
+      for (auto& r : s.when) f(r.diff);
+    }
+  };
+  for (auto& d : k.domain) f(d);
+  for (auto& b : k.buffers) f(b.numel);
+  stmts(k.body);
+  if (k.rows) {
+    stmts(k.rows->pre);
+    for (auto& st : k.rows->steps) stmts(st.body);
+    stmts(k.rows->out);
+  }
+}
+
+void stmt_form(const Stmt& s, std::string& out) {
+  out += std::to_string(int(s.kind)) + ' ' + s.out + ' ' + std::string(dtype_name(s.dtype)) + ' ' +
+         std::to_string(s.buffer) + ' ' + s.functor + '(';
+  for (const std::string& a : s.args) out += a + ',';
+  out += ')';
+  for (const sym::Rel& r : s.when) out += " when" + std::to_string(int(r.op));
+  if (s.kind == Stmt::Kind::Const && !s.size_valued) {
+    char v[40];
+    std::snprintf(v, sizeof v, " %.17g", s.constant);
+    out += v;
+  }
+  out += s.size_valued ? " sized;" : ";";
+}
+
+}  // namespace
+
+std::string form(const Kernel& k) {
+  std::string out = std::string(k.epilogue ? "epilogue " : "") + std::to_string(k.domain.size()) +
+                    " dims; buffers";
+  for (const Buffer& b : k.buffers) {
+    out += ' ';
+    out.append(dtype_name(b.dtype));
+    out += b.output ? "out" : "in";
+  }
+  out += "; ";
+  for (const Stmt& s : k.body) stmt_form(s, out);
+  if (k.rows) {
+    out.append(" rows ").append(k.rows->input).append(k.rows->row_output ? " row: " : " scalar: ");
+    for (const Stmt& s : k.rows->pre) stmt_form(s, out);
+    for (const RowStep& st : k.rows->steps) {
+      out += " step " + std::to_string(int(st.kind)) + st.name + '=' + st.value +
+             (st.keep ? " kept: " : ": ");
+      for (const Stmt& s : st.body) stmt_form(s, out);
+    }
+    out += " out: ";
+    for (const Stmt& s : k.rows->out) stmt_form(s, out);
+    for (const auto& [b, name] : k.rows->stats) out += " stat" + std::to_string(b) + '=' + name;
+  }
+  out += " | ";
+  each_expr(k, [&](const Index& e) { out += e.form() + ' '; });
+  return out;
+}
+
+std::vector<int64_t> integers(const Kernel& k) {
+  std::vector<int64_t> ints;
+  each_expr(k, [&](const Index& e) {
+    for (int64_t v : e.integers()) ints.push_back(v);
+  });
+  return ints;
+}
+
+Kernel with_integers(const Kernel& k, std::span<const Index> values) {
+  Kernel out = k;
+  size_t at = 0;
+  each_expr(out, [&](Index& e) {
+    const size_t n = e.integers().size();
+    EMBER_CHECK(at + n <= values.size(), "kernel IR: with_integers got ", values.size(),
+                " integers, ", k.name, " has more");
+    e = e.with_integers(values.subspan(at, n));
+    at += n;
+  });
+  EMBER_CHECK(at == values.size(), "kernel IR: with_integers got ", values.size(),
+              " integers for ", k.name, "'s ", at);
+  return out;
+}
+
+Kernel bind(const Kernel& k, std::span<const int64_t> values) {
+  Kernel out = k;
+  each_expr(out, [&](Index& e) {
+    e = e.substitute([&](int id) -> std::optional<Index> {
+      if (id < kCoord && size_t(id) < values.size()) return Index(values[size_t(id)]);
+      return std::nullopt;
+    });
+  });
+  return out;
 }
 
 }  // namespace ember::compiler::kir

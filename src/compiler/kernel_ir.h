@@ -13,6 +13,7 @@
 // reduces along the domain's last dim, row by row.
 #pragma once
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,7 @@ struct Stmt {
     Call,   // out = ember::fn::<functor>{}(args...)
     Cast,   // out = args[0] converted to dtype (rounded to it, for 16-bit floats)
     Store,  // buffer[index] = args[0]
-    Const,  // out = constant, in dtype
+    Const,  // out = constant, in dtype (a size: `index`, when size_valued)
     Kept,   // out = the value a row step kept at this column (RowStep::keep)
   };
   Kind kind = Kind::Load;
@@ -60,6 +61,7 @@ struct Stmt {
   std::string functor;            // Call
   std::vector<std::string> args;  // Call operands; Cast, Store: the one value
   double constant = 0;            // Const
+  bool size_valued = false;       // Const: the value is the size expression `index`
 };
 
 // A row kernel computes a row op over the last dim of its input (the kernel's domain) with
@@ -111,5 +113,16 @@ struct Kernel {
 
 // The kernel as text, one statement a line (tests, docs and EMBER_LOGS=output_code).
 std::string print(const Kernel& k);
+
+// What a kernel computes apart from its integers (sizes, strides, offsets, size-valued
+// constants), and those integers in the same fixed order: two kernels of one form differ only
+// in them. with_integers gives the kernel with each integer replaced by an expression (as many
+// as integers() has), names and comments kept: a kernel over symbolic sizes when the
+// expressions read symbols.
+std::string form(const Kernel& k);
+std::vector<int64_t> integers(const Kernel& k);
+Kernel with_integers(const Kernel& k, std::span<const Index> values);
+// The kernel with size symbol i bound to values[i] (sizes become constants).
+Kernel bind(const Kernel& k, std::span<const int64_t> values);
 
 }  // namespace ember::compiler::kir

@@ -117,7 +117,8 @@ struct Spell {
         case kir::Stmt::Kind::Const: {
           char v[40];
           std::snprintf(v, sizeof v, "%.17g", s.constant);
-          os << ind << decl << T << "(" << v << ");\n";
+          os << ind << decl << T << "(" << (s.size_valued ? s.index.str() : std::string(v))
+             << ");\n";
           break;
         }
         case kir::Stmt::Kind::Kept:

@@ -345,6 +345,89 @@ Expr substitute_node(const Node& n, const Expr::Substitution& by) {
 
 Expr Expr::substitute(const Substitution& by) const { return substitute_node(*node_, by); }
 
+namespace {
+void form_of(const Node& n, std::string& out, std::vector<int64_t>* ints);
+
+void atom_form(const Node& n, std::string& out, std::vector<int64_t>* ints) {
+  static const char* const kNames[] = {"poly", "s", "floordiv", "mod", "min", "max"};
+  out += kNames[int(n.kind)];
+  if (n.kind == Node::Kind::Symbol) {
+    out += std::to_string(n.id);
+    return;
+  }
+  out += '(';
+  form_of(n.a->node(), out, ints);
+  out += ',';
+  form_of(n.b->node(), out, ints);
+  out += ')';
+}
+
+void form_of(const Node& n, std::string& out, std::vector<int64_t>* ints) {
+  out += '[';
+  for (const Term& t : n.terms) {
+    out += '#';
+    if (ints) ints->push_back(t.coeff);
+    for (const Factor& f : t.mono) {
+      out += '*';
+      atom_form(*f.atom, out, ints);
+      if (f.power > 1) out += '^' + std::to_string(f.power);
+    }
+    out += ';';
+  }
+  out += ']';
+}
+
+Expr rebuild(const Node& n, std::span<const Expr> values, size_t& at);
+
+Expr rebuild_atom(const Node& n, std::span<const Expr> values, size_t& at) {
+  if (n.kind == Node::Kind::Symbol) return Expr::symbol(n.id);
+  const Expr a = rebuild(n.a->node(), values, at);
+  const Expr b = rebuild(n.b->node(), values, at);
+  switch (n.kind) {
+    case Node::Kind::FloorDiv: return floordiv(a, b);
+    case Node::Kind::Mod: return mod(a, b);
+    case Node::Kind::Min: return min(a, b);
+    default: return max(a, b);
+  }
+}
+
+Expr rebuild(const Node& n, std::span<const Expr> values, size_t& at) {
+  Expr total = 0;
+  for (const Term& t : n.terms) {
+    EMBER_CHECK(at < values.size(), "size expression: with_integers got ", values.size(),
+                " integers, the expression has more");
+    Expr p = values[at++];
+    for (const Factor& f : t.mono) {
+      const Expr x = rebuild_atom(*f.atom, values, at);
+      for (int k = 0; k < f.power; ++k) p = p * x;
+    }
+    total = total + p;
+  }
+  return total;
+}
+}  // namespace
+
+std::string Expr::form() const {
+  std::string out;
+  form_of(*node_, out, nullptr);
+  return out;
+}
+
+std::vector<int64_t> Expr::integers() const {
+  std::string unused;
+  std::vector<int64_t> ints;
+  form_of(*node_, unused, &ints);
+  return ints;
+}
+
+Expr Expr::with_integers(std::span<const Expr> values) const {
+  size_t at = 0;
+  Expr e = rebuild(*node_, values, at);
+  EMBER_CHECK(at == values.size(), "size expression: with_integers got ", values.size(),
+              " integers for an expression of ", at);
+  return e;
+}
+
 bool Expr::operator==(const Expr& o) const {
   return node_ == o.node_ || (node_->hash == o.node_->hash && cmp_poly(*node_, *o.node_) == 0);
 }

@@ -50,6 +50,15 @@ class Expr {
   using Substitution = std::function<std::optional<Expr>(int)>;
   Expr substitute(const Substitution& by) const;
 
+  // The expression's integers (each term's coefficient, and recursively those inside floor
+  // divisions, moduli, minima and maxima) in a fixed order, and its form with them left out:
+  // expressions of one form differ only in those integers. with_integers rebuilds the
+  // expression with each integer replaced by an expression (as many as integers() has), so a
+  // form fitted over several samples becomes an expression of symbols.
+  std::string form() const;
+  std::vector<int64_t> integers() const;
+  Expr with_integers(std::span<const Expr> values) const;
+
   bool operator==(const Expr& o) const;
   bool operator!=(const Expr& o) const { return !(*this == o); }
   size_t hash() const;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "compiler/generalize.h"
 #include "compiler/kernel_ir.h"
 #include "compiler/lower.h"
 #include "compiler/pointwise_fusion.h"
@@ -199,6 +200,53 @@ TEST(KernelIR, OneCompiledKernelServesEverySizeOfItsSymbols) {
   const ToolchainStats before = toolchain_stats();
   expect_adds_columns(cols, 5, 123, {-1, 123});
   EXPECT_EQ(toolchain_stats().compiler_runs, before.compiler_runs);  // no new build
+}
+
+// layer_norm(x + b, [t], w) over x [4, t]: a row kernel whose sizes, strides and row length
+// all follow t.
+kir::Kernel layer_norm_kernel(int64_t t) {
+  graph::Graph g;
+  Value* x = input(g, {4, t}, {t, 1}, "x");
+  Value* b = input(g, {t}, {1}, "b");
+  Value* w = input(g, {t}, {1}, "w");
+  Value* h = g.add_node(OpId::add, {x, b}, {}, {})->outputs[0];
+  Attrs a;
+  a.shape = {t};
+  a.value = 1e-5;
+  Value* y = g.add_node(OpId::layer_norm, {h, w}, a, {})->outputs[0];
+  g.set_outputs({y});
+  const FusionPlan plan = plan_fusion(g);
+  EXPECT_EQ(plan.groups.size(), 1u);
+  return lower_rows(plan.groups.at(0), "kernel_0");
+}
+
+TEST(KernelIR, KernelsAtSeveralSizesGeneralizeToOneOverSymbols) {
+  std::vector<KernelSample> samples;
+  for (int64_t t : {3, 4, 5}) samples.push_back({{t}, layer_norm_kernel(t)});
+  const std::optional<kir::Kernel> k = generalize(samples);
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->size_symbols(), std::vector<int>{0});
+  EXPECT_EQ(k->domain.back(), kir::Index::symbol(0));
+  EXPECT_EQ(k->buffers[0].numel, kir::Index::symbol(0) * 4);
+  // Bound to a size no sample had, it is exactly the kernel lowered at that size.
+  for (int64_t t : {2, 9, 4096}) {
+    const kir::Kernel want = layer_norm_kernel(t);
+    const std::vector<int64_t> at{t};
+    const kir::Kernel got = kir::bind(*k, at);
+    EXPECT_EQ(kir::form(got), kir::form(want)) << t;
+    EXPECT_EQ(kir::integers(got), kir::integers(want)) << t;
+  }
+  // Size 1 broadcasts: another form, which no fit covers.
+  samples.push_back({{1}, layer_norm_kernel(1)});
+  EXPECT_FALSE(generalize(samples).has_value());
+  // Too few samples for the fit: refused.
+  EXPECT_FALSE(generalize({{{3}, layer_norm_kernel(3)}, {{4}, layer_norm_kernel(4)}}).has_value());
+  // An integer that is no polynomial of the symbol (here the sample's sizes were mislabeled).
+  EXPECT_FALSE(generalize({{{3}, layer_norm_kernel(3)},
+                           {{4}, layer_norm_kernel(5)},
+                           {{5}, layer_norm_kernel(4)},
+                           {{6}, layer_norm_kernel(7)}})
+                   .has_value());
 }
 
 }  // namespace
