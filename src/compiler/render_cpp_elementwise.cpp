@@ -66,7 +66,23 @@ CppRowOffset cpp_row_offset(const kir::Kernel& k, const kir::Index& index) {
   const Index col_part = with_last(index - row_part, last, Index::symbol(kVarJ));
   const std::vector<Index> lead(k.domain.begin(), k.domain.end() - 1);
   CppRowOffset o;
-  if (!constant(row_part, 0)) o.row = row_part.substitute(coords_of(lead, kVarR)).str(loop_names);
+  // A multiple of the row's position in the leading dims' own row-major order (a contiguous
+  // input, or one broadcast only along the last dim): k * r, no division.
+  Index lead_flat = 0, inner = 1;
+  for (size_t d = lead.size(); d-- > 0;) {
+    lead_flat = lead_flat + kir::coord(int(d)) * inner;
+    inner = inner * lead[d];
+  }
+  const Index step = lead.empty() ? Index(0)
+                                  : row_part.substitute([&](int id) -> std::optional<Index> {
+                                      if (id == kir::kCoord + int(lead.size()) - 1) return 1;
+                                      if (id >= kir::kCoord) return 0;
+                                      return std::nullopt;
+                                    });
+  if (!constant(row_part, 0) && row_part == step * lead_flat)
+    o.row = (step * Index::symbol(kVarR)).str(loop_names);
+  else if (!constant(row_part, 0))
+    o.row = row_part.substitute(coords_of(lead, kVarR)).str(loop_names);
   if (!constant(col_part, 0)) o.col = col_part.str(loop_names);
   return o;
 }
