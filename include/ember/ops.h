@@ -110,4 +110,33 @@ Tensor sum_to_size(const Tensor& x, const Shape& shape);
 Tensor broadcast_to(const Tensor& x, const Shape& shape);
 Shape broadcast_shapes(const Shape& a, const Shape& b);
 
+// ---- model-family composites: convolution and pooling ----
+// Images are NCHW. Composites of table ops (slices, cat, matmul, reductions), so autograd,
+// compile and every device get them; a stride, padding, dilation or kernel size is one value
+// for both spatial dims or {height, width}.
+
+// Convolution as PyTorch's F.conv2d: x [N, C, H, W] (or [C, H, W]), weight [O, C/groups, kH,
+// kW], bias [O] (optional) -> [N, O, Ho, Wo] with Ho = (H + 2 ph - dh (kH - 1) - 1) / sh + 1.
+// Runs as im2col (zero padding, one strided slice a kernel offset) and one batched matmul over
+// the groups; groups == C with O a multiple of C is a depthwise convolution.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              const std::vector<int64_t>& stride = {1}, const std::vector<int64_t>& padding = {0},
+              const std::vector<int64_t>& dilation = {1}, int64_t groups = 1);
+// conv2d over [N, C, L] (or [C, L]) with weight [O, C/groups, k], as PyTorch's F.conv1d.
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              int64_t stride = 1, int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
+// Pooling over [N, C, H, W] (or [C, H, W]) as PyTorch's (ceil_mode off): the stride defaults
+// to the kernel size, padding is at most half the kernel. max_pool2d pads with -inf;
+// avg_pool2d divides by the kernel area, or with count_include_pad false by the number of
+// elements of the window inside the input.
+Tensor max_pool2d(const Tensor& x, const std::vector<int64_t>& kernel_size,
+                  const std::vector<int64_t>& stride = {}, const std::vector<int64_t>& padding = {0},
+                  const std::vector<int64_t>& dilation = {1});
+Tensor avg_pool2d(const Tensor& x, const std::vector<int64_t>& kernel_size,
+                  const std::vector<int64_t>& stride = {}, const std::vector<int64_t>& padding = {0},
+                  bool count_include_pad = true);
+// Means over the windows [floor(i H / Ho), ceil((i + 1) H / Ho)) (and the same along W), as
+// PyTorch's adaptive_avg_pool2d; output_size is {Ho, Wo} or one value for both.
+Tensor adaptive_avg_pool2d(const Tensor& x, const std::vector<int64_t>& output_size);
+
 }  // namespace ember
