@@ -110,7 +110,7 @@ Tensor sum_to_size(const Tensor& x, const Shape& shape);
 Tensor broadcast_to(const Tensor& x, const Shape& shape);
 Shape broadcast_shapes(const Shape& a, const Shape& b);
 
-// ---- model-family composites: convolution and pooling ----
+// ---- model-family composites: convolution, pooling, normalization ----
 // Images are NCHW. Composites of table ops (slices, cat, matmul, reductions), so autograd,
 // compile and every device get them; a stride, padding, dilation or kernel size is one value
 // for both spatial dims or {height, width}.
@@ -138,5 +138,16 @@ Tensor avg_pool2d(const Tensor& x, const std::vector<int64_t>& kernel_size,
 // Means over the windows [floor(i H / Ho), ceil((i + 1) H / Ho)) (and the same along W), as
 // PyTorch's adaptive_avg_pool2d; output_size is {Ho, Wo} or one value for both.
 Tensor adaptive_avg_pool2d(const Tensor& x, const std::vector<int64_t>& output_size);
+// Batch norm as PyTorch's F.batch_norm over [N, C, ...]: in training, the mean and biased
+// variance over every dim but 1 normalize x, and the running stats (when given) are updated in
+// place, without history: r = (1 - momentum) r + momentum s, with the unbiased variance. Out of
+// training the running stats normalize x. weight and bias [C] are optional.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                  bool training = false, double momentum = 0.1, double eps = 1e-5);
+// Group norm as PyTorch's F.group_norm: the C channels of [N, C, ...] in num_groups groups, each
+// normalized over its channels and the remaining dims; then weight and bias [C] (optional).
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
 
 }  // namespace ember
