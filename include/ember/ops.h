@@ -2,6 +2,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ember/tensor.h"
@@ -110,7 +111,7 @@ Tensor sum_to_size(const Tensor& x, const Shape& shape);
 Tensor broadcast_to(const Tensor& x, const Shape& shape);
 Shape broadcast_shapes(const Shape& a, const Shape& b);
 
-// ---- model-family composites: convolution, pooling, normalization ----
+// ---- model-family composites: convolution, pooling, normalization, rotary ----
 // Images are NCHW. Composites of table ops (slices, cat, matmul, reductions), so autograd,
 // compile and every device get them; a stride, padding, dilation or kernel size is one value
 // for both spatial dims or {height, width}.
@@ -149,5 +150,17 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 // normalized over its channels and the remaining dims; then weight and bias [C] (optional).
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
+// Rotary position embedding (LLaMA's rotate-half convention, as transformers'
+// apply_rotary_pos_emb) of x [..., T, D]: the pairs (x[i], x[i + D/2]) rotated by the angles
+// whose cos and sin are given, [T, D/2] (or broadcastable to [..., T, D/2]), or [..., T, D]
+// with each angle twice, as transformers builds them. Apply it to q and k alike.
+Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin);
+// The cos and sin tables [seq_len, head_dim/2] of positions 0..seq_len-1 and frequencies
+// base^(-2i/head_dim), computed on the host in float64, then cast to opts' dtype and copied to
+// its device (build them once, outside a compiled function).
+std::pair<Tensor, Tensor> rotary_cos_sin(int64_t seq_len, int64_t head_dim, double base = 10000,
+                                         TensorOptions opts = {});
+// SwiGLU's gate: silu(a) * b (with a = x W1^T and b = x W3^T in LLaMA's feed-forward).
+Tensor swiglu(const Tensor& a, const Tensor& b);
 
 }  // namespace ember
