@@ -111,7 +111,7 @@ Tensor sum_to_size(const Tensor& x, const Shape& shape);
 Tensor broadcast_to(const Tensor& x, const Shape& shape);
 Shape broadcast_shapes(const Shape& a, const Shape& b);
 
-// ---- model-family composites: convolution, pooling, normalization, rotary ----
+// ---- model-family composites: convolution, pooling, normalization, rotary, sorting ----
 // Images are NCHW. Composites of table ops (slices, cat, matmul, reductions), so autograd,
 // compile and every device get them; a stride, padding, dilation or kernel size is one value
 // for both spatial dims or {height, width}.
@@ -162,5 +162,12 @@ std::pair<Tensor, Tensor> rotary_cos_sin(int64_t seq_len, int64_t head_dim, doub
                                          TensorOptions opts = {});
 // SwiGLU's gate: silu(a) * b (with a = x W1^T and b = x W3^T in LLaMA's feed-forward).
 Tensor swiglu(const Tensor& a, const Tensor& b);
+// Inclusive prefix sums along dim (integers and bools sum in int64), as PyTorch's cumsum: log2(n)
+// shifted adds, O(n log n) work.
+Tensor cumsum(const Tensor& x, int64_t dim);
+// x sorted along dim and the int64 positions the values came from, as PyTorch's sort with
+// stable=true (equal values keep their order; NaN counts as the largest); argsort: the positions.
+std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
 
 }  // namespace ember
