@@ -169,5 +169,9 @@ Tensor cumsum(const Tensor& x, int64_t dim);
 // stable=true (equal values keep their order; NaN counts as the largest); argsort: the positions.
 std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);
 Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
+// Resizes [N, C, H, W] to size {Ho, Wo} (or one value for both) as PyTorch's F.interpolate: mode
+// "nearest" (source index floor(dst * H / Ho)) or "bilinear" (align_corners as PyTorch's).
+Tensor interpolate(const Tensor& x, const std::vector<int64_t>& size,
+                   const std::string& mode = "nearest", bool align_corners = false);
 
 }  // namespace ember
