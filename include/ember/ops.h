@@ -2,6 +2,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ember/tensor.h"
@@ -109,5 +110,68 @@ Tensor sum_to_size(const Tensor& x, const Shape& shape);
 // x broadcast to shape as a view (Error when it does not broadcast); the broadcast of two shapes.
 Tensor broadcast_to(const Tensor& x, const Shape& shape);
 Shape broadcast_shapes(const Shape& a, const Shape& b);
+
+// ---- model-family composites: convolution, pooling, normalization, rotary, sorting ----
+// Images are NCHW. Composites of table ops (slices, cat, matmul, reductions), so autograd,
+// compile and every device get them; a stride, padding, dilation or kernel size is one value
+// for both spatial dims or {height, width}.
+
+// Convolution as PyTorch's F.conv2d: x [N, C, H, W] (or [C, H, W]), weight [O, C/groups, kH,
+// kW], bias [O] (optional) -> [N, O, Ho, Wo] with Ho = (H + 2 ph - dh (kH - 1) - 1) / sh + 1.
+// Runs as im2col (zero padding, one strided slice a kernel offset) and one batched matmul over
+// the groups; groups == C with O a multiple of C is a depthwise convolution.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              const std::vector<int64_t>& stride = {1}, const std::vector<int64_t>& padding = {0},
+              const std::vector<int64_t>& dilation = {1}, int64_t groups = 1);
+// conv2d over [N, C, L] (or [C, L]) with weight [O, C/groups, k], as PyTorch's F.conv1d.
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              int64_t stride = 1, int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
+// Pooling over [N, C, H, W] (or [C, H, W]) as PyTorch's (ceil_mode off): the stride defaults
+// to the kernel size, padding is at most half the kernel. max_pool2d pads with -inf;
+// avg_pool2d divides by the kernel area, or with count_include_pad false by the number of
+// elements of the window inside the input.
+Tensor max_pool2d(const Tensor& x, const std::vector<int64_t>& kernel_size,
+                  const std::vector<int64_t>& stride = {}, const std::vector<int64_t>& padding = {0},
+                  const std::vector<int64_t>& dilation = {1});
+Tensor avg_pool2d(const Tensor& x, const std::vector<int64_t>& kernel_size,
+                  const std::vector<int64_t>& stride = {}, const std::vector<int64_t>& padding = {0},
+                  bool count_include_pad = true);
+// Means over the windows [floor(i H / Ho), ceil((i + 1) H / Ho)) (and the same along W), as
+// PyTorch's adaptive_avg_pool2d; output_size is {Ho, Wo} or one value for both.
+Tensor adaptive_avg_pool2d(const Tensor& x, const std::vector<int64_t>& output_size);
+// Batch norm as PyTorch's F.batch_norm over [N, C, ...]: in training, the mean and biased
+// variance over every dim but 1 normalize x, and the running stats (when given) are updated in
+// place, without history: r = (1 - momentum) r + momentum s, with the unbiased variance. Out of
+// training the running stats normalize x. weight and bias [C] are optional.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                  bool training = false, double momentum = 0.1, double eps = 1e-5);
+// Group norm as PyTorch's F.group_norm: the C channels of [N, C, ...] in num_groups groups, each
+// normalized over its channels and the remaining dims; then weight and bias [C] (optional).
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+// Rotary position embedding (LLaMA's rotate-half convention, as transformers'
+// apply_rotary_pos_emb) of x [..., T, D]: the pairs (x[i], x[i + D/2]) rotated by the angles
+// whose cos and sin are given, [T, D/2] (or broadcastable to [..., T, D/2]), or [..., T, D]
+// with each angle twice, as transformers builds them. Apply it to q and k alike.
+Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin);
+// The cos and sin tables [seq_len, head_dim/2] of positions 0..seq_len-1 and frequencies
+// base^(-2i/head_dim), computed on the host in float64, then cast to opts' dtype and copied to
+// its device (build them once, outside a compiled function).
+std::pair<Tensor, Tensor> rotary_cos_sin(int64_t seq_len, int64_t head_dim, double base = 10000,
+                                         TensorOptions opts = {});
+// SwiGLU's gate: silu(a) * b (with a = x W1^T and b = x W3^T in LLaMA's feed-forward).
+Tensor swiglu(const Tensor& a, const Tensor& b);
+// Inclusive prefix sums along dim (integers and bools sum in int64), as PyTorch's cumsum: log2(n)
+// shifted adds, O(n log n) work.
+Tensor cumsum(const Tensor& x, int64_t dim);
+// x sorted along dim and the int64 positions the values came from, as PyTorch's sort with
+// stable=true (equal values keep their order; NaN counts as the largest); argsort: the positions.
+std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
+// Resizes [N, C, H, W] to size {Ho, Wo} (or one value for both) as PyTorch's F.interpolate: mode
+// "nearest" (source index floor(dst * H / Ho)) or "bilinear" (align_corners as PyTorch's).
+Tensor interpolate(const Tensor& x, const std::vector<int64_t>& size,
+                   const std::string& mode = "nearest", bool align_corners = false);
 
 }  // namespace ember
