@@ -22,6 +22,10 @@ Index::Substitution coords_of(const std::vector<Index>& dims, int var) {
   std::vector<Index> c(dims.size());
   Index inner = 1;
   for (size_t d = dims.size(); d-- > 0;) {
+    if (dims[d].is_constant() && dims[d].constant() <= 1) {  // always 0 (or no element at all)
+      c[d] = 0;
+      continue;
+    }
     Index x = Index::symbol(var);
     if (!(inner.is_constant() && inner.constant() == 1)) x = floordiv(x, inner);
     if (d > 0) x = mod(x, dims[d]);
@@ -212,7 +216,8 @@ void render_cpp_elementwise(std::ostringstream& os, const kir::Kernel& k, size_t
     if (k.epilogue) {
       os << ind << size_decl("cols", cols) << ind << "for (int64_t r = r0; r < r1; ++r) {\n";
     } else {
-      const Index rows = floordiv(n_expr, cols);
+      const Index rows =
+          cols.is_constant() && cols.constant() == 0 ? Index(0) : floordiv(n_expr, cols);
       os << ind << size_decl("rows", rows) << ind << size_decl("cols", cols);
       if (in_region)
         os << "#pragma omp for schedule(static) nowait\n";
