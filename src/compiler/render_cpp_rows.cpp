@@ -158,10 +158,16 @@ void render_cpp_rows(std::ostringstream& os, const kir::Kernel& k) {
   for (size_t b = 0; b < k.buffers.size() && out_buffer < 0; ++b)
     if (k.buffers[b].output) out_buffer = int(b);
   const char* T = c_type(k.buffers[size_t(out_buffer)].dtype);
-  const kir::Index numel = k.numel();
-  EMBER_CHECK(numel.is_constant() && k.domain.back().is_constant(),
-              "compiler: the C++ renderer takes static sizes, got ", numel.str());
-  const int64_t n = k.domain.back().constant(), rows = numel.constant() / n;
+  // Sizes may be symbols (their values follow the buffers in args, s<i> at [i]): then the
+  // kernel takes the plain schedule (no streamed or pipelined rows, reductions not blocked
+  // unless the row length is a constant), its parallel choice taken at run time.
+  const kir::Index n_expr = k.domain.back();
+  const kir::Index rows_expr = n_expr.is_constant() && n_expr.constant() == 0
+                                   ? kir::Index(0)
+                                   : floordiv(k.numel(), n_expr);
+  const bool fixed = n_expr.is_constant() && rows_expr.is_constant();
+  const int64_t n = n_expr.is_constant() ? n_expr.constant() : -1;
+  const int64_t rows = rows_expr.is_constant() ? rows_expr.constant() : -1;
   const bool row_output = rp.row_output;
   int64_t consumers = 0;
   for (const kir::Stmt& s : rp.out) consumers += s.kind == kir::Stmt::Kind::Call;
@@ -192,14 +198,25 @@ void render_cpp_rows(std::ostringstream& os, const kir::Kernel& k) {
         hoisted.push_back(s.out);
         os << "  const " << T << " " << s.out << " = in" << s.buffer << "[0];\n";
       }
-  os << "  constexpr int64_t rows = " << rows << ", n = " << n << ";\n";
+  const std::vector<int> symbols = k.size_symbols();
+  if (!symbols.empty()) {
+    os << "  const int64_t* __restrict sizes = static_cast<const int64_t*>(args["
+       << k.buffers.size() << "]);\n";
+    for (int sym : symbols) os << "  const int64_t s" << sym << " = sizes[" << sym << "];\n";
+  }
+  if (fixed)
+    os << "  constexpr int64_t rows = " << rows << ", n = " << n << ";\n";
+  else
+    os << "  " << (rows_expr.is_constant() ? "constexpr" : "const") << " int64_t rows = "
+       << rows_expr.str() << ";\n  " << (n_expr.is_constant() ? "constexpr" : "const")
+       << " int64_t n = " << n_expr.str() << ";\n";
   // A large output is built row by row in the thread's buffer and streamed out past the cache,
   // so its lines are not read from memory before being overwritten; the input of the next row
   // is fetched while the current one is computed (rows that leave the cache room for it).
   const int64_t esize = int64_t(dtype_size(k.buffers[size_t(out_buffer)].dtype)),
                 row_bytes = n * esize;
   const int64_t block = 256 / esize;  // elements in a block of the streamed last pass
-  const bool large = rows > 1 && rows * row_bytes >= cpu::kStreamBytes;
+  const bool large = fixed && rows > 1 && rows * row_bytes >= cpu::kStreamBytes;
   const bool stream = large && row_output && row_bytes % 256 == 0 && row_bytes <= kRowBufferBytes;
   // Each load's offset: a per-row base b<k> and a column term, one per distinct offset.
   struct Offset {
@@ -270,6 +287,9 @@ void render_cpp_rows(std::ostringstream& os, const kir::Kernel& k) {
     os << "#pragma omp parallel\n  {\n    alignas(64) " << T << " rowbuf[n];\n"
        << "#pragma omp for schedule(static)\n";
     ind = "    ";
+  } else if (!fixed) {
+    os << "#pragma omp parallel for schedule(static) if (rows > 1 && rows * n >= "
+       << cpu::kParallelGrain << ")\n";
   } else if (rows > 1 && rows * n >= cpu::kParallelGrain) {
     os << "#pragma omp parallel for schedule(static)\n";
   }

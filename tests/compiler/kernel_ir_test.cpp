@@ -14,6 +14,7 @@
 #include "compiler/toolchain.h"
 #include "compiler/compiler_test_util.h"
 #include "core/shape.h"
+#include "ember/ember.h"
 
 namespace ember::compiler {
 namespace {
@@ -247,6 +248,32 @@ TEST(KernelIR, KernelsAtSeveralSizesGeneralizeToOneOverSymbols) {
                            {{5}, layer_norm_kernel(4)},
                            {{6}, layer_norm_kernel(7)}})
                    .has_value());
+}
+
+TEST(KernelIR, AGeneralizedRowKernelRunsAtEverySize) {
+  test::CacheDir cache(test::kSharedCompilerCache);
+  std::vector<KernelSample> samples;
+  for (int64_t t : {3, 4, 5}) samples.push_back({{t}, layer_norm_kernel(t)});
+  const std::optional<kir::Kernel> k = generalize(samples);
+  ASSERT_TRUE(k.has_value());
+  std::ostringstream body;
+  render_cpp_rows(body, *k);
+  const std::string text = generated_includes() + "\n" + body.str();
+  EXPECT_NE(text.find("const int64_t n = s0;"), std::string::npos) << text;
+  std::shared_ptr<const Library> lib = load_source(text, k->name);
+  auto fn = reinterpret_cast<void (*)(void* const*)>(lib->symbol(k->name));
+  const ToolchainStats before = toolchain_stats();
+  for (int64_t t : {2, 7, 300, 4096}) {  // row lengths the fit never saw, one compiled kernel
+    manual_seed(uint64_t(t));
+    const Tensor x = randn({4, t}), b = randn({t}), w = randn({t});
+    Tensor y = empty({4, t});
+    std::vector<int64_t> sizes{t};
+    void* args[] = {x.data_ptr(), b.data_ptr(), w.data_ptr(), y.data_ptr(), sizes.data()};
+    fn(args);
+    const Tensor want = layer_norm(x + b, {t}, w, Tensor(), 1e-5);
+    EXPECT_TRUE(test::close(y, want, 1e-4, 1e-5)) << "row length " << t;
+  }
+  EXPECT_EQ(toolchain_stats().compiler_runs, before.compiler_runs);
 }
 
 }  // namespace
