@@ -27,11 +27,12 @@ struct CompileOptions {
   std::string backend = "compiler";
   // Turn the first graph break into an ember::Error naming the op and its source location.
   bool fullgraph = false;
-  // Shapes are specialized in every mode for now. Unset (automatic) and false: a size change
-  // recompiles once for the new size, with a log line naming the dim. true: the same, and a
-  // warning that symbolic sizes are not implemented yet.
+  // Every size is traced and guarded on its own. Unset: once a size guard misses, graphs of
+  // the callable at different sizes share kernels built over symbolic sizes (docs/compiling.md,
+  // "Sizes that vary"); true: from the first call; false: every size is built on its own.
   std::optional<bool> dynamic;
-  // Cache entries per callable; a guard miss past it runs the function eagerly from then on.
+  // Cache entries per callable (not counting those whose graphs all reused code shared over
+  // sizes); a guard miss past it runs the function eagerly from then on.
   int recompile_limit = 8;
   // Shown in logs and explain output (default: the file:line where compile() was called).
   std::string name;

@@ -29,6 +29,9 @@ class Runnable {
   virtual std::vector<Tensor> run_consuming(std::vector<Tensor>&& inputs) const {
     return run(inputs);
   }
+  // Whether its code was built for another graph of the same program at other sizes and is
+  // shared with it (then its compile built nothing new).
+  virtual bool shares_compiled_code() const { return false; }
 };
 class Backend {
  public:
@@ -210,6 +213,7 @@ struct TraceResult {
   std::vector<int64_t> ops_per_segment;
   std::vector<std::string> graphs;
   int64_t compiles = 0;
+  int64_t shared_compiles = 0;  // of which served by code built for other sizes
   int64_t segment_hits = 0;
   std::vector<int64_t> ops_per_compile;
   double seconds = 0;      // the whole trace
@@ -221,6 +225,7 @@ struct TraceConfig {
   bool fullgraph = false;
   bool want_plan = true;  // first trace: build a replay plan if the function never breaks
   std::string name;
+  bool dynamic_sizes = false;  // the graphs are marked so (graph::Graph::dynamic_sizes)
 };
 
 // Runs body(frame) under capture on this thread and returns what was captured; the frame's

@@ -28,12 +28,18 @@ struct CompiledCore::State {
   struct Entry {
     capture::Guards guards;
     bool segmented = false;
+    // Whether it counts against the recompile limit: not when every graph it compiled was
+    // served by code built for the same program at other sizes.
+    bool counts = true;
     std::unique_ptr<capture::ReplayPlan> plan;
   };
   mutable std::shared_mutex entries_mu;
   std::vector<std::shared_ptr<const Entry>> entries;
   std::mutex trace_mu;  // one trace at a time per callable
   std::atomic<bool> fallen_back{false};
+  // Whether the graphs are marked as of a program called at varying sizes: dynamic = true, or
+  // (dynamic unset) since a size guard first missed.
+  bool dynamic_sizes = false;
 
   // Counters touched on every call are atomics; the rest sit under stats_mu.
   std::atomic<int64_t> calls{0}, cache_hits{0}, replays{0}, segmented_runs{0}, eager_fallbacks{0};
@@ -77,10 +83,7 @@ CompiledCore::CompiledCore(CompileOptions opts, ember::SourceLocation where)
   EMBER_CHECK(opts.recompile_limit >= 1, "compile: recompile_limit must be at least 1, got ",
               opts.recompile_limit);
   if (s_->enabled) s_->backend = &capture::backend(opts.backend);
-  if (s_->enabled && opts.dynamic.value_or(false))
-    capture::warn(s_->name +
-                  ": dynamic=true is accepted, but symbolic sizes are not "
-                  "implemented yet: each new size recompiles");
+  s_->dynamic_sizes = opts.dynamic.value_or(false);
   s_->opts = std::move(opts);
 }
 
@@ -133,7 +136,8 @@ bool CompiledCore::call(CallFrame& frame, FunctionRef<void(CallFrame&)> body) {
       return false;
     }
     s.segmented_runs++;
-    capture::TraceConfig cfg{s.backend, s.opts.fullgraph, /*want_plan=*/false, s.name};
+    capture::TraceConfig cfg{s.backend, s.opts.fullgraph, /*want_plan=*/false, s.name,
+                             s.dynamic_sizes};
     capture::TraceResult r = capture::trace(cfg, frame, body);
     s.count(r);
     return true;
@@ -150,9 +154,13 @@ bool CompiledCore::call(CallFrame& frame, FunctionRef<void(CallFrame&)> body) {
     std::unique_lock lock(s.entries_mu);
     before = s.entries.size();
     std::erase_if(s.entries, [](const auto& e) { return e->guards.is_dead(); });
-    n = s.entries.size();
+    n = size_t(std::count_if(s.entries.begin(), s.entries.end(),
+                             [](const auto& e) { return e->counts; }));
   }
-  if (n >= size_t(s.opts.recompile_limit)) {
+  // Entries that built nothing (code shared over sizes) are bounded apart, by the memory
+  // their graphs hold.
+  constexpr size_t kMaxEntries = 1024;
+  if (n >= size_t(s.opts.recompile_limit) || before >= kMaxEntries) {
     if (!s.fallen_back.exchange(true))
       capture::warn(s.name + " reached the recompile limit (" +
                     std::to_string(s.opts.recompile_limit) +
@@ -165,7 +173,17 @@ bool CompiledCore::call(CallFrame& frame, FunctionRef<void(CallFrame&)> body) {
   }
   if (before > 0)
     capture::log_line(capture::Log::Recompiles, s.name + ": recompiling because " + why);
-  capture::TraceConfig cfg{s.backend, s.opts.fullgraph, /*want_plan=*/true, s.name};
+  // Automatic dynamic: a size that missed makes the program's graphs from now on share code
+  // over symbolic sizes (the dims that vary between them become the symbols).
+  if (before > 0 && !s.dynamic_sizes && !s.opts.dynamic.has_value() &&
+      why.find(" size[") != std::string::npos) {
+    s.dynamic_sizes = true;
+    capture::log_line(capture::Log::Recompiles,
+                      s.name + ": sizes vary (" + why +
+                          "): its graphs now share code over symbolic sizes");
+  }
+  capture::TraceConfig cfg{s.backend, s.opts.fullgraph, /*want_plan=*/true, s.name,
+                           s.dynamic_sizes};
   capture::TraceResult r;
   try {
     r = capture::trace(cfg, frame, body);
@@ -186,6 +204,7 @@ bool CompiledCore::call(CallFrame& frame, FunctionRef<void(CallFrame&)> body) {
   e->guards = std::move(r.guards);
   if (s.root) e->guards.add_module_identity(s.root);
   e->segmented = r.broke;
+  e->counts = !(r.compiles > 0 && r.shared_compiles == r.compiles);
   e->plan = std::move(r.plan);
   if (capture::log_enabled(capture::Log::Guards))
     capture::log_line(capture::Log::Guards, s.name + ": cache entry " + std::to_string(n) +

@@ -112,11 +112,13 @@ Partition partition_joint(const JointGraph& j, bool reorder_products) {
     if (graph::is_random(nodes[k]->op) && !nodes[k]->inputs.empty()) hoist = false;
   std::vector<graph::Value*> fmap(nvals, nullptr);
   auto fwd = std::make_shared<graph::Graph>();
+  fwd->set_dynamic_sizes(J.dynamic_sizes());
   for (size_t i = 0; i < j.num_primals; ++i)
     fmap[size_t(J.inputs()[i]->id)] =
         add_input_like(*fwd, J.inputs()[i], J.input_kinds()[i], J.input_names()[i]);
   if (hoist) {
     auto rng = std::make_shared<graph::Graph>();
+    rng->set_dynamic_sizes(J.dynamic_sizes());
     std::vector<graph::Value*> rmap(nvals, nullptr), routs;
     for (size_t k = 0; k < nf; ++k) {
       if (!graph::is_random(nodes[k]->op)) continue;
@@ -156,6 +158,7 @@ Partition partition_joint(const JointGraph& j, bool reorder_products) {
   // The backward: saved values, saved primals, tangents in; recomputed nodes, then the
   // backward nodes.
   auto bwd = std::make_shared<graph::Graph>();
+  bwd->set_dynamic_sizes(J.dynamic_sizes());
   std::vector<graph::Value*> bmap(nvals, nullptr);
   for (size_t s = 0; s < saved_values.size(); ++s)
     bmap[size_t(saved_values[s]->id)] = add_input_like(

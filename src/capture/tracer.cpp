@@ -221,6 +221,7 @@ class Tracer : public CaptureHook {
   void start_segment(int index) {
     seg_ = std::make_unique<Segment>();
     seg_->index = index;
+    seg_->g->set_dynamic_sizes(cfg_.dynamic_sizes);
     seg_->rng_start = get_rng_state();
   }
 
@@ -427,6 +428,7 @@ class Tracer : public CaptureHook {
       out_.ops_per_segment.push_back(int64_t(s.g->num_ops()));
       if (compiled) {
         out_.compiles++;
+        if (runnable->shares_compiled_code()) out_.shared_compiles++;
         out_.ops_per_compile.push_back(int64_t(s.g->num_ops()));
       } else {
         out_.segment_hits++;

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/kernel_ir.h"
 #include "compiler/pointwise_fusion.h"
 
 namespace ember::compiler {
@@ -30,9 +31,12 @@ bool uses_row_loop(const FusionGroup& grp);
 // void batch_b(void* const* args): the batch's kernels' arguments one after the other.
 std::string batch_name(size_t b);
 
-// The whole source for a graph's fusion plan and batches. Strides and sizes are constants:
-// the graph is specialized to its input metadata, and the runtime checks the buffers against
-// it.
-std::string generate_cpp(const FusionPlan& plan, const std::vector<KernelBatch>& batches = {});
+// The whole source for a graph's fusion plan and batches. Strides and sizes are constants
+// unless the kernels given are over symbols: the graph is specialized to its input metadata,
+// and the runtime checks the buffers against it.
+// `lowered`, when given, holds the kernel IR to render for each group that has one (pointwise,
+// gemm epilogue and row groups; kernels over symbolic sizes among them), by group index.
+std::string generate_cpp(const FusionPlan& plan, const std::vector<KernelBatch>& batches = {},
+                         const std::vector<kir::Kernel>* lowered = nullptr);
 
 }  // namespace ember::compiler

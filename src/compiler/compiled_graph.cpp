@@ -148,7 +148,35 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
           std::to_string(peak_bytes_) +
           " bytes of intermediates (eager: " + std::to_string(eager_peak_bytes_) + ")");
   if (plan_.groups.empty()) return;
-  source_ = generate_cpp(plan_, plan_batches());
+  // A program called at varying sizes: when every kernel has kernel IR, its family's kernels
+  // over symbolic sizes serve this graph if they reproduce its kernels exactly at its sizes
+  // (families.h); the library built from them is then found in the caches, and each call
+  // passes this graph's sizes. No batches then (a batch's parts take no sizes).
+  std::vector<kir::Kernel> lowered;
+  bool all_ir = true;
+  for (size_t k = 0; k < plan_.groups.size() && all_ir; ++k) {
+    const FusionGroup& grp = plan_.groups[k];
+    if (grp.row)
+      lowered.push_back(lower_rows(grp, kernel_name(k)));
+    else if (grp.elementwise())
+      lowered.push_back(lower_elementwise(grp, kernel_name(k)));
+    else
+      all_ir = false;
+  }
+  std::optional<std::vector<kir::Kernel>> shared;
+  if (all_ir) {
+    dims_ = input_dims(*g_);
+    shared = family_kernels(lowered, dims_, g_->dynamic_sizes());
+  }
+  if (shared) {
+    shared_ = true;
+    batch_at_.assign(steps_.size(), -1);
+    log(logs().decisions, "compiler",
+        "kernels over symbolic sizes shared with this program's graphs at other sizes");
+    source_ = generate_cpp(plan_, {}, &*shared);
+  } else {
+    source_ = generate_cpp(plan_, plan_batches(), all_ir ? &lowered : nullptr);
+  }
   log(logs().output_code, "output_code", "\n" + source_);
   std::vector<char> batched(plan_.groups.size(), 0);  // written only inside their batch
   for (const Batch& b : batches_)
@@ -444,6 +472,8 @@ bool CompiledGraph::prepare_kernel(const Step& st, const std::vector<Tensor>& in
     outs.push_back(empty(e->meta.sizes, TensorOptions(e->meta.dtype)));
     args.push_back(outs.back().impl()->data());
   }
+  // Kernels over symbolic sizes read this graph's sizes after their buffers.
+  if (shared_) args.push_back(const_cast<int64_t*>(dims_.data()));
   return true;
 }
 

@@ -8,6 +8,8 @@
 
 #include "capture/capture.h"
 #include "compiler/codegen_cpp.h"
+#include "compiler/families.h"
+#include "compiler/lower.h"
 #include "compiler/memory_plan.h"
 #include "compiler/pointwise_fusion.h"
 #include "compiler/toolchain.h"
@@ -23,6 +25,9 @@ class CompiledGraph : public capture::Runnable {
   std::vector<Tensor> run_consuming(std::vector<Tensor>&& inputs) const override;
 
   size_t kernel_count() const { return plan_.groups.size(); }
+  // Whether the kernels are its family's over symbolic sizes (families.h), shared with graphs
+  // of the same program at other sizes.
+  bool shares_compiled_code() const override { return shared_; }
   const std::string& source() const { return source_; }
   // Why the graph always runs through eager interpretation ("" when it does not).
   const std::string& eager_reason() const { return eager_reason_; }
@@ -66,6 +71,8 @@ class CompiledGraph : public capture::Runnable {
   std::string source_;
   std::string eager_reason_;
   std::shared_ptr<const Library> lib_;
+  bool shared_ = false;
+  std::vector<int64_t> dims_;  // the graph inputs' dims: the values of the kernels' symbols
   std::vector<KernelFn> kernels_;
   std::vector<cpu::RowEpilogue> epilogues_;  // per kernel: a gemm group's kernel, as called
   std::vector<Step> steps_;

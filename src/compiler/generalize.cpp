@@ -3,6 +3,7 @@
 // samples, rounded to integers, then checked exactly on every sample.
 #include "compiler/generalize.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ember::compiler {
@@ -11,13 +12,14 @@ namespace {
 
 using kir::Index;
 
-// Exponent tuples of the monomials, each exponent 0..2.
-std::vector<std::vector<int>> monomials(size_t symbols) {
+// Exponent tuples of the monomials, symbol s's exponent 0..degree[s].
+std::vector<std::vector<int>> monomials(const std::vector<int>& degree) {
+  const size_t symbols = degree.size();
   std::vector<std::vector<int>> out(1, std::vector<int>(symbols, 0));
   for (size_t s = 0; s < symbols; ++s) {
     std::vector<std::vector<int>> next;
     for (const auto& m : out)
-      for (int e = 0; e <= 2; ++e) {
+      for (int e = 0; e <= degree[s]; ++e) {
         std::vector<int> x = m;
         x[s] = e;
         next.push_back(x);
@@ -72,7 +74,17 @@ std::optional<kir::Kernel> generalize(const std::vector<KernelSample>& samples) 
     if (s.sizes.size() != symbols || kir::form(s.kernel) != shape) return std::nullopt;
     ints.push_back(kir::integers(s.kernel));
   }
-  const std::vector<std::vector<int>> monos = monomials(symbols);
+  // Each symbol's degree: one less than the distinct values it takes in the samples, at most 2
+  // (two values fit a line, three a parabola). A symbol with one value is no symbol here.
+  std::vector<int> degree(symbols);
+  for (size_t s = 0; s < symbols; ++s) {
+    std::vector<int64_t> seen;
+    for (const KernelSample& x : samples)
+      if (std::find(seen.begin(), seen.end(), x.sizes[s]) == seen.end()) seen.push_back(x.sizes[s]);
+    if (seen.size() < 2) return std::nullopt;
+    degree[s] = int(std::min<size_t>(seen.size() - 1, 2));
+  }
+  const std::vector<std::vector<int>> monos = monomials(degree);
   if (samples.size() < monos.size()) return std::nullopt;
   // The design matrix, scaled per column so that the normal equations stay well conditioned.
   std::vector<std::vector<long double>> a(samples.size(), std::vector<long double>(monos.size()));

@@ -4,6 +4,7 @@
 // at most the second power: strides, element counts and score matrices [T, T]), and the fit
 // is checked against every sample: the symbolic kernel bound to a sample's sizes must be that
 // sample's kernel exactly. A kernel the fit does not reproduce has no symbolic form.
+// kir::substitute_symbols renames the fit's symbols (0, 1 ...) to the caller's.
 #pragma once
 #include <optional>
 #include <vector>
@@ -18,9 +19,11 @@ struct KernelSample {
 };
 
 // The kernel over symbolic sizes that every sample is an instance of, or nothing when the
-// samples differ in form or an integer fits no polynomial. Needs, per symbol, samples at three
-// or more distinct values (any combination with the other symbols' values: fewer samples
-// than unknowns leave the fit undetermined, and it is refused).
+// samples differ in form or an integer fits no polynomial. Each symbol must take two or more
+// values in the samples; its power in the fit is at most one less than the values it takes
+// (and at most 2), so two samples fit lines: a hypothesis that holds for the samples, which a
+// user of the result checks on every other size it binds (bind, then compare with the kernel
+// lowered at that size). Fewer samples than unknowns leave the fit undetermined: refused.
 std::optional<kir::Kernel> generalize(const std::vector<KernelSample>& samples);
 
 }  // namespace ember::compiler

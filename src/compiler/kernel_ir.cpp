@@ -220,15 +220,22 @@ Kernel with_integers(const Kernel& k, std::span<const Index> values) {
   return out;
 }
 
-Kernel bind(const Kernel& k, std::span<const int64_t> values) {
+Kernel substitute_symbols(const Kernel& k, const Index::Substitution& by) {
   Kernel out = k;
   each_expr(out, [&](Index& e) {
     e = e.substitute([&](int id) -> std::optional<Index> {
-      if (id < kCoord && size_t(id) < values.size()) return Index(values[size_t(id)]);
-      return std::nullopt;
+      if (id >= kCoord) return std::nullopt;
+      return by(id);
     });
   });
   return out;
+}
+
+Kernel bind(const Kernel& k, std::span<const int64_t> values) {
+  return substitute_symbols(k, [&](int id) -> std::optional<Index> {
+    if (size_t(id) < values.size()) return Index(values[size_t(id)]);
+    return std::nullopt;
+  });
 }
 
 }  // namespace ember::compiler::kir

@@ -124,5 +124,7 @@ std::vector<int64_t> integers(const Kernel& k);
 Kernel with_integers(const Kernel& k, std::span<const Index> values);
 // The kernel with size symbol i bound to values[i] (sizes become constants).
 Kernel bind(const Kernel& k, std::span<const int64_t> values);
+// The kernel with each size symbol i for which `by(i)` gives an expression replaced by it.
+Kernel substitute_symbols(const Kernel& k, const Index::Substitution& by);
 
 }  // namespace ember::compiler::kir

@@ -77,6 +77,11 @@ class Graph {
   void add_mutation(Value* target, Value* value);
 
   const std::vector<Value*>& inputs() const { return inputs_; }
+  // Whether this program is called at varying sizes (CompileOptions::dynamic, or a size guard
+  // missed before): the compiler then shares code between its graphs of one form at different
+  // sizes (compiler/families.h). Not part of the graph's identity.
+  bool dynamic_sizes() const { return dynamic_sizes_; }
+  void set_dynamic_sizes(bool on) { dynamic_sizes_ = on; }
   const std::vector<InputKind>& input_kinds() const { return input_kinds_; }
   const std::vector<std::string>& input_names() const { return input_names_; }
   const std::vector<Value*>& outputs() const { return outputs_; }
@@ -124,6 +129,7 @@ class Graph {
   std::vector<std::unique_ptr<Value>> values_;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<Value*> inputs_;
+  bool dynamic_sizes_ = false;
   std::vector<InputKind> input_kinds_;
   std::vector<std::string> input_names_;
   std::vector<Value*> outputs_;

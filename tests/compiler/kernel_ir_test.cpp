@@ -240,8 +240,14 @@ TEST(KernelIR, KernelsAtSeveralSizesGeneralizeToOneOverSymbols) {
   // Size 1 broadcasts: another form, which no fit covers.
   samples.push_back({{1}, layer_norm_kernel(1)});
   EXPECT_FALSE(generalize(samples).has_value());
-  // Too few samples for the fit: refused.
-  EXPECT_FALSE(generalize({{{3}, layer_norm_kernel(3)}, {{4}, layer_norm_kernel(4)}}).has_value());
+  // Two sizes fit lines (this kernel's integers are all linear in the row length), one is no
+  // fit at all.
+  const std::optional<kir::Kernel> line =
+      generalize({{{3}, layer_norm_kernel(3)}, {{4}, layer_norm_kernel(4)}});
+  ASSERT_TRUE(line.has_value());
+  const std::vector<int64_t> at9{9};
+  EXPECT_EQ(kir::integers(kir::bind(*line, at9)), kir::integers(layer_norm_kernel(9)));
+  EXPECT_FALSE(generalize({{{3}, layer_norm_kernel(3)}}).has_value());
   // An integer that is no polynomial of the symbol (here the sample's sizes were mislabeled).
   EXPECT_FALSE(generalize({{{3}, layer_norm_kernel(3)},
                            {{4}, layer_norm_kernel(5)},

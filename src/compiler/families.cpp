@@ -1,0 +1,123 @@
+// The family registry (families.h): samples by form, and the fitted kernels once they exist.
+#include "compiler/families.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "compiler/generalize.h"
+
+namespace ember::compiler {
+
+namespace {
+
+struct Family {
+  std::vector<std::pair<std::vector<int64_t>, std::vector<kir::Kernel>>> samples;
+  std::optional<std::vector<kir::Kernel>> symbolic;
+};
+
+// Samples kept per family: enough for a quadratic fit in two symbols with room to spare.
+constexpr size_t kMaxSamples = 12;
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, Family> families;
+};
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: compiled graphs may outlive statics
+  return *r;
+}
+
+bool reproduces(const std::vector<kir::Kernel>& symbolic, const std::vector<kir::Kernel>& lowered,
+                const std::vector<int64_t>& dims) {
+  for (size_t k = 0; k < symbolic.size(); ++k) {
+    const kir::Kernel bound = kir::bind(symbolic[k], dims);
+    if (kir::form(bound) != kir::form(lowered[k]) ||
+        kir::integers(bound) != kir::integers(lowered[k]))
+      return false;
+  }
+  return true;
+}
+
+// Fits the family's kernels over the dims that vary between its samples.
+std::optional<std::vector<kir::Kernel>> fit(const Family& f) {
+  const std::vector<int64_t>& first = f.samples.front().first;
+  // One symbol per distinct way of varying: dims equal to each other in every sample (a
+  // tensor's length and a bias's) are one symbol, the first of them. Every graph the fit
+  // serves is checked against its own kernels, so this reading of the samples is only ever
+  // used where it holds.
+  std::vector<int> varying;
+  auto values_of = [&](size_t d) {
+    std::vector<int64_t> v;
+    for (const auto& [dims, kernels] : f.samples) v.push_back(dims[d]);
+    return v;
+  };
+  for (size_t d = 0; d < first.size(); ++d) {
+    const std::vector<int64_t> v = values_of(d);
+    if (std::all_of(v.begin(), v.end(), [&](int64_t x) { return x == v[0]; })) continue;
+    bool same_as_earlier = false;
+    for (int e : varying) same_as_earlier |= values_of(size_t(e)) == v;
+    if (!same_as_earlier) varying.push_back(int(d));
+  }
+  if (varying.empty()) return std::nullopt;
+  std::vector<kir::Kernel> out;
+  for (size_t k = 0; k < f.samples.front().second.size(); ++k) {
+    std::vector<KernelSample> samples;
+    for (const auto& [dims, kernels] : f.samples) {
+      KernelSample s;
+      for (int d : varying) s.sizes.push_back(dims[size_t(d)]);
+      s.kernel = kernels[k];
+      samples.push_back(std::move(s));
+    }
+    std::optional<kir::Kernel> g = generalize(samples);
+    if (!g) return std::nullopt;
+    out.push_back(kir::substitute_symbols(*g, [&](int id) -> std::optional<kir::Index> {
+      return kir::Index::symbol(varying[size_t(id)]);
+    }));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<int64_t> input_dims(const graph::Graph& g) {
+  std::vector<int64_t> dims;
+  for (const graph::Value* v : g.inputs())
+    dims.insert(dims.end(), v->meta.sizes.begin(), v->meta.sizes.end());
+  return dims;
+}
+
+std::optional<std::vector<kir::Kernel>> family_kernels(const std::vector<kir::Kernel>& lowered,
+                                                       const std::vector<int64_t>& dims,
+                                                       bool use) {
+  std::string key;
+  for (const kir::Kernel& k : lowered) {
+    if (k.domain.empty() && k.buffers.empty()) return std::nullopt;  // a group without IR
+    key += kir::form(k);
+    key += '\n';
+  }
+  key += std::to_string(dims.size());
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  Family& f = r.families[key];
+
+  if (use && f.symbolic && reproduces(*f.symbolic, lowered, dims)) return f.symbolic;
+  bool seen = false;
+  for (const auto& [d, kernels] : f.samples) seen |= d == dims;
+  if (!seen && f.samples.size() < kMaxSamples) f.samples.push_back({dims, lowered});
+  if (!use || seen || f.samples.size() < 2) return std::nullopt;
+  std::optional<std::vector<kir::Kernel>> fitted = fit(f);
+
+  if (!fitted || !reproduces(*fitted, lowered, dims)) return std::nullopt;
+  f.symbolic = std::move(fitted);
+  return f.symbolic;
+}
+
+void clear_families() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.families.clear();
+}
+
+}  // namespace ember::compiler

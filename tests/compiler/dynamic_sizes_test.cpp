@@ -1,0 +1,97 @@
+// A program called at many sizes: its graphs are traced per size (C++ around the ops may
+// branch on sizes unseen), but once a size guard has missed, graphs of one form share kernels
+// over symbolic sizes (compiler/families.h), so the C++ compiler runs for the first size and
+// for the fit, not for every size, and every result matches eager.
+#include <gtest/gtest.h>
+
+#include "compiler/compiler_test_util.h"
+#include "compiler/families.h"
+#include "compiler/toolchain.h"
+#include "ember/compile.h"
+#include "ember/ember.h"
+
+namespace ember::test {
+namespace {
+
+// Libraries the calls needed that no earlier graph of this process had built or loaded.
+int64_t new_libraries(const compiler::ToolchainStats& before) {
+  const compiler::ToolchainStats now = compiler::toolchain_stats();
+  return (now.compiler_runs - before.compiler_runs) + (now.disk_hits - before.disk_hits);
+}
+
+Tensor scaled_softmax(const Tensor& x, const Tensor& b) { return (x * 2.0 + b).softmax(-1); }
+
+TEST(DynamicSizes, RowLengthsFromTwoTo40BuildTwoLibraries) {
+  CacheDir cache(kSharedCompilerCache);
+  compiler::clear_families();
+  compiler::clear_memory_cache();
+  capture::clear_segment_cache();
+  auto f = compile(scaled_softmax, compiler_opts());
+  const compiler::ToolchainStats before = compiler::toolchain_stats();
+  for (int64_t t = 2; t <= 40; ++t) {
+    manual_seed(uint64_t(t));
+    const Tensor x = randn({4, t}), b = randn({t});
+    EXPECT_TRUE(close(f(x, b), scaled_softmax(x, b), 1e-5, 1e-6)) << "row length " << t;
+  }
+  // t = 2 specialized; at t = 3 its size guard misses, and the two graphs fit kernels over
+  // the row length: one library, which every later size reuses.
+  EXPECT_LE(new_libraries(before), 2);
+  EXPECT_EQ(f.stats().eager_fallbacks, 0);  // 39 sizes, past the recompile limit of 8
+  EXPECT_EQ(f.stats().traces, 39);          // each size traced: its guards are its own
+}
+
+TEST(DynamicSizes, PointwiseKernelsAreSharedToo) {
+  CacheDir cache(kSharedCompilerCache);
+  compiler::clear_families();
+  compiler::clear_memory_cache();
+  capture::clear_segment_cache();
+  auto f = compile([](const Tensor& x, const Tensor& b) { return (x * 2.0 + b).relu(); },
+                   compiler_opts());
+  const compiler::ToolchainStats before = compiler::toolchain_stats();
+  for (int64_t t : {20, 21, 22, 40, 100, 1000}) {
+    const Tensor x = randn({3, t}), b = randn({t});
+    EXPECT_TRUE(close(f(x, b), (x * 2.0 + b).relu(), 0, 0)) << t;
+  }
+  EXPECT_LE(new_libraries(before), 2);
+}
+
+TEST(DynamicSizes, RowCountsAndStridedInputsShareOneLibraryToo) {
+  CacheDir cache(kSharedCompilerCache);
+  compiler::clear_families();
+  compiler::clear_memory_cache();
+  capture::clear_segment_cache();
+  // Rows vary; the input is a transposed view, so its strides follow the size too.
+  auto g = compile(
+      [](const Tensor& xt, const Tensor& w) {
+        return layer_norm(xt.transpose(0, 1) + 1.0, {xt.size(0)}, w).relu();
+      },
+      compiler_opts());
+  const compiler::ToolchainStats before = compiler::toolchain_stats();
+  const Tensor w = randn({32});
+  for (int64_t rows : {5, 6, 9, 17, 64, 3}) {
+    manual_seed(uint64_t(rows));
+    const Tensor xt = randn({32, rows});
+    const Tensor want = layer_norm(xt.transpose(0, 1) + 1.0, {32}, w).relu();
+    EXPECT_TRUE(close(g(xt, w), want, 1e-4, 1e-5)) << rows << " rows";
+  }
+  EXPECT_LE(new_libraries(before), 2);
+}
+
+TEST(DynamicSizes, DynamicFalseKeepsEverySizeSpecialized) {
+  CacheDir cache(kSharedCompilerCache);
+  compiler::clear_families();
+  compiler::clear_memory_cache();
+  capture::clear_segment_cache();
+  CompileOptions o = compiler_opts();
+  o.dynamic = false;
+  auto f = compile(scaled_softmax, o);
+  const compiler::ToolchainStats before = compiler::toolchain_stats();
+  for (int64_t t : {5, 6, 7}) {
+    const Tensor x = randn({4, t}), b = randn({t});
+    EXPECT_TRUE(close(f(x, b), scaled_softmax(x, b), 1e-5, 1e-6));
+  }
+  EXPECT_EQ(new_libraries(before), 3);
+}
+
+}  // namespace
+}  // namespace ember::test
