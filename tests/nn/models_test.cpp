@@ -68,35 +68,34 @@ void expect_compiled_forward_follows_eager(const Cfg& cfg, bool training, const 
   EXPECT_EQ(st.replays, 1);
 }
 
-// Training steps (SGD with momentum) with model->loss compiled follow eager ones: the losses
-// within 1e-5 relative, the parameters and buffers after the last step within 1e-4.
-template <class M, class Cfg>
-void expect_compiled_training_follows_eager(const Cfg& cfg,
-                                            const std::vector<std::pair<Tensor, Tensor>>& batches) {
+// Training steps (SGD with momentum) on one batch, model->loss(inputs...) compiled, follow eager
+// ones: the losses within 1e-5 relative, the parameters and buffers after the last step within
+// 1e-4 (absolute), and the loss falls.
+template <class M, class Cfg, class... A>
+void expect_compiled_training_follows_eager(const Cfg& cfg, int steps, const A&... inputs) {
   CacheDir dir(kSharedCompilerCache);
   manual_seed(3);
   auto eager = std::make_shared<M>(cfg);
   manual_seed(3);
   auto model = std::make_shared<M>(cfg);
-  auto loss_fn = compile([m = model](const Tensor& x, const Tensor& y) { return m->loss(x, y); },
-                         compiler_opts());
+  auto loss_fn = compile([m = model](const auto&... a) { return m->loss(a...); }, compiler_opts());
   optim::SGD opt_e({{eager->parameters()}}, 0.05, 0.9);
   optim::SGD opt_c({{model->parameters()}}, 0.05, 0.9);
   auto train = [&](auto&& loss_of, optim::SGD& opt) {
     std::vector<double> losses;
-    for (auto& [x, y] : batches) {
+    for (int s = 0; s < steps; ++s) {
       opt.zero_grad();
-      Tensor l = loss_of(x, y);
+      Tensor l = loss_of();
       l.backward();
       opt.step();
       losses.push_back(l.item());
     }
     return losses;
   };
-  std::vector<double> le = train([&](auto& x, auto& y) { return eager->loss(x, y); }, opt_e);
+  std::vector<double> le = train([&] { return eager->loss(inputs...); }, opt_e);
   std::vector<double> lc = train(
-      [&](auto& x, auto& y) {
-        Tensor l = loss_fn(x, y);
+      [&] {
+        Tensor l = loss_fn(inputs...);
         EXPECT_EQ(l.grad_fn()->name(), "CompiledGraphBackward");
         return l;
       },
@@ -128,9 +127,8 @@ TEST(Models, MLP) {
 
 TEST(Models, MLPCompiledTrainingFollowsEager) {
   manual_seed(5);
-  // One batch again and again: the loss falls.
-  std::vector<std::pair<Tensor, Tensor>> batches(5, {randn({8, 16}), randint(0, 4, {8})});
-  expect_compiled_training_follows_eager<MLP>(MLPConfig::tiny(), batches);
+  expect_compiled_training_follows_eager<MLP>(MLPConfig::tiny(), 5, randn({8, 16}),
+                                              randint(0, 4, {8}));
 }
 
 TEST(Models, ResNet) {
@@ -154,8 +152,8 @@ TEST(Models, ResNet) {
 
 TEST(Models, ResNetCompiledTrainingFollowsEager) {
   manual_seed(5);
-  std::vector<std::pair<Tensor, Tensor>> batches(4, {randn({4, 3, 16, 16}), randint(0, 10, {4})});
-  expect_compiled_training_follows_eager<ResNet>(ResNetConfig::tiny(), batches);
+  expect_compiled_training_follows_eager<ResNet>(ResNetConfig::tiny(), 4, randn({4, 3, 16, 16}),
+                                                 randint(0, 10, {4}));
 }
 
 TEST(Models, MobileNetV2) {
@@ -301,6 +299,48 @@ TEST(Models, UNet) {
   EXPECT_EQ(m.forward(x).sizes(), (Shape{2, 2, 16, 16}));
   expect_finite_grads(m, [&] { return m.loss(x, t); });
   expect_compiled_forward_follows_eager<UNet>(UNetConfig::tiny(), true, x);
+}
+
+// The other families train compiled too.
+TEST(Models, CompiledTrainingFollowsEager) {
+  manual_seed(5);
+  {
+    SCOPED_TRACE("MobileNetV2");
+    expect_compiled_training_follows_eager<MobileNetV2>(MobileNetV2Config::tiny(), 3,
+                                                        randn({4, 3, 16, 16}), randint(0, 10, {4}));
+  }
+  {
+    SCOPED_TRACE("ViT");
+    expect_compiled_training_follows_eager<ViT>(ViTConfig::tiny(), 3, randn({2, 3, 16, 16}),
+                                                randint(0, 10, {2}));
+  }
+  {
+    SCOPED_TRACE("Bert");
+    Tensor ids = randint(0, 50, {2, 8}), lengths = from_vector<int64_t>({8, 5}, {2}, DType::Int64);
+    Tensor targets = where(Bert::padding_mask(lengths, 8), full_like(ids, -100), ids);
+    expect_compiled_training_follows_eager<Bert>(BertConfig::tiny(), 3, ids, lengths, targets);
+  }
+  {
+    SCOPED_TRACE("Llama");
+    expect_compiled_training_follows_eager<Llama>(LlamaConfig::tiny(), 3, randint(0, 64, {2, 8}),
+                                                  randint(0, 64, {2, 8}));
+  }
+  {
+    SCOPED_TRACE("MoETransformer");
+    expect_compiled_training_follows_eager<MoETransformer>(MoEConfig::tiny(), 3,
+                                                           randint(0, 64, {2, 8}),
+                                                           randint(0, 64, {2, 8}));
+  }
+  {
+    SCOPED_TRACE("GRULM");
+    expect_compiled_training_follows_eager<GRULM>(GRULMConfig::tiny(), 3, randint(0, 32, {2, 6}),
+                                                  randint(0, 32, {2, 6}));
+  }
+  {
+    SCOPED_TRACE("UNet");
+    expect_compiled_training_follows_eager<UNet>(UNetConfig::tiny(), 3, randn({2, 3, 16, 16}),
+                                                 randn({2, 2, 16, 16}));
+  }
 }
 
 }  // namespace
