@@ -302,6 +302,7 @@ TEST(RandomPrograms, GeneratorCoversTheOpKinds) {
   // a reduction without keepdim broadcast against its input on square and other shapes.
   int64_t training = 0, row_of_product = 0, row_with_product = 0, whole_narrow_trained = 0,
           reduce_square = 0, reduce_other = 0, attention = 0;
+  int64_t composites[3] = {0, 0, 0};
   auto row_op = [](const testgen::Step& s, const Tensor& x) {
     const bool row = s.op == Op::Softmax || s.op == Op::Sum || s.op == Op::Mean ||
                      s.op == Op::Amax || s.op == Op::LayerNorm;
@@ -338,6 +339,7 @@ TEST(RandomPrograms, GeneratorCoversTheOpKinds) {
       attention += s.op == Op::Matmul && scores && scores->op == Op::Matmul;
       whole_narrow_trained +=
           p.backward && s.op == Op::Narrow && s.start == 0 && s.end == x.size(s.dim);
+      if (s.op == Op::Composite) ++composites[size_t(s.fn)];
       if (s.op == Op::ReduceBroadcast && !s.keepdim) {
         const bool square = x.dim() >= 2 && x.size(-1) == x.size(-2) && x.size(-1) > 1;
         reduce_square += square;
@@ -365,13 +367,16 @@ TEST(RandomPrograms, GeneratorCoversTheOpKinds) {
   EXPECT_GT(reduce_square, 10);
   EXPECT_GT(reduce_other, 10);
   EXPECT_GT(attention, 10);
+  for (int64_t c : composites) EXPECT_GT(c, 10);  // rms_norm, cumsum, roll
   std::printf(
       "[ generator ] %d programs: %lld training, %lld row ops of a product, %lld row ops "
       "combined with a product, %lld whole-dim narrows trained, %lld/%lld reductions "
-      "broadcast without keepdim over square/other trailing dims, %lld attentions\n",
+      "broadcast without keepdim over square/other trailing dims, %lld attentions, "
+      "%lld/%lld/%lld rms_norm/cumsum/roll\n",
       int(kPrograms), (long long)training, (long long)row_of_product, (long long)row_with_product,
       (long long)whole_narrow_trained, (long long)reduce_square, (long long)reduce_other,
-      (long long)attention);
+      (long long)attention, (long long)composites[0], (long long)composites[1],
+      (long long)composites[2]);
 }
 
 TEST(RandomPrograms, ShrinkFindsTheFailingStep) {

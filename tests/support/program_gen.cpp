@@ -96,6 +96,13 @@ double result_bound(const Step& s, const std::vector<double>& b, const Tensor& i
       return std::max(std::sqrt(double(in0.dim() ? in0.sizes().back() : 1)), arg(0)) *
                  (s.args.size() > 1 ? arg(1) : 1) +
              (s.args.size() > 2 ? arg(2) : 0);
+    case Op::Composite:
+      // rms_norm: x / sqrt(mean(x^2) + eps) is within sqrt(n), or 2 |x| with eps 0.25;
+      // cumsum: the sum of a dim; roll: x's own values.
+      if (s.fn == 0)
+        return std::max(std::sqrt(double(in0.dim() ? in0.sizes().back() : 1)), 2 * arg(0));
+      if (s.fn == 1) return arg(0) * double(in0.dim() ? in0.sizes()[size_t(s.dim)] : 1);
+      return arg(0);
     case Op::ReduceBroadcast: {
       const double red =
           s.fn == 0 ? arg(0) * double(in0.dim() ? in0.sizes()[size_t(s.dim)] : 1) : arg(0);
@@ -212,7 +219,7 @@ bool draw_step(Rng& r, const std::vector<Tensor>& vals, Step& s) {
     }
     if (ok) partners.push_back(b);
   }
-  int kind = int(uniform(r, 0, 119));
+  int kind = int(uniform(r, 0, 124));
   if (kind < 22) {
     s.op = Op::Unary;
     s.fn = int(uniform(r, 0, int(UnaryFn::kCount) - 1));
@@ -328,6 +335,13 @@ bool draw_step(Rng& r, const std::vector<Tensor>& vals, Step& s) {
       s.args.push_back(pick(r, params));
       if (coin(r)) s.args.push_back(pick(r, params));
     }
+  } else if (kind >= 120) {
+    if (nd < 1 || !is_float) return false;
+    s.op = Op::Composite;
+    s.fn = int(uniform(r, 0, 2));
+    s.dim = s.fn == 0 ? nd - 1 : uniform(r, 0, nd - 1);
+    s.start = s.fn == 2 ? uniform(r, -3, 3) : 0;
+    s.scalar = kLayerNormEps;
   } else {
     if (nd < 1) return false;
     s.op = Op::ReduceBroadcast;
@@ -520,6 +534,12 @@ std::string to_string(const Program& p) {
         e = "layer_norm(" + x + ", {" + x + ".size(-1)}, " +
             (s.args.size() > 1 ? name(s.args[1]) : "{}") + ", " +
             (s.args.size() > 2 ? name(s.args[2]) : "{}") + ", " + num(s.scalar) + ")";
+        break;
+      case Op::Composite:
+        e = s.fn == 0   ? "rms_norm(" + x + ", {" + x + ".size(-1)}, {}, " + num(s.scalar) + ")"
+            : s.fn == 1 ? "cumsum(" + x + ", " + std::to_string(s.dim) + ")"
+                        : "roll(" + x + ", {" + std::to_string(s.start) + "}, {" +
+                              std::to_string(s.dim) + "})";
         break;
       case Op::ReduceBroadcast: {
         const char* red[] = {".sum({", ".mean({", ".amax({"};

@@ -19,6 +19,8 @@ enum class Op : uint8_t {
   Narrow,           // x.narrow(dim, start, end - start), often the whole dim
   Matmul,           // matmul(x, y), y transposed when `flag` (a product with x's own rows)
   LayerNorm,        // layer_norm over the last dim, eps `scalar`, args: x[, weight[, bias]]
+  Composite,        // fn 0: rms_norm over the last dim (eps `scalar`); 1: cumsum along dim;
+                    // 2: roll by `start` along dim
   ReduceBroadcast,  // x op reduce(x, dim, keepdim), reduce(x) op x when `flag`: the reduction
                     // broadcast against its input (fn: 0 sum, 1 mean, 2 amax; fn2: BinaryFn)
   kCount

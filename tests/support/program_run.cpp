@@ -70,6 +70,10 @@ Tensor apply_step(const Step& s, const std::vector<Tensor>& v) {
     case Op::LayerNorm:
       return layer_norm(x, {x.size(-1)}, s.args.size() > 1 ? other(1) : Tensor(),
                         s.args.size() > 2 ? other(2) : Tensor(), s.scalar);
+    case Op::Composite:
+      if (s.fn == 0) return rms_norm(x, {x.size(-1)}, Tensor(), s.scalar);
+      if (s.fn == 1) return cumsum(x, s.dim);
+      return roll(x, {s.start}, {s.dim});
     case Op::ReduceBroadcast: {
       const Tensor red = s.fn == 0   ? x.sum({s.dim}, s.keepdim)
                          : s.fn == 1 ? x.mean({s.dim}, s.keepdim)
