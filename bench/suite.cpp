@@ -214,7 +214,14 @@ Row training_row(const Case& c, const Options& opt) {
 
 EMBER_BENCH(suite) {
   std::vector<Row> rows;
-  // Cold compiles build into a fresh kernel cache of this process.
+  bool any = false;
+  for (const Case& c : cases())
+    any |= opt.wants("suite/" + c.name + "/inference") || opt.wants("suite/" + c.name + "/training");
+  if (!any) return rows;
+  // Cold compiles build into a fresh kernel cache of this process; the other groups keep the
+  // cache they were given.
+  const char* given = std::getenv("EMBER_CACHE_DIR");
+  const std::string previous = given ? given : "";
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("ember-suite-" + std::to_string(::getpid()));
   ::setenv("EMBER_CACHE_DIR", dir.c_str(), 1);
@@ -239,6 +246,10 @@ EMBER_BENCH(suite) {
     }
   }
   std::filesystem::remove_all(dir);
+  if (given)
+    ::setenv("EMBER_CACHE_DIR", previous.c_str(), 1);
+  else
+    ::unsetenv("EMBER_CACHE_DIR");
   if (models > 0) {
     Row s("suite/summary", NAN);
     s.extra = {{"models", double(models)},
