@@ -49,6 +49,7 @@ struct CompileStats {
   int64_t calls = 0;
   int64_t traces = 0;              // runs of the C++ function under capture
   int64_t compiles = 0;            // graphs handed to the backend (segment cache misses)
+  int64_t shared_compiles = 0;     // of which served by code built for other sizes (no build)
   int64_t recompiles = 0;          // traces caused by a guard miss after the first entry
   int64_t breaks = 0;              // graph breaks met, over all runs
   int64_t cache_hits = 0;          // calls whose guards matched a cache entry

@@ -69,6 +69,7 @@ struct CompiledCore::State {
     stats.breaks += int64_t(r.breaks.size());
     stats.trace_seconds += r.seconds - r.run_seconds;
     stats.compiles += r.compiles;
+    stats.shared_compiles += r.shared_compiles;
     stats.segment_cache_hits += r.segment_hits;
     stats.ops_per_compile.insert(stats.ops_per_compile.end(), r.ops_per_compile.begin(),
                                  r.ops_per_compile.end());
