@@ -137,6 +137,24 @@ CompileOptions compiler_options() {
   return o;
 }
 
+// One suite row: the timings and what the compiled callable captured, the peaks of one more
+// call of each side, the error.
+Row suite_row(const std::string& name, std::pair<double, double> ms, const Captured& cap,
+              double cold_s, double warm_s, const std::function<void()>& eager,
+              const std::function<void()>& compiled, double err) {
+  Row r(name, ms.first);
+  r.compiled_ms = ms.second;
+  r.extra = {{"graphs", double(cap.graphs)},
+             {"breaks", double(cap.breaks)},
+             {"ops", double(cap.ops)},
+             {"cold_s", cold_s},
+             {"warm_s", warm_s},
+             {"eager_peak_mb", peak_mb(eager)},
+             {"compiled_peak_mb", peak_mb(compiled)},
+             {"max_abs_error", err}};
+  return r;
+}
+
 Row inference_row(const Case& c, const Options& opt) {
   manual_seed(1);
   std::shared_ptr<nn::Module> m = c.make();
@@ -152,19 +170,9 @@ Row inference_row(const Case& c, const Options& opt) {
   auto f2 = compile(fn, compiler_options());
   const double warm_s = seconds_of([&] { f2(in); });
   const int repeat = opt.quick ? 3 : opt.repeat;
-  const auto [eager_ms, compiled_ms] = time_pair_ms([&] { fn(in); }, [&] { f(in); }, repeat);
-  const Captured cap = captured(f);
-  Row r("suite/" + c.name + "/inference", eager_ms);
-  r.compiled_ms = compiled_ms;
-  r.extra = {{"graphs", double(cap.graphs)},
-             {"breaks", double(cap.breaks)},
-             {"ops", double(cap.ops)},
-             {"cold_s", cold_s},
-             {"warm_s", warm_s},
-             {"eager_peak_mb", peak_mb([&] { fn(in); })},
-             {"compiled_peak_mb", peak_mb([&] { f(in); })},
-             {"max_abs_error", err}};
-  return r;
+  return suite_row("suite/" + c.name + "/inference",
+                   time_pair_ms([&] { fn(in); }, [&] { f(in); }, repeat), captured(f), cold_s,
+                   warm_s, [&] { fn(in); }, [&] { f(in); }, err);
 }
 
 Row training_row(const Case& c, const Options& opt) {
@@ -194,20 +202,9 @@ Row training_row(const Case& c, const Options& opt) {
     o.step();
   };
   const int repeat = opt.quick ? 3 : std::max(5, opt.repeat / 2);
-  const auto [eager_ms, compiled_ms] =
-      time_pair_ms([&] { step(false); }, [&] { step(true); }, repeat);
-  const Captured cap = captured(f);
-  Row r("suite/" + c.name + "/training", eager_ms);
-  r.compiled_ms = compiled_ms;
-  r.extra = {{"graphs", double(cap.graphs)},
-             {"breaks", double(cap.breaks)},
-             {"ops", double(cap.ops)},
-             {"cold_s", cold_s},
-             {"warm_s", warm_s},
-             {"eager_peak_mb", peak_mb([&] { step(false); })},
-             {"compiled_peak_mb", peak_mb([&] { step(true); })},
-             {"max_abs_error", err}};
-  return r;
+  return suite_row("suite/" + c.name + "/training",
+                   time_pair_ms([&] { step(false); }, [&] { step(true); }, repeat), captured(f),
+                   cold_s, warm_s, [&] { step(false); }, [&] { step(true); }, err);
 }
 
 }  // namespace

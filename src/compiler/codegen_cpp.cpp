@@ -294,10 +294,6 @@ std::string batch_name(size_t b) {
   return "batch_" + std::to_string(b);
 }
 
-bool uses_row_loop(const FusionGroup& grp) {
-  return grp.elementwise() && cpp_row_loop(lower_elementwise(grp, ""));
-}
-
 size_t kernel_arg_count(const FusionGroup& grp) {
   size_t n = grp.inputs.size() + 1 + grp.extra_outputs.size();
   if (grp.attn_qk) n += 3;
@@ -382,8 +378,7 @@ std::string generate_cpp(const FusionPlan& plan, const std::vector<KernelBatch>&
     for (size_t i = 0; i < batch.kernels.size(); ++i) {
       const size_t k = size_t(batch.kernels[i]);
       std::ostringstream body;
-      render_cpp_elementwise(body, lower_elementwise(plan.groups[k], kernel_name(k)), 0, true,
-                             "  ");
+      render_cpp_elementwise(body, kernel_of(k), 0, true, "  ");
       check_reads_declared(body.str(), kernel_name(k) + " (in " + batch_name(b) + ")");
       calls.push_back(
           shared.use(os,

@@ -23,10 +23,7 @@ struct KernelBatch {
   std::vector<int> kernels;         // group indices, in run order
   std::vector<bool> barrier_before;  // per kernel
 };
-// Whether a pointwise kernel loops over rows and columns of its last dim (when some input is
-// broadcast or strided, so its offset would need a division per element) rather than flat.
-// A batch only skips barriers between kernels that loop alike.
-bool uses_row_loop(const FusionGroup& grp);
+// A batch only skips barriers between kernels that loop alike (render_cpp.h, cpp_row_loop).
 
 // void batch_b(void* const* args): the batch's kernels' arguments one after the other.
 std::string batch_name(size_t b);

@@ -152,21 +152,24 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
   // over symbolic sizes serve this graph if they reproduce its kernels exactly at its sizes
   // (families.h); the library built from them is then found in the caches, and each call
   // passes this graph's sizes. No batches then (a batch's parts take no sizes).
-  std::vector<kir::Kernel> lowered;
+  // Each group with kernel IR is lowered once, here: batching and code generation read it
+  // (the other groups get an empty kernel and are written from their group).
   bool all_ir = true;
-  for (size_t k = 0; k < plan_.groups.size() && all_ir; ++k) {
+  for (size_t k = 0; k < plan_.groups.size(); ++k) {
     const FusionGroup& grp = plan_.groups[k];
-    if (grp.row)
-      lowered.push_back(lower_rows(grp, kernel_name(k)));
-    else if (grp.elementwise())
-      lowered.push_back(lower_elementwise(grp, kernel_name(k)));
-    else
+    if (grp.row) {
+      lowered_.push_back(lower_rows(grp, kernel_name(k)));
+    } else if (grp.elementwise()) {
+      lowered_.push_back(lower_elementwise(grp, kernel_name(k)));
+    } else {
+      lowered_.emplace_back();
       all_ir = false;
+    }
   }
   std::optional<std::vector<kir::Kernel>> shared;
   if (all_ir) {
     dims_ = input_dims(*g_);
-    shared = family_kernels(lowered, dims_, g_->dynamic_sizes());
+    shared = family_kernels(lowered_, dims_, g_->dynamic_sizes());
   }
   if (shared) {
     shared_ = true;
@@ -175,7 +178,7 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
         "kernels over symbolic sizes shared with this program's graphs at other sizes");
     source_ = generate_cpp(plan_, {}, &*shared);
   } else {
-    source_ = generate_cpp(plan_, plan_batches(), all_ir ? &lowered : nullptr);
+    source_ = generate_cpp(plan_, plan_batches(), &lowered_);
   }
   log(logs().output_code, "output_code", "\n" + source_);
   std::vector<char> batched(plan_.groups.size(), 0);  // written only inside their batch
@@ -525,7 +528,8 @@ std::vector<KernelBatch> CompiledGraph::plan_batches() {
   std::vector<KernelBatch> plans;
   batch_at_.assign(steps_.size(), -1);
   std::vector<bool> row_loop;  // per kernel: codegen's loop shape
-  for (const FusionGroup& grp : plan_.groups) row_loop.push_back(uses_row_loop(grp));
+  for (size_t k = 0; k < plan_.groups.size(); ++k)
+    row_loop.push_back(plan_.groups[k].elementwise() && cpp_row_loop(lowered_[k]));
   auto plain = [&](size_t s) {
     if (steps_[s].kernel < 0) return false;
     const FusionGroup& grp = plan_.groups[size_t(steps_[s].kernel)];

@@ -10,6 +10,7 @@
 #include "compiler/codegen_cpp.h"
 #include "compiler/families.h"
 #include "compiler/lower.h"
+#include "compiler/render_cpp.h"
 #include "compiler/memory_plan.h"
 #include "compiler/pointwise_fusion.h"
 #include "compiler/toolchain.h"
@@ -72,6 +73,7 @@ class CompiledGraph : public capture::Runnable {
   std::string eager_reason_;
   std::shared_ptr<const Library> lib_;
   bool shared_ = false;
+  std::vector<kir::Kernel> lowered_;  // per group: its kernel IR (empty for template groups)
   std::vector<int64_t> dims_;  // the graph inputs' dims: the values of the kernels' symbols
   std::vector<KernelFn> kernels_;
   std::vector<cpu::RowEpilogue> epilogues_;  // per kernel: a gemm group's kernel, as called
