@@ -303,7 +303,7 @@ class Llama : public nn::Module {
   std::vector<std::shared_ptr<LlamaDecoderLayer>> layers;
   std::shared_ptr<nn::RMSNorm> norm;
   std::shared_ptr<nn::Linear> lm_head;
-  Tensor rope_cos, rope_sin;  // [max_seq_len, head_dim / 2], not in the state dict
+  Tensor rope_cos, rope_sin;  // [max_seq_len, head_dim / 2], buffers kept out of the state dict
 };
 
 // ---- mixture of experts ----

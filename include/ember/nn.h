@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,7 +79,10 @@ class Module {
   // through the slot, so assigning another tensor to the member replaces the parameter
   // (state_dict, parameters() and compiled replays see the new one).
   Tensor& register_parameter(const std::string& name, Tensor& slot, Tensor value);
-  Tensor& register_buffer(const std::string& name, Tensor& slot, Tensor value);
+  // A buffer with persistent = false (a table computed from the config, like rotary cos/sin)
+  // moves with to() and is read through its slot by capture, but stays out of state_dict().
+  Tensor& register_buffer(const std::string& name, Tensor& slot, Tensor value,
+                          bool persistent = true);
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
     children_.emplace_back(name, m);
@@ -86,11 +90,13 @@ class Module {
   }
 
  private:
-  void collect(const std::string& prefix, StateDict& params, StateDict& buffers) const;
+  void collect(const std::string& prefix, StateDict& params, StateDict& buffers,
+               bool persistent_only = false) const;
   std::string type_name_;
   bool training_ = true;
   std::vector<std::pair<std::string, Tensor*>> params_;
   std::vector<std::pair<std::string, Tensor*>> buffers_;
+  std::set<const Tensor*> transient_;  // buffers registered with persistent = false
   std::shared_ptr<const void> alive_ = std::make_shared<char>();
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };

@@ -71,7 +71,9 @@ Llama::Llama(const LlamaConfig& c) : Module("Llama"), config(c) {
     layers.push_back(list->add(std::to_string(i), std::make_shared<LlamaDecoderLayer>(c)));
   norm = model->add("norm", std::make_shared<nn::RMSNorm>(c.dim, c.norm_eps));
   lm_head = register_module("lm_head", std::make_shared<nn::Linear>(c.dim, c.vocab_size, false));
-  std::tie(rope_cos, rope_sin) = rotary_cos_sin(c.max_seq_len, c.dim / c.n_heads, c.rope_theta);
+  auto [cos, sin] = rotary_cos_sin(c.max_seq_len, c.dim / c.n_heads, c.rope_theta);
+  register_buffer("rope_cos", rope_cos, cos, /*persistent=*/false);
+  register_buffer("rope_sin", rope_sin, sin, /*persistent=*/false);
 }
 
 Tensor Llama::forward(const Tensor& idx) const {

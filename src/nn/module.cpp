@@ -66,10 +66,12 @@ Tensor& Module::register_parameter(const std::string& name, Tensor& slot, Tensor
   return slot;
 }
 
-Tensor& Module::register_buffer(const std::string& name, Tensor& slot, Tensor value) {
+Tensor& Module::register_buffer(const std::string& name, Tensor& slot, Tensor value,
+                                bool persistent) {
   slot = std::move(value);
   std::lock_guard<std::mutex> lock(registry_mu());
   buffers_.emplace_back(name, &slot);
+  if (!persistent) transient_.insert(&slot);
   return slot;
 }
 
@@ -108,10 +110,12 @@ void Module::for_each_slot(
   for (auto& [n, b] : buffers_) f(n, *b, true);
 }
 
-void Module::collect(const std::string& prefix, StateDict& params, StateDict& buffers) const {
+void Module::collect(const std::string& prefix, StateDict& params, StateDict& buffers,
+                     bool persistent_only) const {
   for (auto& [n, p] : params_) params.emplace_back(prefix + n, *p);
-  for (auto& [n, b] : buffers_) buffers.emplace_back(prefix + n, *b);
-  for (auto& [n, m] : children_) m->collect(prefix + n + ".", params, buffers);
+  for (auto& [n, b] : buffers_)
+    if (!persistent_only || !transient_.count(b)) buffers.emplace_back(prefix + n, *b);
+  for (auto& [n, m] : children_) m->collect(prefix + n + ".", params, buffers, persistent_only);
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
@@ -165,7 +169,7 @@ void Module::zero_grad() {
 
 StateDict Module::state_dict() const {
   StateDict params, buffers;
-  collect("", params, buffers);
+  collect("", params, buffers, /*persistent_only=*/true);
   params.insert(params.end(), buffers.begin(), buffers.end());
   return params;
 }

@@ -231,6 +231,10 @@ TEST(Models, LlamaWithGroupedQueryAttention) {
                         "lm_head.weight"})
     EXPECT_TRUE(names.count(n)) << n;
   EXPECT_EQ(names.size(), 1u + 9u * 2u + 2u);  // the rotary tables are not state
+  // They are buffers kept out of the state dict: to() moves them, capture reads them.
+  std::set<std::string> buffers;
+  for (auto& [n, b] : m.named_buffers()) buffers.insert(n);
+  EXPECT_EQ(buffers, (std::set<std::string>{"rope_cos", "rope_sin"}));
   // 4 query heads of 8 share 2 key/value heads.
   EXPECT_EQ(m.layers[0]->self_attn->k_proj->weight.sizes(), (Shape{16, 32}));
   EXPECT_EQ(m.layers[0]->self_attn->q_proj->weight.sizes(), (Shape{32, 32}));
