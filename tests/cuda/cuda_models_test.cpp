@@ -28,7 +28,8 @@ double max_abs(const Tensor& a) {
 }
 
 // Two models of one seed, one moved to the GPU; inputs made on the CPU. The losses agree within
-// 1e-4 relative, every grad within 1e-3 of its largest entry (float32 sums in another order).
+// 1e-4 relative, every grad within 1e-3 of its largest entry (float32 sums in another order),
+// plus 1e-7 for the values that are zero in exact arithmetic (a conv bias before a BatchNorm).
 template <class M, class Cfg, class... A>
 void expect_gpu_follows_cpu(const Cfg& cfg, bool training, const A&... inputs) {
   manual_seed(11);
@@ -57,7 +58,7 @@ void expect_gpu_follows_cpu(const Cfg& cfg, bool training, const A&... inputs) {
   ASSERT_EQ(bc.size(), bg.size());
   for (size_t i = 0; i < bc.size(); ++i) {
     EXPECT_EQ(bg[i].second.device(), kGpu) << bg[i].first;
-    EXPECT_LE(max_abs_diff(bg[i].second, bc[i].second), 1e-4 * (max_abs(bc[i].second) + 1e-6))
+    EXPECT_LE(max_abs_diff(bg[i].second, bc[i].second), 1e-4 * max_abs(bc[i].second) + 1e-7)
         << bc[i].first;
   }
   // The compiled loss on GPU tensors (eval mode): one graph, eager's values.
