@@ -109,6 +109,9 @@ class TrainingRunnable : public Runnable {
     }
     return outs;
   }
+  bool shares_compiled_code() const override {
+    return plan_->forward->shares_compiled_code() && plan_->backward->shares_compiled_code();
+  }
 
  private:
   std::shared_ptr<const TrainingPlan> plan_;
@@ -123,6 +126,7 @@ class NoHistoryRunnable : public Runnable {
     NoGradGuard no_grad;
     return r_->run(inputs);
   }
+  bool shares_compiled_code() const override { return r_->shares_compiled_code(); }
 
  private:
   std::shared_ptr<const Runnable> r_;

@@ -21,9 +21,9 @@ std::string batch_offset(const Shape& s, const std::vector<int64_t>& st) {
   int64_t inner = 1;
   for (size_t d = nb; d-- > 0;) {
     if (s[d] > 1 && st[d] != 0) {
-      std::string coord = inner == 1 ? "b" : "(b / " + std::to_string(inner) + ")";
-      if (d > 0) coord = "(" + coord + " % " + std::to_string(s[d]) + ")";
-      const std::string term = coord + " * " + std::to_string(st[d]);
+      std::string coord = inner == 1 ? "b" : "(b / " + sz(inner) + ")";
+      if (d > 0) coord = "(" + coord + " % " + sz(s[d]) + ")";
+      const std::string term = coord + " * " + sz(st[d]);
       expr = expr.empty() ? term : term + " + " + expr;
     }
     inner *= s[d];
@@ -55,7 +55,7 @@ constexpr int64_t kKV = 4;
 // "base + a * stride" with the trivial cases folded.
 std::string at(const std::string& a, int64_t stride) {
   if (stride == 0) return "0";
-  return stride == 1 ? a : a + " * " + std::to_string(stride);
+  return stride == 1 ? a : a + " * " + sz(stride);
 }
 
 // Horizontal max and sum of one 64-byte vector as a tree of lane shuffles: log2(W) dependent
@@ -136,13 +136,14 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
   for (size_t j = 0; j < grp.inputs.size(); ++j)
     if (shape_numel(grp.inputs[j]->meta.sizes) == 1)
       os << "  const " << T << " " << var(grp.inputs[j]) << " = in" << j << "[0];\n";
-  os << "  constexpr int64_t nb = " << nb << ", L = " << L << ", S = " << S << ", E = " << E
-     << ", D = " << D << ";\n";
-  const int64_t work = nb * L * S * (E + D);
-  const bool parallel = nb > 1 && work >= cpu::kParallelGrain;
+  // The batch and sequence sizes may be symbolic (kir::Pattern); the head sizes are array
+  // bounds below.
+  os << "  const int64_t nb = " << sz(nb) << ", L = " << sz(L) << ", S = " << sz(S) << ";\n"
+     << "  constexpr int64_t E = " << E << ", D = " << D << ";\n";
   // One region; each thread allocates its buffers once and takes a share of the matrices.
-  if (parallel) os << "#pragma omp parallel\n";
-  os << "  {\n";
+  os << "#pragma omp parallel if (nb > 1 && nb * L * S * (E + D) >= " << cpu::kParallelGrain
+     << ")\n"
+     << "  {\n";
   const std::vector<int64_t> ost = output_strides(grp);
   const int64_t os_l = ost[nd - 2];
   const int64_t ks_e = k.meta.strides[nd - 2], ks_j = k.meta.strides[nd - 1];
@@ -153,17 +154,16 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
   // output columns (softmax @ v), so each loaded vector of k or v feeds kQB FMAs. GCC's vector
   // extensions map the tiles onto whatever vector width -march gives.
   const int64_t W = 64 / int64_t(dtype_size(out.meta.dtype));
-  // Score rows padded to whole tiles of kKV vectors (the padding's scores are computed against
-  // zero keys and never read).
-  const int64_t SP = (S + kKV * W - 1) / (kKV * W) * (kKV * W);
+  // Score rows are padded to SP, whole tiles of kKV vectors (the padding's scores are computed
+  // against zero keys and never read).
   // softmax @ v keeps a whole output row tile in registers when D is at most kKV vectors.
   const int64_t DV = D / W;
   const bool vec_pv = D % W == 0 && vs_d == 1 && DV <= kKV;
   os << "    typedef " << T << " vec __attribute__((vector_size(64)));\n"
      << "    typedef " << T << " uvec __attribute__((vector_size(64), aligned("
      << dtype_size(out.meta.dtype) << ")));\n"
-     << "    constexpr int64_t W = " << W << ", SP = " << SP << ", QB = " << kQB
-     << ", KV = " << kKV << ";\n";
+     << "    constexpr int64_t W = " << W << ", QB = " << kQB << ", KV = " << kKV << ";\n"
+     << "    const int64_t SP = (S + KV * W - 1) / (KV * W) * (KV * W);\n";
   const char* sfx = W == 16 ? "f32" : "f64";
   // k as [E, SP] with unit stride along keys and zeros past S, so score tiles are whole vectors.
   os << "    vec* ktv = static_cast<vec*>(__builtin_assume_aligned(::operator new[](sizeof("
@@ -175,7 +175,7 @@ void emit_attention_kernel(std::ostringstream& os, const std::string& name,
   // an OpenMP worker's stack.
   os << "    " << T << "* __restrict s = static_cast<" << T << "*>(__builtin_assume_aligned("
      << "::operator new[](sizeof(" << T << ") * QB * SP, std::align_val_t(64)), 64));\n";
-  if (parallel) os << "#pragma omp for schedule(static)\n";
+  os << "#pragma omp for schedule(static)\n";
   os << "  for (int64_t b = 0; b < nb; ++b) {\n";
   os << "    " << T << "* __restrict ob = out + "
      << batch_offset(grp.attn_pv->outputs[0]->meta.sizes, ost) << ";  // this matrix's output\n";

@@ -149,7 +149,7 @@ constexpr const char* kBody = R"(extern "C" void @NAME@(void* const* args) {
   const float* __restrict P = static_cast<const float*>(args[2]);   // @VP@
   const float* __restrict K = static_cast<const float*>(args[3]);   // @VK@
   const float* __restrict QT = static_cast<const float*>(args[4]);  // @VQT@
-@OUTS@  constexpr int64_t NB = @NB@;
+@OUTS@  const int64_t NB = @NB@;
   const float* __restrict M = @MASKARG@;
   // The input matrices of batch entry bh: g, v^T, p, k, q^T (or q), and the mask.
   auto locate = [&](int64_t bh, const float** m) {
@@ -268,8 +268,8 @@ void emit_attention_backward_kernel(std::ostringstream& os, const std::string& n
   std::vector<std::string> idx(batch.size());
   for (size_t k = batch.size(); k-- > 0;) {
     idx[k] = "bi" + std::to_string(k);
-    off << "    const int64_t " << idx[k] << " = rest % " << batch[k] << ";\n"
-        << "    rest /= " << batch[k] << ";\n";
+    off << "    const int64_t " << idx[k] << " = rest % " << sz(batch[k]) << ";\n"
+        << "    rest /= " << sz(batch[k]) << ";\n";
   }
   off << "    (void)rest;\n";
   const char* bases[6] = {"G", "VT", "P", "K", "QT", "M"};
@@ -280,7 +280,7 @@ void emit_attention_backward_kernel(std::ostringstream& os, const std::string& n
     }
     off << "    m[" << a << "] = " << bases[a];
     for (size_t k = 0; k < batch.size(); ++k)
-      if (batch[k] > 1) off << " + " << idx[k] << " * " << stride(in[a], k);
+      if (batch[k] > 1) off << " + " << idx[k] << " * " << sz(in[a]->meta.strides[k]);
     off << ";\n";
   }
   // Where the results go: three buffers of their own, or the merged qkv grad.
@@ -290,9 +290,9 @@ void emit_attention_backward_kernel(std::ostringstream& os, const std::string& n
     outs << "  float* __restrict OUT = static_cast<float*>(args[" << nin << "]);  // "
          << value_type_str(*ab.merged) << "\n";
     const char* vars[3] = {"dq", "dk", "dv"};
-    results << "      const int64_t hb = bh / " << heads << ", hh = bh % " << heads << ";\n";
+    results << "      const int64_t hb = bh / " << sz(heads) << ", hh = bh % " << sz(heads) << ";\n";
     for (int r = 0; r < 3; ++r)
-      results << "      float* __restrict " << vars[r] << " = OUT + hb * " << t * rs << " + "
+      results << "      float* __restrict " << vars[r] << " = OUT + hb * " << sz(t * rs) << " + "
               << ab.merged_start[r] << " + hh * " << d << ";\n";
   } else {
     const graph::Node* res[3] = {ab.dq, ab.dk, ab.dv};
@@ -315,7 +315,7 @@ void emit_attention_backward_kernel(std::ostringstream& os, const std::string& n
       {"SCALE", scale.str()},
       {"RP", std::to_string(rp)},
       {"RQ", std::to_string(rq)},
-      {"NB", std::to_string(shape_numel(batch))},
+      {"NB", sz(shape_numel(batch))},
       {"PR", stride(in[2], nd - 2)},
       {"GR", stride(in[0], nd - 2)},
       {"GC", stride(in[0], nd - 1)},

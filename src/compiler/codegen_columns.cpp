@@ -14,7 +14,6 @@ void emit_column_kernel(std::ostringstream& os, const std::string& name, const F
   const int64_t C = x.meta.sizes.back();
   const int64_t R = shape_numel(x.meta.sizes) / C;
   constexpr int64_t kBlock = 64;
-  const int64_t blocks = (C + kBlock - 1) / kBlock;
   os << "// " << name << ": column " << (n.op == OpId::mean ? "means" : "sums") << " of "
      << value_type_str(x) << " as [" << R << ", " << C << "]\n"
      << "//   " << node_str(n) << "\n"
@@ -23,9 +22,10 @@ void emit_column_kernel(std::ostringstream& os, const std::string& name, const F
      << var(&x) << "\n"
      << "  " << T << "* __restrict out = static_cast<" << T << "*>(args[1]);  // "
      << var(grp.output) << "\n"
-     << "  constexpr int64_t R = " << R << ", C = " << C << ", CB = " << kBlock << ";\n";
-  if (blocks > 1 && R * C >= cpu::kParallelGrain)
-    os << "#pragma omp parallel for schedule(static)\n";
+     << "  const int64_t R = " << sz(R) << ", C = " << sz(C) << ";\n"
+     << "  constexpr int64_t CB = " << kBlock << ";\n"
+     << "#pragma omp parallel for schedule(static) if (C > CB && R * C >= " << cpu::kParallelGrain
+     << ")\n";
   // Blocks of 32 rows are summed on their own (two accumulators, even and odd rows) and then
   // added to the column totals: no sum runs over more than 32 terms before it meets a total,
   // which keeps the rounding error near a pairwise sum's.

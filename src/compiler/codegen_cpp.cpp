@@ -75,7 +75,7 @@ RowIndex row_index(const graph::Value& v, const Shape& out) {
   const Shape& vs = v.meta.sizes;
   if (shape_numel(vs) == 1) return ri;
   if (vs == out && v.meta.strides == contiguous_strides(vs)) {  // the output's own layout
-    ri.row = "r * " + std::to_string(out.back());
+    ri.row = "r * " + sz(out.back());
     ri.col = "j";
     return ri;
   }
@@ -88,16 +88,16 @@ RowIndex row_index(const graph::Value& v, const Shape& out) {
   for (size_t d = nd - 1; d-- > 0;) {
     const int64_t stride = stride_at(d);
     if (out[d] > 1 && stride != 0) {
-      std::string coord = inner == 1 ? "r" : "(r / " + std::to_string(inner) + ")";
-      if (d > 0) coord = "(" + coord + " % " + std::to_string(out[d]) + ")";
-      std::string term = stride == 1 ? coord : coord + " * " + std::to_string(stride);
+      std::string coord = inner == 1 ? "r" : "(r / " + sz(inner) + ")";
+      if (d > 0) coord = "(" + coord + " % " + sz(out[d]) + ")";
+      std::string term = stride == 1 ? coord : coord + " * " + sz(stride);
       ri.row = ri.row.empty() ? term : term + " + " + ri.row;
     }
     inner *= out[d];
   }
   if (ri.row.empty()) ri.row = "0";
   const int64_t cs = out[nd - 1] > 1 ? stride_at(nd - 1) : 0;
-  ri.col = cs == 0 ? "" : cs == 1 ? "j" : "j * " + std::to_string(cs);
+  ri.col = cs == 0 ? "" : cs == 1 ? "j" : "j * " + sz(cs);
   return ri;
 }
 
@@ -279,6 +279,11 @@ std::string indent(const std::string& text, const std::string& extra) {
 
 std::string SharedCode::use(std::ostringstream& os, const std::string& text,
                             const std::string& prefix, const std::string& comment) {
+  if (defer_) {
+    deferred_text_ = text;
+    deferred_prefix_ = prefix;
+    return "@NS@";
+  }
   auto [it, fresh] = names_.emplace(text, "");
   if (fresh) {
     it->second = prefix + std::to_string(names_.size() - 1);
@@ -286,6 +291,8 @@ std::string SharedCode::use(std::ostringstream& os, const std::string& text,
   }
   return it->second;
 }
+
+std::string sz(int64_t v) { return std::string("\x01").append(std::to_string(v)).append("\x02"); }
 
 std::string kernel_name(size_t k) {
   return "kernel_" + std::to_string(k);
@@ -305,6 +312,7 @@ std::string generate_cpp(const FusionPlan& plan, const std::vector<KernelBatch>&
   auto kernel_of = [&](size_t k) {
     if (lowered) return (*lowered)[k];
     const FusionGroup& grp = plan.groups[k];
+    if (is_pattern(grp)) return lower_pattern(grp, kernel_name(k));
     return grp.row ? lower_rows(grp, kernel_name(k)) : lower_elementwise(grp, kernel_name(k));
   };
   std::ostringstream os;
@@ -354,14 +362,8 @@ std::string generate_cpp(const FusionPlan& plan, const std::vector<KernelBatch>&
     std::ostringstream ks;  // the kernel, checked before it joins the source
     if (batched[k])
       emit_kernel_comment(ks, k, plan.groups[k]);
-    else if (plan.groups[k].col)
-      emit_column_kernel(ks, kernel_name(k), plan.groups[k]);
-    else if (plan.groups[k].attn_bwd)
-      emit_attention_backward_kernel(ks, kernel_name(k), plan.groups[k], shared);
-    else if (plan.groups[k].ln_bwd)
-      emit_layer_norm_backward_kernel(ks, kernel_name(k), plan.groups[k]);
-    else if (plan.groups[k].attn_qk)
-      emit_attention_kernel(ks, kernel_name(k), plan.groups[k]);
+    else if (is_pattern(plan.groups[k]))
+      render_cpp_pattern(ks, kernel_of(k), shared);
     else if (plan.groups[k].row)
       render_cpp_rows(ks, kernel_of(k));
     else

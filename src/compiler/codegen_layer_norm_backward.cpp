@@ -43,13 +43,15 @@ void emit_layer_norm_backward_kernel(std::ostringstream& os, const std::string& 
   if (lb.db)
     os << "  " << T << "* __restrict db = static_cast<" << T << "*>(args[" << slot(lb.db)
        << "]);\n";
-  os << "  constexpr int64_t R = " << R << ", C = " << C << ";\n"
+  // The row count may be symbolic (kir::Pattern); C bounds the block arrays.
+  os << "  const int64_t R = " << sz(R) << ";\n"
+     << "  constexpr int64_t C = " << C << ";\n"
      << "  const int nmax = omp_get_max_threads();\n";
   if (sums)
     os << "  " << T << "* part = static_cast<" << T << "*>(::operator new(sizeof(" << T
        << ") * 2 * C * nmax, std::align_val_t(64)));\n";
-  os << "#pragma omp parallel num_threads(nmax)"
-     << (R * C >= cpu::kParallelGrain && R > 1 ? "" : " if (false)") << "\n"
+  os << "#pragma omp parallel num_threads(nmax) if (R * C >= " << cpu::kParallelGrain
+     << " && R > 1)\n"
      << "  {\n"
      << "    const int nt = omp_get_num_threads(), tid = omp_get_thread_num();\n"
      << "    const int64_t r0 = R * tid / nt, r1 = R * (tid + 1) / nt;\n";

@@ -28,19 +28,38 @@ std::string indent(const std::string& text, const std::string& extra);
 // Code that kernels of one translation unit share, written once: by its text, the name it got.
 class SharedCode {
  public:
+  SharedCode() = default;
+  // Deferring: use() writes nothing and names nothing; it keeps the text for the caller
+  // (lowering a pattern kernel, which shares its helpers when it is rendered).
+  struct Defer {};
+  explicit SharedCode(Defer) : defer_(true) {}
   // The name of `text`, whose "@NS@" stands for it. On the first use of a text the name is
-  // fresh (`prefix` and a number) and `comment` then the text are written to os.
+  // fresh (`prefix` and a number) and `comment` then the text are written to os. Deferring,
+  // "@NS@" itself.
   std::string use(std::ostringstream& os, const std::string& text, const std::string& prefix,
                   const std::string& comment = "");
+  const std::string& deferred_text() const { return deferred_text_; }
+  const std::string& deferred_prefix() const { return deferred_prefix_; }
 
  private:
   std::map<std::string, std::string> names_;
+  bool defer_ = false;
+  std::string deferred_text_, deferred_prefix_;
 };
+
+// A pattern kernel's integer that follows from sizes (a row count, a stride along a dim that
+// may vary), as its emitter writes it: marked, so that lowering lifts it out of the text
+// (kir::Pattern) and kernels of the pattern at other sizes share one text. Mark only integers
+// the C++ reads at run time (never an array bound or a template argument): a marked integer
+// may become an expression over sizes. Decisions an emitter takes on such an integer (a loop
+// chosen by a stride of 1) stay in the text; a decision that should not split the kernels of
+// one program (parallel or not) belongs in the text as a run-time condition.
+std::string sz(int64_t v);
 std::string var(const graph::Value* v);  // "v12": the C++ name of a value
 // The offset of input `v`'s element read by the output element at row r (over all dims but
 // the last) and column j, `v` broadcast to `out`, split for row kernels: `row` is computed once
 // per row, `col` per element ("" when v does not vary along the row). Both empty when v is one
-// element.
+// element. Its integers are marked (sz): the attention kernel reads it.
 struct RowIndex {
   std::string row, col;
 };

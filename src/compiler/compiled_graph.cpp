@@ -148,35 +148,44 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
           std::to_string(peak_bytes_) +
           " bytes of intermediates (eager: " + std::to_string(eager_peak_bytes_) + ")");
   if (plan_.groups.empty()) return;
-  // A program called at varying sizes: when every kernel has kernel IR, its family's kernels
-  // over symbolic sizes serve this graph if they reproduce its kernels exactly at its sizes
-  // (families.h); the library built from them is then found in the caches, and each call
-  // passes this graph's sizes. No batches then (a batch's parts take no sizes).
-  // Each group with kernel IR is lowered once, here: batching and code generation read it
-  // (the other groups get an empty kernel and are written from their group).
-  bool all_ir = true;
+  // Each group is lowered once, here: the family lookup, batching and code generation read it.
   for (size_t k = 0; k < plan_.groups.size(); ++k) {
     const FusionGroup& grp = plan_.groups[k];
-    if (grp.row) {
+    if (is_pattern(grp))
+      lowered_.push_back(lower_pattern(grp, kernel_name(k)));
+    else if (grp.row)
       lowered_.push_back(lower_rows(grp, kernel_name(k)));
-    } else if (grp.elementwise()) {
+    else
       lowered_.push_back(lower_elementwise(grp, kernel_name(k)));
-    } else {
-      lowered_.emplace_back();
-      all_ir = false;
-    }
   }
-  std::optional<std::vector<kir::Kernel>> shared;
-  if (all_ir) {
-    dims_ = input_dims(*g_);
-    shared = family_kernels(lowered_, dims_, g_->dynamic_sizes());
+  dims_ = input_dims(*g_);
+  kernels_.assign(plan_.groups.size(), nullptr);
+  epilogues_.assign(plan_.groups.size(), nullptr);
+  batch_at_.assign(steps_.size(), -1);
+  build(/*defer_first=*/g_->dynamic_sizes());
+}
+
+void CompiledGraph::build(bool defer_first) {
+  // A program called at varying sizes: its family's kernels over symbolic sizes serve this
+  // graph if they reproduce its kernels exactly at its sizes (families.h); the library built
+  // from them is then found in the caches, and each call passes this graph's sizes. No
+  // batches then (a batch's parts take no sizes). The first graph of its form at varying
+  // sizes builds nothing yet: its first call runs through eager interpretation, so that the
+  // next size of the form (which fits the family) is the one compiled; called again, it is
+  // compiled then.
+  FamilyLookup family = family_kernels(lowered_, dims_, g_->dynamic_sizes());
+  if (!family.kernels && defer_first && family.first) {
+    state_.store(kDeferred, std::memory_order_release);
+    log(logs().decisions, "compiler",
+        "the first graph of its form at varying sizes: its first call runs through eager "
+        "interpretation, its kernels are built with the next size's");
+    return;
   }
-  if (shared) {
+  if (family.kernels) {
     shared_ = true;
-    batch_at_.assign(steps_.size(), -1);
     log(logs().decisions, "compiler",
         "kernels over symbolic sizes shared with this program's graphs at other sizes");
-    source_ = generate_cpp(plan_, {}, &*shared);
+    source_ = generate_cpp(plan_, {}, &*family.kernels);
   } else {
     source_ = generate_cpp(plan_, plan_batches(), &lowered_);
   }
@@ -189,11 +198,12 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::mo
   lib_ = load_source(source_, first < batched.size() ? kernel_name(first) : batch_name(0));
   for (size_t k = 0; k < plan_.groups.size(); ++k) {
     void* fn = batched[k] ? nullptr : lib_->symbol(kernel_name(k));
-    kernels_.push_back(reinterpret_cast<KernelFn>(fn));
-    epilogues_.push_back(plan_.groups[k].gemm ? reinterpret_cast<cpu::RowEpilogue>(fn) : nullptr);
+    kernels_[k] = reinterpret_cast<KernelFn>(fn);
+    epilogues_[k] = plan_.groups[k].gemm ? reinterpret_cast<cpu::RowEpilogue>(fn) : nullptr;
   }
   for (size_t b = 0; b < batches_.size(); ++b)
     batches_[b].fn = reinterpret_cast<KernelFn>(lib_->symbol(batch_name(b)));
+  state_.store(kBuilt, std::memory_order_release);
 }
 
 void CompiledGraph::run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const {
@@ -226,6 +236,17 @@ std::vector<Tensor> CompiledGraph::run_consuming(std::vector<Tensor>&& inputs) c
 std::vector<Tensor> CompiledGraph::execute(const std::vector<Tensor>& inputs,
                                            std::vector<Tensor>* owned) const {
   if (!eager_reason_.empty()) return g_->interpret(inputs);
+  if (state_.load(std::memory_order_acquire) != kBuilt) {
+    // A deferred graph (build): interpreted at its first call, built at its next.
+    std::unique_lock<std::mutex> lock(build_mu_);
+    if (state_.load(std::memory_order_relaxed) == kDeferred) {
+      state_.store(kDeferredRan, std::memory_order_relaxed);
+      lock.unlock();
+      return g_->interpret(inputs);
+    }
+    if (state_.load(std::memory_order_relaxed) == kDeferredRan)
+      const_cast<CompiledGraph*>(this)->build(/*defer_first=*/false);
+  }
   if (is_grad_enabled()) {
     for (const Tensor& t : inputs) {
       if (t.defined() && t.requires_grad()) {

@@ -1,6 +1,7 @@
 // The "compiler" backend: a graph compiled into steps, fused kernels from generated C++ and
 // eager nodes through the dispatcher.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -67,13 +68,21 @@ class CompiledGraph : public capture::Runnable {
   // (its kind, ops and result), or the batch starting there.
   std::string describe_step(size_t s) const;
 
+  // Generates, builds and loads the kernels (families.h decides: shared over symbolic sizes
+  // or this graph's own); with defer_first, the first graph of its form at varying sizes
+  // builds nothing (state kDeferred) until its second call.
+  void build(bool defer_first);
+  enum State : int { kBuilt, kDeferred, kDeferredRan };
+  mutable std::atomic<int> state_{kBuilt};
+  mutable std::mutex build_mu_;
+
   std::shared_ptr<const graph::Graph> g_;
   FusionPlan plan_;
   std::string source_;
   std::string eager_reason_;
   std::shared_ptr<const Library> lib_;
   bool shared_ = false;
-  std::vector<kir::Kernel> lowered_;  // per group: its kernel IR (empty for template groups)
+  std::vector<kir::Kernel> lowered_;  // per group: its kernel IR
   std::vector<int64_t> dims_;  // the graph inputs' dims: the values of the kernels' symbols
   std::vector<KernelFn> kernels_;
   std::vector<cpu::RowEpilogue> epilogues_;  // per kernel: a gemm group's kernel, as called

@@ -40,13 +40,25 @@ bool reproduces(const std::vector<kir::Kernel>& symbolic, const std::vector<kir:
   return true;
 }
 
+// Whether y[i] = a * x[i] + b for every i, for some integers a and b (x varies).
+bool integer_line(const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
+  size_t j = 1;
+  while (j < x.size() && x[j] == x[0]) ++j;
+  if (j == x.size() || (y[j] - y[0]) % (x[j] - x[0]) != 0) return false;
+  const int64_t a = (y[j] - y[0]) / (x[j] - x[0]), b = y[0] - a * x[0];
+  for (size_t i = 0; i < x.size(); ++i)
+    if (y[i] != a * x[i] + b) return false;
+  return true;
+}
+
 // Fits the family's kernels over the dims that vary between its samples.
 std::optional<std::vector<kir::Kernel>> fit(const Family& f) {
   const std::vector<int64_t>& first = f.samples.front().first;
-  // One symbol per distinct way of varying: dims equal to each other in every sample (a
-  // tensor's length and a bias's) are one symbol, the first of them. Every graph the fit
-  // serves is checked against its own kernels, so this reading of the samples is only ever
-  // used where it holds.
+  // One symbol per distinct way of varying: a dim that is an integer line of an earlier
+  // symbol in every sample (a tensor's length and a bias's, a batch and the batch times the
+  // sequence length of a flattened view) is no symbol of its own. Every graph the fit serves
+  // is checked against its own kernels, so this reading of the samples is only ever used
+  // where it holds; a graph it does not hold for adds its sample, and the next fit has more.
   std::vector<int> varying;
   auto values_of = [&](size_t d) {
     std::vector<int64_t> v;
@@ -56,9 +68,9 @@ std::optional<std::vector<kir::Kernel>> fit(const Family& f) {
   for (size_t d = 0; d < first.size(); ++d) {
     const std::vector<int64_t> v = values_of(d);
     if (std::all_of(v.begin(), v.end(), [&](int64_t x) { return x == v[0]; })) continue;
-    bool same_as_earlier = false;
-    for (int e : varying) same_as_earlier |= values_of(size_t(e)) == v;
-    if (!same_as_earlier) varying.push_back(int(d));
+    bool follows_earlier = false;
+    for (int e : varying) follows_earlier |= integer_line(values_of(size_t(e)), v);
+    if (!follows_earlier) varying.push_back(int(d));
   }
   if (varying.empty()) return std::nullopt;
   std::vector<kir::Kernel> out;
@@ -88,12 +100,10 @@ std::vector<int64_t> input_dims(const graph::Graph& g) {
   return dims;
 }
 
-std::optional<std::vector<kir::Kernel>> family_kernels(const std::vector<kir::Kernel>& lowered,
-                                                       const std::vector<int64_t>& dims,
-                                                       bool use) {
+FamilyLookup family_kernels(const std::vector<kir::Kernel>& lowered,
+                            const std::vector<int64_t>& dims, bool use) {
   std::string key;
   for (const kir::Kernel& k : lowered) {
-    if (k.domain.empty() && k.buffers.empty()) return std::nullopt;  // a group without IR
     key += kir::form(k);
     key += '\n';
   }
@@ -102,16 +112,21 @@ std::optional<std::vector<kir::Kernel>> family_kernels(const std::vector<kir::Ke
   std::lock_guard<std::mutex> lock(r.mu);
   Family& f = r.families[key];
 
-  if (use && f.symbolic && reproduces(*f.symbolic, lowered, dims)) return f.symbolic;
+  FamilyLookup out;
+  if (use && f.symbolic && reproduces(*f.symbolic, lowered, dims)) {
+    out.kernels = f.symbolic;
+    return out;
+  }
   bool seen = false;
   for (const auto& [d, kernels] : f.samples) seen |= d == dims;
   if (!seen && f.samples.size() < kMaxSamples) f.samples.push_back({dims, lowered});
-  if (!use || seen || f.samples.size() < 2) return std::nullopt;
+  out.first = f.samples.size() == 1 && f.samples.front().first == dims;
+  if (!use || f.samples.size() < 2) return out;
   std::optional<std::vector<kir::Kernel>> fitted = fit(f);
-
-  if (!fitted || !reproduces(*fitted, lowered, dims)) return std::nullopt;
+  if (!fitted || !reproduces(*fitted, lowered, dims)) return out;
   f.symbolic = std::move(fitted);
-  return f.symbolic;
+  out.kernels = f.symbolic;
+  return out;
 }
 
 void clear_families() {

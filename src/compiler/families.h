@@ -17,14 +17,17 @@ namespace ember::compiler {
 // The inputs' dims of g, in order: the values of its size symbols.
 std::vector<int64_t> input_dims(const graph::Graph& g);
 
-// The kernels over symbolic sizes of the family of `lowered` (a graph's kernels, by group;
-// groups without kernel IR make the graph no family's), or nothing when there are none yet
-// or they do not give `lowered` exactly at `dims`. Records `lowered` as a sample of its family
-// (also when `use` is false: the graph is specialized, but a later graph of a program called
-// at varying sizes may fit with it).
-std::optional<std::vector<kir::Kernel>> family_kernels(const std::vector<kir::Kernel>& lowered,
-                                                       const std::vector<int64_t>& dims,
-                                                       bool use);
+// The kernels over symbolic sizes of the family of `lowered` (a graph's kernels, by group),
+// or nothing when there are none yet or they do not give `lowered` exactly at `dims`. Records
+// `lowered` as a sample of its family (also when `use` is false: the graph is specialized, but
+// a later graph of a program called at varying sizes may fit with it). `first`: the family
+// had no sample at other sizes.
+struct FamilyLookup {
+  std::optional<std::vector<kir::Kernel>> kernels;
+  bool first = false;
+};
+FamilyLookup family_kernels(const std::vector<kir::Kernel>& lowered,
+                            const std::vector<int64_t>& dims, bool use);
 
 // Forgets every family (tests).
 void clear_families();

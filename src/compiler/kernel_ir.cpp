@@ -52,6 +52,8 @@ std::vector<int> Kernel::size_symbols() const {
   };
   for (const Index& d : domain) add(d);
   for (const Buffer& b : buffers) add(b.numel);
+  if (pattern)
+    for (const Index& e : pattern->ints) add(e);
   add_stmts(body);
   if (rows) {
     add_stmts(rows->pre);
@@ -115,6 +117,12 @@ std::string print(const Kernel& k) {
     }
     os << "\n";
   };
+  if (k.pattern) {
+    os << "  pattern kernel over " << k.pattern->ints.size() << " sized integers:";
+    for (size_t i = 0; i < k.pattern->ints.size(); ++i)
+      os << " @" << i << "@=" << k.pattern->ints[i].str(names);
+    os << "\n";
+  }
   for (const Stmt& s : k.body) stmt(s, "  ");
   if (!k.rows) return os.str();
   const RowProgram& rp = *k.rows;
@@ -146,6 +154,8 @@ void each_expr(K& k, F&& f) {
   };
   for (auto& d : k.domain) f(d);
   for (auto& b : k.buffers) f(b.numel);
+  if (k.pattern)
+    for (auto& e : k.pattern->ints) f(e);
   stmts(k.body);
   if (k.rows) {
     stmts(k.rows->pre);
@@ -170,6 +180,23 @@ void stmt_form(const Stmt& s, std::string& out) {
 
 }  // namespace
 
+std::string strip_comments(const std::string& code) {
+  std::string out;
+  out.reserve(code.size());
+  for (size_t i = 0; i < code.size();) {
+    if (code.compare(i, 2, "//") == 0) {
+      const size_t eol = code.find('\n', i);
+      // A line that was only a comment goes entirely; a trailing comment leaves its line.
+      while (!out.empty() && out.back() == ' ') out.pop_back();
+      if (eol == std::string::npos) break;
+      i = (out.empty() || out.back() == '\n') ? eol + 1 : eol;
+      continue;
+    }
+    out += code[i++];
+  }
+  return out;
+}
+
 std::string form(const Kernel& k) {
   std::string out = std::string(k.epilogue ? "epilogue " : "") + std::to_string(k.domain.size()) +
                     " dims; buffers";
@@ -192,6 +219,9 @@ std::string form(const Kernel& k) {
     for (const Stmt& s : k.rows->out) stmt_form(s, out);
     for (const auto& [b, name] : k.rows->stats) out += " stat" + std::to_string(b) + '=' + name;
   }
+  if (k.pattern)
+    out.append(" pattern ").append(strip_comments(k.pattern->shared)).append(" | ")
+        .append(strip_comments(k.pattern->text));
   out += " | ";
   each_expr(k, [&](const Index& e) { out += e.form() + ' '; });
   return out;

@@ -88,6 +88,20 @@ struct RowProgram {
   std::vector<std::pair<int, std::string>> stats;  // buffer <- statistic, stored per row
 };
 
+// A pattern kernel (attention forward and backward, layer_norm backward, column sums): the C++
+// its emitter wrote, with the integers that follow from sizes (marked by the emitter, see
+// codegen_util.h's sz) lifted out, so that the pattern at other sizes has the same text.
+// `text` holds "@i@" where ints[i] goes; `shared`, when not empty, is code that kernels with
+// the same helpers share (written once per translation unit under a name made from
+// `shared_prefix`), which `text` calls through "@NS@". Integers the emitter did not mark (a
+// head size that array bounds need, the choice of a loop by a stride) are part of the text:
+// a pattern whose such integers differ has another form.
+struct Pattern {
+  std::string text, shared, shared_prefix;
+  std::vector<Index> ints;
+  size_t args = 0;  // the kernel's pointer arguments; symbolic sizes follow them
+};
+
 struct Kernel {
   std::string name;
   std::vector<std::string> comment;  // lines describing the kernel (the graph nodes)
@@ -99,6 +113,8 @@ struct Kernel {
   bool epilogue = false;
   // A row kernel (then `body` is empty): the rows are the domain's leading dims.
   std::optional<RowProgram> rows;
+  // A pattern kernel (then the fields above are empty but `name`).
+  std::optional<Pattern> pattern;
 
   Index numel() const;
   // The offset of coordinate tuple (c0 ..) in a contiguous tensor of the domain's shape.
@@ -110,6 +126,9 @@ struct Kernel {
   // load it once.
   bool uniform(const Stmt& s) const;
 };
+
+// C++ text without its // comments (lines that were only a comment removed).
+std::string strip_comments(const std::string& code);
 
 // The kernel as text, one statement a line (tests, docs and EMBER_LOGS=output_code).
 std::string print(const Kernel& k);

@@ -18,6 +18,12 @@ kir::Kernel lower_rows(const FusionGroup& grp, const std::string& name);
 // The row's offset in a tensor of one value per row of k's domain (all dims but the last).
 kir::Index with_columns_dropped(const kir::Kernel& k);
 
+// Whether a group's kernel is a pattern's (attention forward or backward, layer_norm backward,
+// column sums): C++ written by its emitter, kept as kir::Pattern.
+bool is_pattern(const FusionGroup& grp);
+// A pattern group's kernel: the emitter's text with its size integers lifted out.
+kir::Kernel lower_pattern(const FusionGroup& grp, const std::string& name);
+
 // A kernel over `domain` with the group's buffers: its inputs, its output, its extra outputs;
 // the graph nodes as its comment.
 kir::Kernel kernel_of_group(const FusionGroup& grp, const Shape& domain, const std::string& name);

@@ -8,6 +8,10 @@
 #include "compiler/kernel_ir.h"
 
 namespace ember::compiler {
+class SharedCode;
+}
+
+namespace ember::compiler {
 
 // Whether an elementwise kernel loops over rows and columns of its last dim (when an input is
 // read broadcast, strided or under conditions on the column, so a flat loop would need a
@@ -24,6 +28,11 @@ CppRowOffset cpp_row_offset(const kir::Kernel& k, const kir::Index& index);
 
 // A row kernel (kir::Kernel::rows) as one extern "C" function taking the kernel's buffers.
 void render_cpp_rows(std::ostringstream& os, const kir::Kernel& k);
+
+// A pattern kernel (kir::Kernel::pattern) as its emitter wrote it at the kernel's integers;
+// over symbolic sizes, the symbols' values are read from the argument after its pointers.
+// Its shared helpers are written once per translation unit (`shared`).
+void render_cpp_pattern(std::ostringstream& os, const kir::Kernel& k, SharedCode& shared);
 
 // The body of an elementwise kernel whose arguments are read from args[base ...]: pointers,
 // uniform values loaded once, the loop. A kernel with size symbols (Kernel::size_symbols)

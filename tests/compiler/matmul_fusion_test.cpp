@@ -91,7 +91,11 @@ TEST_F(MatmulFusionTest, CausalAttentionMatchesEager) {
   auto attn = [](const Tensor& q, const Tensor& k, const Tensor& v) {
     return scaled_dot_product_attention(q, k, v, /*is_causal=*/true);
   };
-  auto f = compile(attn, spy_opts());
+  // Each configuration compiled on its own (dynamic = false): the first graph of a form at
+  // varying sizes would otherwise run interpreted and write no source to look at.
+  CompileOptions o = spy_opts();
+  o.dynamic = false;
+  auto f = compile(attn, o);
   // Head sizes on and off the vector width, sequence lengths not a multiple of it.
   for (int64_t hs : {16, 7}) {
     for (DType t : {DType::Float32, DType::Float64}) {

@@ -1,0 +1,103 @@
+// The GPT compiled and called at sizes that vary as they do in use: the forward at every
+// sequence length (sampling with a growing context) and training whose last batch is smaller.
+// Graphs of one form share kernels over the varying sizes (families.h), the attention, layer
+// norm backward and column-sum pattern kernels included, so the C++ compiler runs a fixed
+// number of times however many sizes come, and every result matches eager.
+#include <gtest/gtest.h>
+
+#include "compiler/compiler_test_util.h"
+#include "compiler/families.h"
+#include "compiler/toolchain.h"
+#include "ember/compile.h"
+#include "ember/ember.h"
+#include "ember/nn.h"
+#include "ember/optim.h"
+
+namespace ember::test {
+namespace {
+
+// Libraries the calls needed that no earlier graph of this process had built or loaded.
+int64_t new_libraries(const compiler::ToolchainStats& before) {
+  const compiler::ToolchainStats now = compiler::toolchain_stats();
+  return (now.compiler_runs - before.compiler_runs) + (now.disk_hits - before.disk_hits);
+}
+
+nn::GPTConfig small_gpt() {
+  nn::GPTConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 32;
+  c.block_size = 48;
+  c.vocab_size = 65;
+  c.dropout = 0;
+  return c;
+}
+
+void fresh_caches() {
+  compiler::clear_families();
+  compiler::clear_memory_cache();
+  capture::clear_segment_cache();
+}
+
+TEST(DynamicGpt, ForwardAtEveryLengthBuildsTwoLibraries) {
+  CacheDir cache(kSharedCompilerCache);
+  fresh_caches();
+  manual_seed(1);
+  auto m = std::make_shared<nn::GPT>(small_gpt());
+  m->eval();
+  NoGradGuard no_grad;
+  auto f = compile(m, compiler_opts());
+  const compiler::ToolchainStats before = compiler::toolchain_stats();
+  for (int64_t t = 1; t <= 48; ++t) {
+    manual_seed(uint64_t(t));
+    const Tensor idx = randint(0, 65, {2, t});
+    EXPECT_TRUE(close(f(idx), m->forward(idx), 1e-4, 1e-5)) << "length " << t;
+  }
+  // T = 1 specialized (size 1 is); T = 2 misses its size guard and runs interpreted, the
+  // first of its form; T = 3 fits the kernels over T, attention included: one library for
+  // every later length.
+  EXPECT_EQ(new_libraries(before), 2);
+  EXPECT_EQ(f.stats().eager_fallbacks, 0);
+  EXPECT_GE(f.stats().shared_compiles, 46);
+}
+
+TEST(DynamicGpt, PartialLastBatchRecompilesOnceThenShares) {
+  CacheDir cache(kSharedCompilerCache);
+  fresh_caches();
+  manual_seed(2);
+  auto eager = std::make_shared<nn::GPT>(small_gpt());
+  manual_seed(2);
+  auto model = std::make_shared<nn::GPT>(small_gpt());
+  auto loss_fn = compile([m = model](const Tensor& x, const Tensor& y) { return m->loss(x, y); },
+                         compiler_opts());
+  optim::AdamW opt_e({{eager->parameters()}}, 1e-3);
+  optim::AdamW opt_c({{model->parameters()}}, 1e-3);
+  const compiler::ToolchainStats before = compiler::toolchain_stats();
+  int64_t after_first_epoch = 0;
+  // Two epochs of batches 6, 6, 6 and a partial 4, then a partial 3 (another dataset size).
+  const std::vector<int64_t> batches = {6, 6, 6, 4, 6, 6, 6, 4, 3};
+  for (size_t s = 0; s < batches.size(); ++s) {
+    manual_seed(100 + s);
+    const Tensor x = randint(0, 65, {batches[s], 16}), y = randint(0, 65, {batches[s], 16});
+    opt_e.zero_grad();
+    opt_c.zero_grad();
+    Tensor le = eager->loss(x, y), lc = loss_fn(x, y);
+    le.backward();
+    lc.backward();
+    EXPECT_NEAR(lc.item(), le.item(), 1e-4 * std::abs(le.item())) << "step " << s;
+    opt_e.step();
+    opt_c.step();
+    if (s == 3) after_first_epoch = new_libraries(before);
+  }
+  auto pe = eager->named_parameters(), pc = model->named_parameters();
+  for (size_t i = 0; i < pe.size(); ++i)
+    EXPECT_TRUE(close(pc[i].second, pe[i].second, 1e-3, 1e-4)) << pe[i].first;
+  // Batch 6 built the forward and backward; batch 4 missed the batch guard and fitted both
+  // over the batch size with batch 6's: two more, and none after, for any batch size.
+  EXPECT_LE(after_first_epoch, 4);
+  EXPECT_EQ(new_libraries(before), after_first_epoch);
+  EXPECT_GE(loss_fn.stats().shared_compiles, 1);
+}
+
+}  // namespace
+}  // namespace ember::test
