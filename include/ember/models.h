@@ -1,5 +1,5 @@
 // A zoo of small models of the common benchmark families, built from ember's layers
-// (include/ember/nn.h, include/ember/layers.h): an MLP, a CIFAR ResNet, MobileNetV2, a ViT, a
+// (include/ember/nn.h, include/ember/layers.h): an MLP, a ResNet, MobileNetV2, a ViT, a
 // BERT-style encoder with a padding mask, a LLaMA-style decoder, a mixture-of-experts LM, a GRU
 // LM and a U-Net (with nn::GPT, ten families). Each is made from a config struct whose
 // defaults are a tiny model (its tiny() returns them), and names its parameters as the usual
@@ -38,16 +38,22 @@ class MLP : public nn::Module {
   std::shared_ptr<nn::Dropout> drop;
 };
 
-// ---- ResNet (CIFAR) ----
+// ---- ResNet ----
 
 struct ResNetConfig {
   int64_t in_channels = 3;
   int64_t num_classes = 10;
   int64_t width = 8;                           // channels of layer1; doubled by each later stage
   std::vector<int64_t> blocks = {1, 1, 1, 1};  // BasicBlocks per stage; {2, 2, 2, 2}: ResNet-18
+  // The stem: false, CIFAR's (a 3x3 stride-1 conv, no pooling); true, ImageNet's as in
+  // torchvision (a 7x7 stride-2 conv, then a 3x3 stride-2 max pool with padding 1).
+  bool imagenet_stem = false;
   static ResNetConfig tiny() { return {}; }    // the defaults
   // ResNet-18 for CIFAR-10: width 64, two blocks a stage.
   static ResNetConfig resnet18();
+  // torchvision's resnet18(): the ImageNet stem and 1000 classes (the same names and shapes,
+  // so its weights load).
+  static ResNetConfig resnet18_imagenet();
 };
 
 // Two 3x3 conv + BatchNorm layers and the identity (or a strided 1x1 conv + BatchNorm,
@@ -64,8 +70,9 @@ class BasicBlock : public nn::Module {
   std::shared_ptr<nn::BatchNorm2d> down_bn;
 };
 
-// torchvision's ResNet with the CIFAR stem (a 3x3 stride-1 conv, no max pool): conv1, bn1,
-// layer1..layer4 (strides 1, 2, 2, 2), global average pool, fc.
+// torchvision's ResNet, with the CIFAR stem (a 3x3 stride-1 conv, no max pool) unless the
+// config asks for the ImageNet one: conv1, bn1, (maxpool), layer1..layer4 (strides 1, 2, 2, 2),
+// global average pool, fc.
 class ResNet : public nn::Module {
  public:
   // The network for c (4 stages, each at least one block).
@@ -76,6 +83,7 @@ class ResNet : public nn::Module {
   ResNetConfig config;
   std::shared_ptr<nn::Conv2d> conv1;
   std::shared_ptr<nn::BatchNorm2d> bn1;
+  std::shared_ptr<nn::MaxPool2d> maxpool;  // the ImageNet stem's; null for CIFAR's
   std::vector<std::vector<std::shared_ptr<BasicBlock>>> stages;  // layer1..layer4
   std::shared_ptr<nn::Linear> fc;
 };

@@ -148,6 +148,15 @@ TEST(Models, ResNet) {
   expect_finite_grads(m, [&] { return m.loss(x, y); });
   expect_compiled_forward_follows_eager<ResNet>(ResNetConfig::tiny(), true, x);
   expect_compiled_forward_follows_eager<ResNet>(ResNetConfig::tiny(), false, x);
+  // The ImageNet stem (7x7 stride-2 conv, padded max pool): 32 -> 16 -> 8 before layer1.
+  ResNetConfig imagenet = ResNetConfig::tiny();
+  imagenet.imagenet_stem = true;
+  ResNet mi(imagenet);
+  EXPECT_EQ(mi.named_parameters().size(), m.named_parameters().size());
+  EXPECT_EQ(mi.conv1->weight.sizes(), (Shape{8, 3, 7, 7}));
+  EXPECT_EQ(mi.forward(x).sizes(), (Shape{2, 10}));
+  expect_compiled_forward_follows_eager<ResNet>(imagenet, true, x);
+  expect_compiled_forward_follows_eager<ResNet>(imagenet, false, x);
 }
 
 TEST(Models, ResNetCompiledTrainingFollowsEager) {
