@@ -44,6 +44,7 @@ struct SampleOptions {
   double temperature = 0.8;
   uint64_t seed = 1337;
   std::string device = "cpu";
+  bool compile = false;  // the forward compiled: code shared over the growing context
 };
 
 int run_train(const TrainOptions& o);

@@ -64,6 +64,10 @@ int main(int argc, char** argv) {
   sample->add_option("--top_k", s.top_k, "keep the k most likely tokens (0: all)")->capture_default_str();
   sample->add_option("--seed", s.seed)->capture_default_str();
   sample->add_option("--device", s.device, "cpu, cuda or cuda:N")->capture_default_str();
+  sample->add_option("--compile", s.compile,
+                     "compile the forward (one library serves every context length; reports "
+                     "tokens/s and the compiles)")
+      ->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
   try {

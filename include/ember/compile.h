@@ -44,12 +44,23 @@ struct CompileOptions {
   std::function<std::vector<Tensor>()> state;
 };
 
+// Hints for compiled callables about the sizes of one tensor, before it is passed (PyTorch's
+// torch._dynamo.mark_dynamic / mark_static). mark_dynamic: dim `dim` of `t` will vary, so a
+// callable given `t` shares code over symbolic sizes from its first call instead of after its
+// first size guard miss (CompileOptions::dynamic unset). mark_static: a guard miss on that dim
+// recompiles for the new size without making the callable's sizes dynamic. The marks belong to
+// this tensor (not to views or copies of it); a negative dim counts from the end.
+void mark_dynamic(const Tensor& t, int64_t dim);
+void mark_static(const Tensor& t, int64_t dim);
+
 // Counters of one compiled callable (tests assert them).
 struct CompileStats {
   int64_t calls = 0;
   int64_t traces = 0;              // runs of the C++ function under capture
   int64_t compiles = 0;            // graphs handed to the backend (segment cache misses)
   int64_t shared_compiles = 0;     // of which served by code built for other sizes (no build)
+  int64_t deferred_compiles = 0;   // of which the first of their form at varying sizes: run
+                                   // interpreted, built only if called again
   int64_t recompiles = 0;          // traces caused by a guard miss after the first entry
   int64_t breaks = 0;              // graph breaks met, over all runs
   int64_t cache_hits = 0;          // calls whose guards matched a cache entry

@@ -209,9 +209,12 @@ class GPT : public Module {
   Tensor forward(const Tensor& idx) const;
   // Mean cross entropy of the logits against targets [B, T].
   Tensor loss(const Tensor& idx, const Tensor& targets) const;
-  // Appends max_new_tokens sampled tokens to idx [B, T] (eval mode, no grad).
+  // Appends max_new_tokens sampled tokens to idx [B, T] (eval mode, no grad). `logits_of`,
+  // when given, computes the logits of a context in place of forward (a compiled forward:
+  // the context grows to block_size, then slides).
   Tensor generate(const Tensor& idx, int64_t max_new_tokens, double temperature = 1.0,
-                  int64_t top_k = 0);
+                  int64_t top_k = 0,
+                  const std::function<Tensor(const Tensor&)>& logits_of = nullptr);
   // Parameter count without the position embedding (as nanoGPT reports).
   int64_t num_params_reported() const;
   GPTConfig config;

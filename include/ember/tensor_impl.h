@@ -52,6 +52,8 @@ struct TensorImpl {
   DType dtype = DType::Float32;
   Device device;
   bool is_view = false;
+  // mark_dynamic / mark_static (compile.h): bit d for dim d.
+  uint64_t dynamic_dims = 0, static_dims = 0;
   std::unique_ptr<AutogradMeta> autograd;  // allocated only when needed
   std::shared_ptr<void> symbolic;  // set by capture: what this tensor stands for in a graph
   // Set once a compiled replay reads this tensor without running the function that reached it

@@ -32,6 +32,9 @@ class Runnable {
   // Whether its code was built for another graph of the same program at other sizes and is
   // shared with it (then its compile built nothing new).
   virtual bool shares_compiled_code() const { return false; }
+  // Whether it built nothing yet: the first graph of its form at varying sizes, interpreted
+  // at its first call (compiler/compiled_graph.h).
+  virtual bool defers_build() const { return false; }
 };
 class Backend {
  public:
@@ -47,7 +50,7 @@ Backend& backend(const std::string& name);
 void register_backend(std::unique_ptr<Backend> b);
 
 // ---- logs (EMBER_LOGS=graph_breaks,recompiles,guards,graph,training, read once) ----
-enum class Log { GraphBreaks, Recompiles, Guards, Graph, Training };
+enum class Log { GraphBreaks, Recompiles, Guards, Graph, Training, Dynamic };
 bool log_enabled(Log what);
 void log_line(Log what, const std::string& text);
 // Always printed (once per callable by the caller): the recompile limit, unsupported options.
@@ -122,7 +125,13 @@ class Guards {
   // e.g. "input 0 size[1]: expected 64, got 128".
   // `passed` (when given) counts the checks that passed before the first failure, so that a
   // miss can be explained against the closest entry.
-  bool check(const detail::CallFrame& f, std::string* why, int* passed = nullptr) const;
+  // `size_miss` (when given) names the tensor argument slot and dim of a failure on a size,
+  // and is {-1, -1} for any other failure.
+  struct SizeMiss {
+    int slot = -1, dim = -1;
+  };
+  bool check(const detail::CallFrame& f, std::string* why, int* passed = nullptr,
+             SizeMiss* size_miss = nullptr) const;
   // True once a tensor the entry reads through a capture was freed or rebound: its check can
   // never pass again, so the entry is dropped instead of counting against the recompile limit.
   bool is_dead() const;
@@ -214,6 +223,7 @@ struct TraceResult {
   std::vector<std::string> graphs;
   int64_t compiles = 0;
   int64_t shared_compiles = 0;  // of which served by code built for other sizes
+  int64_t deferred_compiles = 0;  // of which built nothing yet (Runnable::defers_build)
   int64_t segment_hits = 0;
   std::vector<int64_t> ops_per_compile;
   double seconds = 0;      // the whole trace

@@ -47,7 +47,8 @@ struct CompiledCore::State {
   CompileStats stats;    // traces, compiles, recompiles, breaks, segment hits, ops_per_compile
   ExplainReport report;  // from the first trace, plus recompile reasons
 
-  std::shared_ptr<const Entry> find(const CallFrame& f, std::string* why) const {
+  std::shared_ptr<const Entry> find(const CallFrame& f, std::string* why,
+                                    capture::Guards::SizeMiss* size_miss = nullptr) const {
     std::shared_lock lock(entries_mu);
     // Newest first: after a recompile the new entry is the likely one. On a miss, `why` gets
     // the failure of the entry that came closest (passed the most checks).
@@ -55,10 +56,12 @@ struct CompiledCore::State {
     for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
       std::string w;
       int passed = 0;
-      if ((*it)->guards.check(f, why ? &w : nullptr, &passed)) return *it;
+      capture::Guards::SizeMiss sm;
+      if ((*it)->guards.check(f, why ? &w : nullptr, &passed, &sm)) return *it;
       if (why && passed > best) {
         best = passed;
         *why = std::move(w);
+        if (size_miss) *size_miss = sm;
       }
     }
     return nullptr;
@@ -70,6 +73,7 @@ struct CompiledCore::State {
     stats.trace_seconds += r.seconds - r.run_seconds;
     stats.compiles += r.compiles;
     stats.shared_compiles += r.shared_compiles;
+    stats.deferred_compiles += r.deferred_compiles;
     stats.segment_cache_hits += r.segment_hits;
     stats.ops_per_compile.insert(stats.ops_per_compile.end(), r.ops_per_compile.begin(),
                                  r.ops_per_compile.end());
@@ -147,7 +151,8 @@ bool CompiledCore::call(CallFrame& frame, FunctionRef<void(CallFrame&)> body) {
   std::string why;
 
   std::unique_lock<std::mutex> tl(s.trace_mu);
-  if (auto e = s.find(frame, &why)) return run_entry(*e);  // another thread traced it
+  capture::Guards::SizeMiss size_miss;
+  if (auto e = s.find(frame, &why, &size_miss)) return run_entry(*e);  // another thread traced it
   size_t n, before;  // entries counted against the limit; entries there were (a miss if any)
   {
     // Entries that read a captured tensor since freed or rebound can never hit again: the new
@@ -175,13 +180,34 @@ bool CompiledCore::call(CallFrame& frame, FunctionRef<void(CallFrame&)> body) {
   if (before > 0)
     capture::log_line(capture::Log::Recompiles, s.name + ": recompiling because " + why);
   // Automatic dynamic: a size that missed makes the program's graphs from now on share code
-  // over symbolic sizes (the dims that vary between them become the symbols).
-  if (before > 0 && !s.dynamic_sizes && !s.opts.dynamic.has_value() &&
-      why.find(" size[") != std::string::npos) {
-    s.dynamic_sizes = true;
-    capture::log_line(capture::Log::Recompiles,
-                      s.name + ": sizes vary (" + why +
-                          "): its graphs now share code over symbolic sizes");
+  // over symbolic sizes (the dims that vary between them become the symbols), unless that dim
+  // was marked static. A dim marked dynamic does so from the first call.
+  if (!s.dynamic_sizes && !s.opts.dynamic.has_value()) {
+    if (before > 0 && size_miss.slot >= 0) {
+      const Tensor& t = frame.tensors[size_t(size_miss.slot)];
+      if (t.impl()->static_dims >> size_miss.dim & 1) {
+        capture::log_line(capture::Log::Dynamic,
+                          s.name + ": input " + std::to_string(size_miss.slot) + " size[" +
+                              std::to_string(size_miss.dim) +
+                              "] is marked static: this size is specialized");
+      } else {
+        s.dynamic_sizes = true;
+        capture::log_line(capture::Log::Dynamic,
+                          s.name + ": input " + std::to_string(size_miss.slot) + " size[" +
+                              std::to_string(size_miss.dim) + "] varies (" + why +
+                              "): its graphs now share code over symbolic sizes");
+      }
+    } else {
+      for (size_t i = 0; i < frame.tensors.size() && !s.dynamic_sizes; ++i) {
+        const Tensor& t = frame.tensors[i];
+        if (!t.defined() || !t.impl()->dynamic_dims) continue;
+        s.dynamic_sizes = true;
+        capture::log_line(capture::Log::Dynamic,
+                          s.name + ": input " + std::to_string(i) +
+                              " has dims marked dynamic: its graphs share code over symbolic "
+                              "sizes from the first call");
+      }
+    }
   }
   capture::TraceConfig cfg{s.backend, s.opts.fullgraph, /*want_plan=*/true, s.name,
                            s.dynamic_sizes};
@@ -205,7 +231,7 @@ bool CompiledCore::call(CallFrame& frame, FunctionRef<void(CallFrame&)> body) {
   e->guards = std::move(r.guards);
   if (s.root) e->guards.add_module_identity(s.root);
   e->segmented = r.broke;
-  e->counts = !(r.compiles > 0 && r.shared_compiles == r.compiles);
+  e->counts = !(r.compiles > 0 && r.shared_compiles + r.deferred_compiles == r.compiles);
   e->plan = std::move(r.plan);
   if (capture::log_enabled(capture::Log::Guards))
     capture::log_line(capture::Log::Guards, s.name + ": cache entry " + std::to_string(n) +

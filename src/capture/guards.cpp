@@ -75,8 +75,10 @@ void Guards::add_module_identity(const std::shared_ptr<const nn::Module>& m) {
   for (auto& [n, b] : m->named_buffers()) root_tensors_.push_back(b.impl());
 }
 
-bool Guards::check(const detail::CallFrame& f, std::string* why, int* passed) const {
+bool Guards::check(const detail::CallFrame& f, std::string* why, int* passed,
+                   SizeMiss* size_miss) const {
   int ok = 0;
+  if (size_miss) *size_miss = {};
   auto fail = [&](auto&&... parts) {
     if (why) *why = detail::cat_str(parts...);
     if (passed) *passed = ok;
@@ -111,9 +113,11 @@ bool Guards::check(const detail::CallFrame& f, std::string* why, int* passed) co
       return fail("input ", c.slot, " dims: expected ", c.ndim, ", got ", ti->sizes.size());
     const int64_t* want = dims + c.dims_at;
     for (int32_t d = 0; d < c.ndim; ++d)
-      if (ti->sizes[size_t(d)] != want[d])
+      if (ti->sizes[size_t(d)] != want[d]) {
+        if (size_miss) *size_miss = {int(c.slot), int(d)};
         return fail("input ", c.slot, " size[", d, "]: expected ", want[d], ", got ",
                     ti->sizes[size_t(d)]);
+      }
     ok += 2;
     if (c.contiguous) {
       if (!ti->is_contiguous())

@@ -24,15 +24,18 @@ const char* tag(Log what) {
       return "graph";
     case Log::Training:
       return "training";
+    case Log::Dynamic:
+      return "dynamic";
   }
   return "?";
 }
 }  // namespace
 
 bool log_enabled(Log what) {
-  static const bool on[5] = {log_category_enabled("graph_breaks"),
+  static const bool on[6] = {log_category_enabled("graph_breaks"),
                              log_category_enabled("recompiles"), log_category_enabled("guards"),
-                             log_category_enabled("graph"), log_category_enabled("training")};
+                             log_category_enabled("graph"),        log_category_enabled("training"),
+                             log_category_enabled("dynamic")};
   return on[int(what)];
 }
 

@@ -429,6 +429,7 @@ class Tracer : public CaptureHook {
       if (compiled) {
         out_.compiles++;
         if (runnable->shares_compiled_code()) out_.shared_compiles++;
+        if (runnable->defers_build()) out_.deferred_compiles++;
         out_.ops_per_compile.push_back(int64_t(s.g->num_ops()));
       } else {
         out_.segment_hits++;

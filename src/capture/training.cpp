@@ -112,6 +112,9 @@ class TrainingRunnable : public Runnable {
   bool shares_compiled_code() const override {
     return plan_->forward->shares_compiled_code() && plan_->backward->shares_compiled_code();
   }
+  bool defers_build() const override {
+    return plan_->forward->defers_build() || plan_->backward->defers_build();
+  }
 
  private:
   std::shared_ptr<const TrainingPlan> plan_;
@@ -127,6 +130,7 @@ class NoHistoryRunnable : public Runnable {
     return r_->run(inputs);
   }
   bool shares_compiled_code() const override { return r_->shares_compiled_code(); }
+  bool defers_build() const override { return r_->defers_build(); }
 
  private:
   std::shared_ptr<const Runnable> r_;

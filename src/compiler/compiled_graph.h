@@ -30,6 +30,7 @@ class CompiledGraph : public capture::Runnable {
   // Whether the kernels are its family's over symbolic sizes (families.h), shared with graphs
   // of the same program at other sizes.
   bool shares_compiled_code() const override { return shared_; }
+  bool defers_build() const override { return state_.load() != kBuilt; }
   const std::string& source() const { return source_; }
   // Why the graph always runs through eager interpretation ("" when it does not).
   const std::string& eager_reason() const { return eager_reason_; }

@@ -84,8 +84,14 @@ std::optional<kir::Kernel> generalize(const std::vector<KernelSample>& samples) 
     if (seen.size() < 2) return std::nullopt;
     degree[s] = int(std::min<size_t>(seen.size() - 1, 2));
   }
+  // Fewer samples than unknowns: refused before the monomials are listed (there are
+  // prod(degree + 1) of them, too many to list for many symbols).
+  size_t unknowns = 1;
+  for (int d : degree) {
+    unknowns *= size_t(d + 1);
+    if (unknowns > samples.size()) return std::nullopt;
+  }
   const std::vector<std::vector<int>> monos = monomials(degree);
-  if (samples.size() < monos.size()) return std::nullopt;
   // The design matrix, scaled per column so that the normal equations stay well conditioned.
   std::vector<std::vector<long double>> a(samples.size(), std::vector<long double>(monos.size()));
   std::vector<long double> scale(monos.size(), 0);

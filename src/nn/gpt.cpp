@@ -106,7 +106,7 @@ Tensor GPT::loss(const Tensor& idx, const Tensor& targets) const {
 }
 
 Tensor GPT::generate(const Tensor& idx, int64_t max_new_tokens, double temperature,
-                     int64_t top_k) {
+                     int64_t top_k, const std::function<Tensor(const Tensor&)>& logits_of) {
   EMBER_CHECK(temperature > 0, "generate: temperature must be positive, got ", temperature);
   NoGradGuard no_grad;
   bool was_training = is_training();
@@ -115,7 +115,7 @@ Tensor GPT::generate(const Tensor& idx, int64_t max_new_tokens, double temperatu
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     int64_t T = seq.size(1);
     Tensor cond = T <= config.block_size ? seq : seq.slice(1, T - config.block_size, T);
-    Tensor logits = forward(cond).select(1, -1) / temperature;  // [B, V]
+    Tensor logits = (logits_of ? logits_of(cond) : forward(cond)).select(1, -1) / temperature;
     if (top_k > 0) {
       int64_t k = std::min(top_k, logits.size(-1));
       Tensor kth = logits.topk(k, -1).first.slice(1, k - 1, k);  // [B, 1]

@@ -61,6 +61,27 @@ TEST(DynamicGpt, ForwardAtEveryLengthBuildsTwoLibraries) {
   EXPECT_GE(f.stats().shared_compiles, 46);
 }
 
+TEST(DynamicGpt, MarkDynamicBuildsOneLibrary) {
+  CacheDir cache(kSharedCompilerCache);
+  fresh_caches();
+  manual_seed(1);
+  auto m = std::make_shared<nn::GPT>(small_gpt());
+  m->eval();
+  NoGradGuard no_grad;
+  auto f = compile(m, compiler_opts());
+  const compiler::ToolchainStats before = compiler::toolchain_stats();
+  for (int64_t t = 1; t <= 48; ++t) {
+    manual_seed(uint64_t(t));
+    const Tensor idx = randint(0, 65, {2, t});
+    if (t == 1) mark_dynamic(idx, 1);
+    EXPECT_TRUE(close(f(idx), m->forward(idx), 1e-4, 1e-5)) << "length " << t;
+  }
+  // Dynamic from the first call: T = 1 and T = 2 run interpreted (each the first of its
+  // form), T = 3 builds the kernels every later length shares.
+  EXPECT_EQ(new_libraries(before), 1);
+  EXPECT_EQ(f.stats().deferred_compiles, 2);
+}
+
 TEST(DynamicGpt, PartialLastBatchRecompilesOnceThenShares) {
   CacheDir cache(kSharedCompilerCache);
   fresh_caches();
@@ -96,7 +117,13 @@ TEST(DynamicGpt, PartialLastBatchRecompilesOnceThenShares) {
   // over the batch size with batch 6's: two more, and none after, for any batch size.
   EXPECT_LE(after_first_epoch, 4);
   EXPECT_EQ(new_libraries(before), after_first_epoch);
-  EXPECT_GE(loss_fn.stats().shared_compiles, 1);
+  EXPECT_EQ(loss_fn.stats().recompiles, 2);  // batch 4, then batch 3
+  EXPECT_EQ(loss_fn.stats().shared_compiles, 2);
+  // The recompile names the batch dim.
+  const ExplainReport r = loss_fn.explain();
+  ASSERT_FALSE(r.recompile_reasons.empty());
+  EXPECT_NE(r.recompile_reasons[0].find("input 0 size[0]: expected 6, got 4"), std::string::npos)
+      << r.recompile_reasons[0];
 }
 
 }  // namespace

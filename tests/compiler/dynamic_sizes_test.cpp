@@ -94,5 +94,35 @@ TEST(DynamicSizes, DynamicFalseKeepsEverySizeSpecialized) {
   EXPECT_EQ(new_libraries(before), 3);
 }
 
+TEST(DynamicSizes, MarkStaticKeepsThatDimSpecialized) {
+  CacheDir cache(kSharedCompilerCache);
+  compiler::clear_families();
+  compiler::clear_memory_cache();
+  capture::clear_segment_cache();
+  auto f = compile(scaled_softmax, compiler_opts());
+  const compiler::ToolchainStats before = compiler::toolchain_stats();
+  for (int64_t t : {5, 6, 7}) {
+    const Tensor x = randn({4, t}), b = randn({t});
+    mark_static(x, -1);
+    EXPECT_TRUE(close(f(x, b), scaled_softmax(x, b), 1e-5, 1e-6));
+  }
+  // Misses on a dim marked static recompile for the size and leave the callable static.
+  EXPECT_EQ(new_libraries(before), 3);
+  EXPECT_EQ(f.stats().shared_compiles, 0);
+  EXPECT_EQ(f.stats().deferred_compiles, 0);
+}
+
+TEST(DynamicSizes, MarksCheckTheirDim) {
+  const Tensor x = randn({4, 3});
+  EXPECT_THROW(mark_dynamic(x, 2), Error);
+  EXPECT_THROW(mark_static(x, -3), Error);
+  EXPECT_THROW(mark_dynamic(Tensor(), 0), Error);
+  mark_dynamic(x, -1);
+  EXPECT_EQ(x.impl()->dynamic_dims, 2u);
+  mark_static(x, 1);  // the later mark wins
+  EXPECT_EQ(x.impl()->dynamic_dims, 0u);
+  EXPECT_EQ(x.impl()->static_dims, 2u);
+}
+
 }  // namespace
 }  // namespace ember::test
