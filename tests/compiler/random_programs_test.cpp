@@ -22,12 +22,19 @@
 #include "compiler/toolchain.h"
 #include "ember/autograd.h"
 #include "ember/compile.h"
+#include "support/program_check.h"
 #include "support/program_gen.h"
 
 namespace ember {
 namespace {
 
 using testgen::Program;
+using testgen::Call;
+using testgen::Expected;
+using testgen::call_args;
+using testgen::check_results;
+using testgen::expected;
+using testgen::run_part;
 
 constexpr uint64_t kPrograms = 1200;
 constexpr uint64_t kCompilerPrograms = 1200;
@@ -38,150 +45,6 @@ constexpr uint64_t kBatch = 40;
 uint64_t program_count() {
   const char* n = std::getenv("EMBER_RANDOM_PROGRAMS");
   return n && std::atoll(n) > 0 ? uint64_t(std::atoll(n)) : kPrograms;
-}
-
-// Empty when `got` matches `want`; else what differs. exact: bit-identical values.
-std::string compare(const Tensor& got, const Tensor& want, bool exact, double rtol, double atol) {
-  std::ostringstream os;
-  if (got.sizes() != want.sizes() || got.dtype() != want.dtype()) {
-    os << "metadata: got " << dtype_name(got.dtype()) << got.shape_str() << ", want "
-       << dtype_name(want.dtype()) << want.shape_str();
-    return os.str();
-  }
-  std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
-  for (size_t i = 0; i < g.size(); ++i) {
-    bool ok = exact ? (g[i] == w[i] || (std::isnan(g[i]) && std::isnan(w[i])))
-                    : std::abs(g[i] - w[i]) <= atol + rtol * std::abs(w[i]);
-    if (!ok) {
-      os.precision(17);
-      os << "element " << i << ": got " << g[i] << ", want " << w[i];
-      return os.str();
-    }
-  }
-  return {};
-}
-
-// Which values of p carry float32 rounding: float32 themselves, or computed from one (a
-// float64 result of float32 work is only as precise as float32).
-std::vector<bool> float32_values(const Program& p, const std::vector<Tensor>& inputs) {
-  std::vector<Tensor> all = testgen::run_all(p, inputs);
-  std::vector<bool> f32(all.size());
-  for (size_t v = 0; v < all.size(); ++v) {
-    f32[v] = all[v].dtype() == DType::Float32;
-    if (v >= p.inputs.size())
-      for (int a : p.steps[v - p.inputs.size()].args) f32[v] = f32[v] || f32[size_t(a)];
-  }
-  return f32;
-}
-
-// The largest bound on a value that value v is computed from (v included): rounding errors are
-// relative to the values they happen in, and ops that shrink values (tanh, softmax) do not
-// shrink the absolute errors they are handed.
-double error_scale(const Program& p, int v) {
-  double b = testgen::value_bound(p, v);
-  if (size_t(v) >= p.inputs.size())
-    for (int a : p.steps[size_t(v) - p.inputs.size()].args) b = std::max(b, error_scale(p, a));
-  return b;
-}
-
-// Compares output i of p; exact for the eager backend and for non-float outputs.
-std::string compare_output(const Program& p, size_t i, const std::vector<bool>& f32,
-                           const Tensor& got, const Tensor& want, bool eager_backend) {
-  bool exact = eager_backend || !is_floating(want.dtype());
-  // Rounding differences scale with the magnitude of the values involved.
-  bool single = f32[size_t(p.outputs[i])];
-  double scale = std::max(1.0, error_scale(p, p.outputs[i]));
-  double rtol = single ? 1e-5 : 1e-12, atol = (single ? 1e-6 : 1e-12) * scale;
-  return compare(got, want, exact, rtol, atol);
-}
-
-// A training program's loss sum((out * w).sum()): its rounding scales with the outputs' bounds
-// times their sizes (the weights are at most 1).
-std::string compare_loss(const Program& p, const std::vector<bool>& f32,
-                         const std::vector<Tensor>& outs, const Tensor& got, const Tensor& want,
-                         bool eager_backend) {
-  bool single = false;
-  double scale = 1;
-  for (size_t i = 0; i < p.outputs.size(); ++i) {
-    if (!is_floating(outs[i].dtype())) continue;
-    single |= f32[size_t(p.outputs[i])];
-    scale += error_scale(p, p.outputs[i]) * double(outs[i].numel());
-  }
-  return compare(got, want, eager_backend, single ? 1e-5 : 1e-12, (single ? 1e-6 : 1e-12) * scale);
-}
-
-// Compares the grads of a training program's leaves: relative to the largest grad of each (the
-// grads of fused and eager backward graphs sum in other orders).
-std::string compare_grads(const std::vector<bool>& f32, const std::vector<Tensor>& got,
-                          const std::vector<Tensor>& want, bool eager_backend) {
-  const bool single = std::find(f32.begin(), f32.end(), true) != f32.end();
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (got[i].defined() != want[i].defined())
-      return "grad of input " + std::to_string(i) + (want[i].defined() ? " missing" : " extra");
-    if (!want[i].defined()) continue;
-    double scale = 1;
-    for (double g : want[i].to_vector<double>()) scale = std::max(scale, std::abs(g));
-    std::string d = compare(got[i], want[i], eager_backend, single ? 1e-4 : 1e-10,
-                            (single ? 1e-5 : 1e-11) * scale);
-    if (!d.empty()) return "grad of input " + std::to_string(i) + ": " + d;
-  }
-  return {};
-}
-
-// One program's data and eager results: its outputs, and for a training program its loss and
-// the grads of its inputs.
-struct Expected {
-  std::vector<Tensor> inputs, weights, outputs, grads;
-  Tensor loss;
-  std::vector<bool> f32;
-};
-Expected expected(const Program& p) {
-  Expected e;
-  e.inputs = testgen::make_inputs(p, p.seed);
-  e.f32 = float32_values(p, e.inputs);
-  if (!p.backward) {
-    e.outputs = testgen::run_program(p, e.inputs);
-    return e;
-  }
-  e.weights = testgen::loss_weights(testgen::run_program(p, e.inputs), p.seed);
-  testgen::TrainingArgs t = testgen::training_args(p, p.seed, e.weights);
-  std::vector<Tensor> outs = testgen::run_training(p, t.args);
-  e.loss = outs.back();
-  outs.pop_back();
-  if (e.loss.requires_grad()) e.loss.backward();
-  e.grads = testgen::leaf_grads(t.leaves);
-  for (const Tensor& o : outs) e.outputs.push_back(o.detach());
-  e.loss = e.loss.detach();
-  return e;
-}
-
-// A program's part of a compiled call: its arguments (for a training program fresh leaves, whose
-// grads the backward fills), and its part of the results.
-struct Call {
-  std::vector<Tensor> args, leaves;
-};
-Call call_args(const Program& p, const Expected& e) {
-  if (!p.backward) return {e.inputs, {}};
-  testgen::TrainingArgs t = testgen::training_args(p, p.seed, e.weights);
-  return {t.args, t.leaves};
-}
-std::vector<Tensor> run_part(const Program& p, const std::vector<Tensor>& args) {
-  return p.backward ? testgen::run_training(p, args) : testgen::run_program(p, args);
-}
-
-// Checks program p's results `got` (outputs, then a training program's loss) against e; the
-// loss's backward must have run. Empty when they agree.
-std::string check_results(const Program& p, const Expected& e, const Call& c,
-                          const std::vector<Tensor>& got, bool eager_backend) {
-  if (got.size() != e.outputs.size() + (p.backward ? 1 : 0)) return "output count differs";
-  for (size_t i = 0; i < e.outputs.size(); ++i) {
-    std::string d = compare_output(p, i, e.f32, got[i].detach(), e.outputs[i], eager_backend);
-    if (!d.empty()) return "output " + std::to_string(i) + ": " + d;
-  }
-  if (!p.backward) return {};
-  std::string d = compare_loss(p, e.f32, e.outputs, got.back().detach(), e.loss, eager_backend);
-  if (!d.empty()) return "loss: " + d;
-  return compare_grads(e.f32, testgen::leaf_grads(c.leaves), e.grads, eager_backend);
 }
 
 // Runs `p` eagerly and compiled with `backend`; empty when they agree, else the difference.
@@ -225,47 +88,11 @@ std::string check_batch(uint64_t first, uint64_t n, const std::string& backend) 
     CompileOptions opts;
     opts.backend = backend;
     opts.fullgraph = true;
-    std::vector<size_t> nargs;  // each program's inputs, then a training program's weights
-    for (size_t j = 0; j < ps.size(); ++j)
-      nargs.push_back(ps[j].inputs.size() + es[j].weights.size());
-    auto f = compile(
-        [&ps, &nargs](const std::vector<Tensor>& xs) {
-          std::vector<Tensor> outs;
-          size_t at = 0;
-          for (size_t j = 0; j < ps.size(); ++j) {
-            std::vector<Tensor> in(xs.begin() + long(at), xs.begin() + long(at + nargs[j]));
-            at += nargs[j];
-            std::vector<Tensor> o = run_part(ps[j], in);
-            outs.insert(outs.end(), o.begin(), o.end());
-          }
-          return outs;
-        },
-        opts);
-    for (int call = 0; call < 2; ++call) {  // trace, then replay
-      std::vector<Call> calls;
-      std::vector<Tensor> flat;
-      for (size_t j = 0; j < ps.size(); ++j) {
-        calls.push_back(call_args(ps[j], es[j]));
-        flat.insert(flat.end(), calls.back().args.begin(), calls.back().args.end());
-      }
-      std::vector<Tensor> got = f(flat);
-      std::vector<Tensor> losses;
-      size_t k = 0;
-      std::vector<std::vector<Tensor>> parts;
-      for (size_t j = 0; j < ps.size(); ++j) {
-        const size_t m = es[j].outputs.size() + (ps[j].backward ? 1 : 0);
-        if (k + m > got.size()) return "output count differs";
-        parts.emplace_back(got.begin() + long(k), got.begin() + long(k + m));
-        k += m;
-        if (ps[j].backward && parts.back().back().requires_grad())
-          losses.push_back(parts.back().back());
-      }
-      if (!losses.empty()) backward(losses);
-      for (size_t j = 0; j < ps.size(); ++j) {
-        std::string d = check_results(ps[j], es[j], calls[j], parts[j], backend == "eager");
-        if (!d.empty())
-          return "seed " + std::to_string(ps[j].seed) + (call ? ", replay" : "") + ", " + d;
-      }
+    auto f = compile(testgen::batch_function(ps, es), opts);
+    const testgen::ProgramsFn call = [&f](const std::vector<Tensor>& xs) { return f(xs); };
+    for (int replay = 0; replay < 2; ++replay) {  // trace, then replay
+      std::string d = testgen::call_and_check(call, ps, es, 0, backend == "eager");
+      if (!d.empty()) return replay ? "replay, " + d : d;
     }
   } catch (const std::exception& e) {
     return std::string("threw: ") + e.what();

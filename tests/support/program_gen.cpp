@@ -1,12 +1,11 @@
 // Random program generator for the compile backends: generation by probing real ops on small
-// tensors (so shapes and dtypes come from ember itself), printing and shrinking.
+// tensors (so shapes and dtypes come from ember itself), at every call's sizes where they vary.
 #include "support/program_gen.h"
 
 #include <algorithm>
 #include <cmath>
 #include <random>
 #include <set>
-#include <sstream>
 
 #include "ember/error.h"
 
@@ -26,35 +25,6 @@ const T& pick(Rng& r, const std::vector<T>& v) {
 
 // Beyond this, float32 rounding of intermediates would dominate the tolerances.
 constexpr double kMaxBound = 1e3;
-
-const char* unary_name(UnaryFn f) {
-  static const char* n[] = {"neg", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu", "silu", "abs"};
-  return n[int(f)];
-}
-const char* binary_name(BinaryFn f) {
-  static const char* n[] = {"add", "sub", "mul", "div", "maximum", "minimum"};
-  return n[int(f)];
-}
-const char* dtype_cpp(DType t) {
-  switch (t) {
-    case DType::Float32: return "kFloat32";
-    case DType::Float64: return "kFloat64";
-    case DType::Int64: return "kInt64";
-    default: return "?";
-  }
-}
-std::string shape_cpp(const Shape& s) {
-  std::string out = "{";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "}";
-}
-std::string num(double v) {
-  std::ostringstream os;
-  os << v;
-  std::string s = os.str();
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
-  return s;
-}
 
 double result_bound(const Step& s, const std::vector<double>& b, const Tensor& in0) {
   auto arg = [&](size_t i) { return b[size_t(s.args[i])]; };
@@ -197,9 +167,86 @@ std::vector<Step> draw_pattern(Rng& r, const std::vector<Tensor>& vals) {
   return steps;
 }
 
+// The values computed so far at each call of a program's schedule (one call for a program of
+// fixed sizes). Steps are drawn at call 0 and must apply at every call.
+struct Probes {
+  std::vector<std::vector<Tensor>> calls;
+  const std::vector<Tensor>& base() const { return calls.front(); }
+  // Whether dim d of value v has other sizes at other calls.
+  bool varies(int v, int64_t d) const {
+    for (const auto& c : calls)
+      if (c[size_t(v)].size(d) != base()[size_t(v)].size(d)) return true;
+    return false;
+  }
+  bool varies(int v) const {
+    for (int64_t d = 0; d < base()[size_t(v)].dim(); ++d)
+      if (varies(v, d)) return true;
+    return false;
+  }
+  int64_t min_size(int v, int64_t d) const {
+    int64_t m = base()[size_t(v)].size(d);
+    for (const auto& c : calls) m = std::min(m, c[size_t(v)].size(d));
+    return m;
+  }
+};
+
+// A reshape of value a (some of whose dims vary) that holds at every size: the varying dims
+// are copied from the operand, or one run of adjacent dims is flattened (into -1 when it holds
+// a varying dim); fixed dims are kept or split in two, and a 1 may be inserted.
+Step symbolic_reshape(Rng& r, const Probes& pr, int a) {
+  const Tensor& x = pr.base()[size_t(a)];
+  const int64_t nd = x.dim();
+  Step s;
+  s.op = Op::Reshape;
+  s.args = {a};
+  int64_t lo = -1, hi = -1;
+  if (nd >= 2 && coin(r)) {
+    lo = uniform(r, 0, nd - 2);
+    hi = uniform(r, lo + 1, nd - 1);
+  }
+  auto add = [&](int64_t size, int copy) {
+    s.shape.push_back(size);
+    s.copy.push_back(copy);
+  };
+  for (int64_t d = 0; d < nd; ++d) {
+    if (d == lo) {
+      bool varying = false;
+      int64_t product = 1;
+      for (int64_t e = lo; e <= hi; ++e) {
+        varying |= pr.varies(a, e);
+        product *= x.size(e);
+      }
+      add(varying ? -1 : product, -1);
+      d = hi;
+    } else if (pr.varies(a, d)) {
+      add(x.size(d), int(d));
+    } else {
+      const int64_t n = x.size(d);
+      std::vector<int64_t> divs;
+      for (int64_t k = 2; k < n; ++k)
+        if (n % k == 0) divs.push_back(k);
+      if (!divs.empty() && coin(r, 0.4)) {
+        const int64_t k = pick(r, divs);
+        add(k, -1);
+        add(n / k, -1);
+      } else {
+        add(n, -1);
+      }
+    }
+  }
+  if (s.shape.size() < 4 && coin(r, 0.2)) {
+    const auto at = long(uniform(r, 0, int64_t(s.shape.size())));
+    s.shape.insert(s.shape.begin() + at, 1);
+    s.copy.insert(s.copy.begin() + at, -1);
+  }
+  return s;
+}
+
 // Picks a random step that applies to the current values; returns false when the draw does
-// not fit (the caller draws again).
-bool draw_step(Rng& r, const std::vector<Tensor>& vals, Step& s) {
+// not fit (the caller draws again). Where a dim varies over the calls, attrs that depend on
+// its size follow it (Slice, Narrow, Expand, Reshape).
+bool draw_step(Rng& r, const Probes& pr, Step& s) {
+  const std::vector<Tensor>& vals = pr.base();
   int n = int(vals.size());
   // Prefer recent values so chains form.
   int a = coin(r, 0.7) ? n - 1 - int(uniform(r, 0, std::min(n - 1, 2))) : int(uniform(r, 0, n - 1));
@@ -249,6 +296,10 @@ bool draw_step(Rng& r, const std::vector<Tensor>& vals, Step& s) {
     for (int64_t i = 0; i < nd; ++i) s.shape.push_back(i);
     std::shuffle(s.shape.begin(), s.shape.end(), r);
   } else if (kind < 70) {
+    if (pr.varies(a)) {
+      s = symbolic_reshape(r, pr, a);
+      return true;
+    }
     s.op = Op::Reshape;
     int64_t numel = x.numel();
     // Split numel into up to 3 factors, sometimes with -1.
@@ -274,6 +325,15 @@ bool draw_step(Rng& r, const std::vector<Tensor>& vals, Step& s) {
     if (nd < 1) return false;
     s.op = Op::Slice;
     s.dim = uniform(r, 0, nd - 1);
+    if (pr.varies(a, s.dim)) {  // a start below every size, an end counted from the end
+      // Step 1: a step of 2 would make the size (n - start - end + 1) / 2, which shared code
+      // over symbolic sizes does not follow (it fits polynomials).
+      const int64_t least = pr.min_size(a, s.dim);
+      s.from_end = true;
+      s.start = uniform(r, 0, least - 1);
+      s.end = uniform(r, 0, least - 1 - s.start);
+      return true;
+    }
     int64_t size = x.sizes()[size_t(s.dim)];
     if (size < 2) return false;
     s.start = uniform(r, 0, size - 1);
@@ -287,6 +347,9 @@ bool draw_step(Rng& r, const std::vector<Tensor>& vals, Step& s) {
       if (d == 1 && coin(r)) d = uniform(r, 2, 4);
     if (s.shape.size() < 3 && coin(r, 0.3)) s.shape.insert(s.shape.begin(), uniform(r, 1, 3));
     if (s.shape == x.sizes()) return false;
+    const size_t lead = s.shape.size() - size_t(nd);
+    for (int64_t d = 0; d < nd; ++d)  // a varying dim kept: -1, whatever its size
+      if (pr.varies(a, d) && s.shape[lead + size_t(d)] == x.size(d)) s.shape[lead + size_t(d)] = -1;
   } else if (kind < 88) {
     s.op = Op::Cast;
     // Integers may become floats; floats never become integers (rounding near an integer
@@ -311,6 +374,15 @@ bool draw_step(Rng& r, const std::vector<Tensor>& vals, Step& s) {
     if (nd < 1) return false;
     s.op = Op::Narrow;
     s.dim = uniform(r, 0, nd - 1);
+    if (pr.varies(a, s.dim)) {  // as a Slice of a varying dim
+      const int64_t least = pr.min_size(a, s.dim);
+      s.from_end = true;
+      if (coin(r, 0.4)) {
+        s.start = uniform(r, 0, least - 1);
+        s.end = uniform(r, 0, least - 1 - s.start);
+      }
+      return true;
+    }
     const int64_t size = x.sizes()[size_t(s.dim)];
     if (coin(r, 0.6)) {  // the whole dim: a view that changes nothing, whose grad is the grad
       s.start = 0;
@@ -355,12 +427,18 @@ bool draw_step(Rng& r, const std::vector<Tensor>& vals, Step& s) {
   return true;
 }
 
-Shape random_shape(Rng& r, const Shape& base) {
-  // A suffix of the base shape, some dims replaced by 1 so inputs broadcast against each other.
+// An input's shape: a suffix of the base shape, some dims replaced by 1 so inputs broadcast
+// against each other. `sym` gets the size symbol of each dim (the base dim's, -1 for a 1).
+Shape random_shape(Rng& r, const Shape& base, const std::vector<int>& base_sym,
+                   std::vector<int>& sym) {
   int64_t nd = uniform(r, 0, int64_t(base.size()));
   Shape s(base.end() - nd, base.end());
-  for (auto& d : s)
-    if (coin(r, 0.3)) d = 1;
+  sym.assign(base_sym.end() - nd, base_sym.end());
+  for (size_t d = 0; d < s.size(); ++d)
+    if (coin(r, 0.3)) {
+      s[d] = 1;
+      sym[d] = -1;
+    }
   return s;
 }
 
@@ -374,9 +452,10 @@ bool has_grads(const Program& p) {
   return false;
 }
 
-}  // namespace
-
-Program generate_program(uint64_t seed) {
+// A program of fixed sizes (`sizes` null), or one whose inputs carry the symbols of `sizes`.
+// A fixed program draws exactly what it drew before symbols existed, so seeds keep naming the
+// same programs.
+Program generate(uint64_t seed, const SizeSchedule* sizes) {
   Rng r(seed);
   Program p;
   p.seed = seed;
@@ -386,14 +465,39 @@ Program generate_program(uint64_t seed) {
   for (int i = 0; i < 3; ++i) base.push_back(big ? uniform(r, 16, 48) : uniform(r, 1, 7));
   // Square trailing dims (sometimes all three), so a reduction without keepdim broadcasts
   // against its input: x - x.sum(d) on [n, n].
+  int group[3] = {0, 1, 2};  // base dims that are equal by construction share a group
   if (coin(r, 0.3)) {
     base[1] = base[2];
-    if (coin(r)) base[0] = base[2];
+    group[1] = 2;
+    if (coin(r)) {
+      base[0] = base[2];
+      group[0] = 2;
+    }
+  }
+  // Symbols: symbol 0 on one base dim, in half the programs symbol 1 (where the schedule has
+  // one) on another; every dim of its group takes it, so squares stay square.
+  std::vector<int> base_sym(3, -1);
+  if (sizes) {
+    p.sizes = *sizes;
+    const int nsym = sizes->front().size() > 1 && coin(r) ? 2 : 1;
+    std::vector<int64_t> order = {0, 1, 2};
+    std::shuffle(order.begin(), order.end(), r);
+    for (int k = 0; k < nsym; ++k) {
+      const int g = group[order[size_t(k)]];
+      if (base_sym[size_t(g)] >= 0) continue;  // the group already has symbol 0
+      for (size_t d = 0; d < 3; ++d)
+        if (group[d] == g) {
+          base_sym[d] = k;
+          base[d] = sizes->front()[size_t(k)];
+        }
+    }
   }
   int64_t ninputs = uniform(r, 1, 3);
   for (int64_t i = 0; i < ninputs; ++i) {
     InputSpec in;
-    in.shape = big && i == 0 ? base : random_shape(r, base);
+    std::vector<int> sym = base_sym;
+    in.shape = big && i == 0 ? base : random_shape(r, base, base_sym, sym);
+    if (sizes) in.sym = sym;
     int d = int(uniform(r, 0, 9));
     in.dtype = d < 5 ? DType::Float32 : d < 8 ? DType::Float64 : DType::Int64;
     in.strided = !in.shape.empty() && coin(r, 0.2);
@@ -404,52 +508,70 @@ Program generate_program(uint64_t seed) {
   if (coin(r, 0.3)) {
     InputSpec w;
     const int64_t k = base.back();
-    w.shape = {k, coin(r, 0.6) ? k : (big ? uniform(r, 16, 48) : uniform(r, 1, 7))};
+    const bool square = coin(r, 0.6);
+    w.shape = {k, square ? k : (big ? uniform(r, 16, 48) : uniform(r, 1, 7))};
     w.dtype = coin(r, 0.7) ? DType::Float32 : DType::Float64;
-    w.range = 0.5 / double(k);
+    int64_t kmax = k;  // a varying k: the range for the largest
+    if (sizes) {
+      w.sym = {base_sym.back(), square ? base_sym.back() : -1};
+      if (base_sym.back() >= 0)
+        for (const auto& row : *sizes) kmax = std::max(kmax, row[size_t(base_sym.back())]);
+    }
+    w.range = 0.5 / double(kmax);
     p.inputs.push_back(w);
   }
   // Probe values: zeros of the right metadata, so each drawn step is checked against ember's
-  // own shape and dtype rules (a step ember rejects is drawn again).
-  std::vector<Tensor> vals;
+  // own shape and dtype rules (a step ember rejects is drawn again), at every call's sizes.
+  Probes pr;
+  pr.calls.resize(sizes ? sizes->size() : 1);
   std::vector<double> bounds;
-  for (const InputSpec& in : p.inputs) {
-    vals.push_back(zeros(in.shape, in.dtype));
-    bounds.push_back(2 * in.range);
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    for (size_t c = 0; c < pr.calls.size(); ++c)
+      pr.calls[c].push_back(zeros(input_shape(p, i, c), p.inputs[i].dtype));
+    bounds.push_back(2 * p.inputs[i].range);
   }
+  // Values past this many elements are too slow for a test of many programs.
+  const int64_t max_numel = big ? 200000 : sizes ? 2048 : 512;
   constexpr size_t kMaxSteps = 10;
-  const size_t nsteps = size_t(uniform(r, 3, int64_t(kMaxSteps)));
+  // Programs called at many sizes build several libraries each: shorter ones keep that quick.
+  const size_t nsteps = size_t(uniform(r, 3, sizes ? 7 : int64_t(kMaxSteps)));
   for (int tries = 0; p.steps.size() < nsteps && tries < 400; ++tries) {
     // A pattern of a few steps now and then (matmuls with row ops), else one step.
     std::vector<Step> steps;
     if (coin(r, 0.12)) {
-      steps = draw_pattern(r, vals);
+      steps = draw_pattern(r, pr.base());
     } else {
       Step s;
-      if (draw_step(r, vals, s)) steps.push_back(s);
+      if (draw_step(r, pr, s)) steps.push_back(s);
     }
     if (steps.empty() || p.steps.size() + steps.size() > kMaxSteps) continue;
-    const size_t before = vals.size();
+    const size_t before = pr.base().size();
     bool ok = true;
     for (Step& s : steps) {
-      if (s.dim < 0) s.dim += std::max<int64_t>(vals[size_t(s.args[0])].dim(), 1);  // the last
-      Tensor y;
-      try {
-        y = apply_step(s, vals);
-      } catch (const Error&) {
-        ok = false;
-        break;
+      if (s.dim < 0) s.dim += std::max<int64_t>(pr.base()[size_t(s.args[0])].dim(), 1);  // the last
+      std::vector<Tensor> ys;
+      s.bound = 0;
+      for (const std::vector<Tensor>& vals : pr.calls) {
+        Tensor y;
+        try {
+          y = apply_step(s, vals);
+        } catch (const Error&) {
+          ok = false;
+          break;
+        }
+        s.bound = std::max(s.bound, result_bound(s, bounds, vals[size_t(s.args[0])]));
+        if (y.numel() == 0 || y.numel() > max_numel || s.bound > kMaxBound) {
+          ok = false;
+          break;
+        }
+        ys.push_back(y);
       }
-      s.bound = result_bound(s, bounds, vals[size_t(s.args[0])]);
-      if (y.numel() == 0 || y.numel() > (big ? 200000 : 512) || s.bound > kMaxBound) {
-        ok = false;
-        break;
-      }
-      vals.push_back(y);
+      if (!ok) break;
+      for (size_t c = 0; c < pr.calls.size(); ++c) pr.calls[c].push_back(ys[c]);
       bounds.push_back(s.bound);
     }
     if (!ok) {
-      vals.resize(before);
+      for (auto& vals : pr.calls) vals.resize(before);
       bounds.resize(before);
       continue;
     }
@@ -458,7 +580,7 @@ Program generate_program(uint64_t seed) {
   // Outputs: the last value and every value nothing else reads (so chains can fuse).
   std::set<int> used;
   for (const Step& s : p.steps) used.insert(s.args.begin(), s.args.end());
-  int nvals = int(vals.size());
+  int nvals = int(pr.base().size());
   for (int v = int(p.inputs.size()); v < nvals; ++v)
     if (!used.count(v) || v == nvals - 1) p.outputs.push_back(v);
   // One program in four trains: grads of a loss over its outputs.
@@ -466,188 +588,53 @@ Program generate_program(uint64_t seed) {
   return p;
 }
 
-std::string to_string(const Program& p) {
-  std::ostringstream os;
-  size_t ni = p.inputs.size();
-  auto name = [&](int v) {
-    std::string s(size_t(v) < ni ? "x" : "v");
-    s += std::to_string(size_t(v) < ni ? v : v - int(ni));
-    return s;
-  };
-  os << "// program seed " << p.seed << "\n";
-  for (size_t i = 0; i < ni; ++i)
-    os << "Tensor x" << i << " = " << (p.inputs[i].strided ? "strided_input(" : "input(")
-       << shape_cpp(p.inputs[i].shape) << ", " << dtype_cpp(p.inputs[i].dtype)
-       << (p.inputs[i].range != 2 ? ", range " + num(p.inputs[i].range) : std::string()) << ");\n";
-  for (size_t i = 0; i < p.steps.size(); ++i) {
-    const Step& s = p.steps[i];
-    std::string x = name(s.args[0]), e;
-    switch (s.op) {
-      case Op::Unary:
-        switch (UnaryFn(s.fn)) {
-          case UnaryFn::Exp: e = x + ".clamp(-4.0, 4.0).exp()"; break;
-          case UnaryFn::Log: e = "(" + x + ".abs() + 0.5).log()"; break;
-          case UnaryFn::Sqrt: e = "(" + x + ".abs() + 0.5).sqrt()"; break;
-          default: e = x + "." + unary_name(UnaryFn(s.fn)) + "()";
-        }
-        break;
-      case Op::Binary:
-        e = BinaryFn(s.fn) == BinaryFn::Div ? x + ".div(" + name(s.args[1]) + ".abs() + 0.5)"
-                                            : x + "." + binary_name(BinaryFn(s.fn)) + "(" + name(s.args[1]) + ")";
-        break;
-      case Op::AddScalar: e = x + " + " + num(s.scalar); break;
-      case Op::MulScalar: e = x + " * " + num(s.scalar); break;
-      case Op::Where:
-        e = name(s.args[1]) + ".where(" + x + ".gt(" + num(s.scalar) + "), " + name(s.args[2]) + ")";
-        break;
-      case Op::Transpose: e = x + ".transpose(" + std::to_string(s.dim) + ", " + std::to_string(s.dim2) + ")"; break;
-      case Op::Permute: e = x + ".permute(" + shape_cpp(s.shape) + ")"; break;
-      case Op::Reshape: e = x + ".reshape(" + shape_cpp(s.shape) + ")"; break;
-      case Op::Unsqueeze: e = x + ".unsqueeze(" + std::to_string(s.dim) + ")"; break;
-      case Op::Slice:
-        e = x + ".slice(" + std::to_string(s.dim) + ", " + std::to_string(s.start) + ", " +
-            std::to_string(s.end) + ", " + std::to_string(s.step) + ")";
-        break;
-      case Op::Expand: e = x + ".expand(" + shape_cpp(s.shape) + ")"; break;
-      case Op::Cast: e = x + ".to(" + dtype_cpp(s.dtype) + ")"; break;
-      case Op::Sum:
-      case Op::Mean:
-      case Op::Amax:
-        e = x +
-            (s.op == Op::Sum    ? ".sum("
-             : s.op == Op::Mean ? ".mean("
-                                : ".amax(") +
-            (s.shape.empty() ? "{" + std::to_string(s.dim) + "}" : shape_cpp(s.shape)) + ", " +
-            (s.keepdim ? "true" : "false") + ")";
-        break;
-      case Op::Softmax:
-        e = x + (s.flag ? ".log_softmax(" : ".softmax(") + std::to_string(s.dim) + ")";
-        break;
-      case Op::Narrow:
-        e = x + ".narrow(" + std::to_string(s.dim) + ", " + std::to_string(s.start) + ", " +
-            std::to_string(s.end - s.start) + ")";
-        break;
-      case Op::Matmul:
-        e = x + ".matmul(" + name(s.args[1]) + (s.flag ? ".transpose(-2, -1))" : ")");
-        break;
-      case Op::LayerNorm:
-        e = "layer_norm(" + x + ", {" + x + ".size(-1)}, " +
-            (s.args.size() > 1 ? name(s.args[1]) : "{}") + ", " +
-            (s.args.size() > 2 ? name(s.args[2]) : "{}") + ", " + num(s.scalar) + ")";
-        break;
-      case Op::Composite:
-        e = s.fn == 0   ? "rms_norm(" + x + ", {" + x + ".size(-1)}, {}, " + num(s.scalar) + ")"
-            : s.fn == 1 ? "cumsum(" + x + ", " + std::to_string(s.dim) + ")"
-                        : "roll(" + x + ", {" + std::to_string(s.start) + "}, {" +
-                              std::to_string(s.dim) + "})";
-        break;
-      case Op::ReduceBroadcast: {
-        const char* red[] = {".sum({", ".mean({", ".amax({"};
-        const std::string r =
-            x + red[s.fn] + std::to_string(s.dim) + "}, " + (s.keepdim ? "true" : "false") + ")";
-        e = (s.flag ? r : x) + "." + binary_name(BinaryFn(s.fn2)) + "(" + (s.flag ? x : r) + ")";
-        break;
-      }
-      case Op::kCount:
-        break;
-    }
-    os << "Tensor v" << i << " = " << e << ";\n";
-  }
-  os << "return {";
-  for (size_t i = 0; i < p.outputs.size(); ++i) os << (i ? ", " : "") << name(p.outputs[i]);
-  os << "};\n";
-  if (p.backward)
-    os << "// training: the loss sum((out * w).sum()) over the float outputs, random weights w,\n"
-       << "// and its grads w.r.t. the float inputs\n";
-  return os.str();
-}
-
-namespace {
-
-// Keeps only the steps and inputs the outputs depend on, renumbering values.
-Program dead_code_eliminate(const Program& p) {
-  int ni = int(p.inputs.size()), nv = ni + int(p.steps.size());
-  std::vector<bool> live(size_t(nv), false);
-  for (int o : p.outputs) live[size_t(o)] = true;
-  for (int v = nv - 1; v >= ni; --v)
-    if (live[size_t(v)])
-      for (int a : p.steps[size_t(v - ni)].args) live[size_t(a)] = true;
-  Program q;
-  q.seed = p.seed;
-  q.backward = p.backward;
-  std::vector<int> map(size_t(nv), -1);
-  int next = 0;
-  for (int v = 0; v < ni; ++v)
-    if (live[size_t(v)]) {
-      map[size_t(v)] = next++;
-      q.inputs.push_back(p.inputs[size_t(v)]);
-    }
-  for (int v = ni; v < nv; ++v)
-    if (live[size_t(v)]) {
-      map[size_t(v)] = next++;
-      Step s = p.steps[size_t(v - ni)];
-      for (int& a : s.args) a = map[size_t(a)];
-      q.steps.push_back(s);
-    }
-  for (int o : p.outputs) q.outputs.push_back(map[size_t(o)]);
-  return q;
-}
-
-// Replaces every use of value `v` (a step's result) by value `by`, then drops the dead step.
-Program substitute(const Program& p, int v, int by) {
-  Program q = p;
-  for (Step& s : q.steps)
-    for (int& a : s.args)
-      if (a == v) a = by;
-  for (int& o : q.outputs)
-    if (o == v) o = by;
-  return dead_code_eliminate(q);
-}
-
 }  // namespace
 
-Program shrink(Program p, const std::function<bool(const Program&)>& fails) {
-  p = dead_code_eliminate(p);
-  if (p.backward) {  // a forward that fails alone is the smaller program
-    Program q = p;
-    q.backward = false;
-    if (fails(q)) p = q;
-  }
-  // One output at a time.
-  if (p.outputs.size() > 1)
-    for (int o : p.outputs) {
-      Program q = p;
-      q.outputs = {o};
-      q = dead_code_eliminate(q);
-      if (fails(q)) {
-        p = q;
-        break;
+Program generate_program(uint64_t seed) { return generate(seed, nullptr); }
+
+Program generate_symbolic_program(uint64_t seed, const SizeSchedule& sizes) {
+  // Drawn again (from other seeds of the generator) until some output's size varies: a
+  // program whose varying dims are all dropped along the way checks nothing new.
+  for (uint64_t attempt = 0;; ++attempt) {
+    Program p = generate(seed + attempt * 0x9E3779B97F4A7C15ull, &sizes);
+    p.seed = seed;
+    std::vector<Shape> first;
+    bool varies = false;
+    for (size_t c = 0; c < sizes.size() && !varies; ++c) {
+      std::vector<Tensor> probe;
+      for (size_t i = 0; i < p.inputs.size(); ++i)
+        probe.push_back(zeros(input_shape(p, i, c), p.inputs[i].dtype));
+      std::vector<Tensor> outs = run_program(p, probe);
+      for (size_t o = 0; o < outs.size(); ++o) {
+        if (c == 0) first.push_back(outs[o].sizes());
+        varies |= outs[o].sizes() != first[o];
       }
     }
-  // Bypass steps: a step whose operand has the same shape and dtype as its result can be
-  // replaced by that operand. Repeat until nothing more can go.
-  for (bool progress = true; progress;) {
-    progress = false;
-    std::vector<Tensor> probe;
-    for (const InputSpec& in : p.inputs) probe.push_back(zeros(in.shape, in.dtype));
-    std::vector<Tensor> vals = run_all(p, probe);
-    int ni = int(p.inputs.size());
-    for (int i = int(p.steps.size()) - 1; i >= 0 && !progress; --i) {
-      const Tensor& y = vals[size_t(ni + i)];
-      for (int a : p.steps[size_t(i)].args) {
-        const Tensor& x = vals[size_t(a)];
-        if (a == ni + i || x.sizes() != y.sizes() || x.dtype() != y.dtype()) continue;
-        Program q = substitute(p, ni + i, a);
-        if (q.steps.empty() || q.outputs.empty()) continue;
-        if (fails(q)) {
-          p = q;
-          progress = true;
-          break;
-        }
-      }
-    }
+    if (varies || attempt >= 50) return p;
   }
-  return p;
+}
+
+SizeSchedule size_schedule(uint64_t seed) {
+  Rng r(seed * 0x2545F4914F6CDD1Dull + 3);
+  constexpr size_t kCalls = 6;
+  std::vector<int64_t> pool;
+  for (int64_t v = 2; v <= 12; ++v) pool.push_back(v);
+  std::shuffle(pool.begin(), pool.end(), r);
+  // Symbol 0: a new size at every call; 1 at a later call in half the schedules, so graphs
+  // of another form (dims of 1 broadcast) come between graphs of one form.
+  std::vector<int64_t> s0(pool.begin(), pool.begin() + long(kCalls));
+  if (coin(r)) s0[size_t(uniform(r, 2, int64_t(kCalls) - 1))] = 1;
+  // Symbol 1 in half of them: one size for the first half of the calls, another (sometimes 1)
+  // for the rest; two symbols that both change at every call would need more samples than
+  // calls to fit.
+  const bool two = coin(r);
+  const int64_t b0 = pool[kCalls], b1 = coin(r, 0.25) ? 1 : pool[kCalls + 1];
+  SizeSchedule out;
+  for (size_t c = 0; c < kCalls; ++c) {
+    out.push_back({s0[c]});
+    if (two) out.back().push_back(c < kCalls / 2 ? b0 : b1);
+  }
+  return out;
 }
 
 }  // namespace ember::testgen

@@ -44,6 +44,10 @@ struct Step {
   int fn2 = 0;                   // ReduceBroadcast: the BinaryFn
   DType dtype = DType::Float32;  // Cast target
   double bound = 1;              // a bound on |value| of the result (scales the tolerance)
+  // Attrs that follow sizes, so that a program stays valid when its inputs' sizes vary:
+  bool from_end = false;  // Slice / Narrow: `end` counts back from the dim's size
+  std::vector<int> copy;  // Reshape (when not empty): per entry of `shape`, the operand dim
+                          // whose size it takes, or -1 for the entry itself
 };
 
 struct InputSpec {
@@ -51,7 +55,11 @@ struct InputSpec {
   DType dtype = DType::Float32;
   bool strided = false;  // passed as a non-contiguous view (every other element of a bigger tensor)
   double range = 2;      // floats uniform in [-range, range] (a matmul's weight: smaller)
+  std::vector<int> sym;  // per dim, the size symbol it is (-1: a fixed size); empty: all fixed
 };
+
+// The sizes a program is called at: per call, the value of each size symbol.
+using SizeSchedule = std::vector<std::vector<int64_t>>;
 
 struct Program {
   uint64_t seed = 0;
@@ -61,14 +69,29 @@ struct Program {
   // A training program: besides its outputs it returns a scalar loss, the sum of each float
   // output times random weights (extra inputs), whose grads w.r.t. the float inputs are checked.
   bool backward = false;
+  // Sizes that vary: the program is run once per row, its inputs' symbolic dims (InputSpec::sym)
+  // taking that row's values. `inputs` holds the shapes of row 0; empty for a fixed program.
+  SizeSchedule sizes;
 };
 
 // A program of 3-10 steps over 1-3 inputs (0-D to 3-D, float32/float64/int64), sometimes with a
 // matmul weight as one more input; about one in four a training program.
 Program generate_program(uint64_t seed);
-// Fresh input data: floats uniform in [-range, range], integers in [-4, 4]; strided inputs
-// are views.
-std::vector<Tensor> make_inputs(const Program& p, uint64_t data_seed);
+// Six calls' sizes for one or two size symbols, each in [1, 12]: symbol 0 takes a new value at
+// every call, sometimes 1 at one of the later calls; symbol 1, where there is one, takes one
+// value for the first three calls and another for the last three.
+SizeSchedule size_schedule(uint64_t seed);
+// A program like generate_program's whose inputs carry one or two of the schedule's symbols
+// (dims that broadcast, multiply or reduce against each other share a symbol), valid at every
+// row of the schedule: each step is drawn at row 0 and kept only if it applies at every row.
+// Sizes that feed attrs follow the operand (a slice's end counted from the end, a reshape that
+// copies the varying dims or infers one with -1); other ops keep varying dims as they are.
+Program generate_symbolic_program(uint64_t seed, const SizeSchedule& sizes);
+// Input i's shape at call `call` of p's schedule.
+Shape input_shape(const Program& p, size_t i, size_t call = 0);
+// Fresh input data at call `call`'s sizes: floats uniform in [-range, range], integers in
+// [-4, 4]; strided inputs are views.
+std::vector<Tensor> make_inputs(const Program& p, uint64_t data_seed, size_t call = 0);
 
 // A training program's arguments: `leaves` are fresh buffers of make_inputs' data, the float
 // ones requiring grad, and `args` what the program gets (a strided input as a view of its
@@ -77,7 +100,7 @@ struct TrainingArgs {
   std::vector<Tensor> leaves, args;
 };
 TrainingArgs training_args(const Program& p, uint64_t data_seed,
-                           const std::vector<Tensor>& weights);
+                           const std::vector<Tensor>& weights, size_t call = 0);
 // Random weights (uniform in [-1, 1]) for each float output of p, as the outputs `outs` are.
 std::vector<Tensor> loss_weights(const std::vector<Tensor>& outs, uint64_t data_seed);
 // The program over args = its inputs then its loss weights: its outputs, then the loss

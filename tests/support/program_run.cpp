@@ -13,6 +13,19 @@ using Rng = std::mt19937_64;
 int64_t uniform(Rng& r, int64_t lo, int64_t hi) {  // inclusive
   return std::uniform_int_distribution<int64_t>(lo, hi)(r);
 }
+// A Slice's or Narrow's end: counted back from the dim's size when `from_end`.
+int64_t step_end(const Step& s, const Tensor& x) {
+  return s.from_end ? x.size(s.dim) - s.end : s.end;
+}
+
+// A Reshape's target: the entries that copy an operand dim take its size.
+Shape reshape_target(const Step& s, const Tensor& x) {
+  Shape out = s.shape;
+  for (size_t i = 0; i < s.copy.size(); ++i)
+    if (s.copy[i] >= 0) out[i] = x.size(s.copy[i]);
+  return out;
+}
+
 }  // namespace
 
 Tensor apply_step(const Step& s, const std::vector<Tensor>& v) {
@@ -50,9 +63,9 @@ Tensor apply_step(const Step& s, const std::vector<Tensor>& v) {
     case Op::Where: return other(1).where(x.gt(s.scalar), other(2));
     case Op::Transpose: return x.transpose(s.dim, s.dim2);
     case Op::Permute: return x.permute(s.shape);
-    case Op::Reshape: return x.reshape(s.shape);
+    case Op::Reshape: return x.reshape(reshape_target(s, x));
     case Op::Unsqueeze: return x.unsqueeze(s.dim);
-    case Op::Slice: return x.slice(s.dim, s.start, s.end, s.step);
+    case Op::Slice: return x.slice(s.dim, s.start, step_end(s, x), s.step);
     case Op::Expand: return x.expand(s.shape);
     case Op::Cast: return x.to(s.dtype);
     case Op::Sum:
@@ -62,7 +75,7 @@ Tensor apply_step(const Step& s, const std::vector<Tensor>& v) {
     case Op::Amax: return x.amax({s.dim}, s.keepdim);
     case Op::Softmax:
       return s.flag ? x.log_softmax(s.dim) : x.softmax(s.dim);
-    case Op::Narrow: return x.narrow(s.dim, s.start, s.end - s.start);
+    case Op::Narrow: return x.narrow(s.dim, s.start, step_end(s, x) - s.start);
     case Op::Matmul: {
       const Tensor& y = other(1);
       return x.matmul(s.flag ? y.transpose(y.dim() - 2, y.dim() - 1) : y);
@@ -121,12 +134,13 @@ Tensor strided_view(const Tensor& buffer) {
   return buffer.slice(last, 1, buffer.size(last), 2);
 }
 
-// Each input's data: the whole buffer a strided input views.
-std::vector<Tensor> make_buffers(const Program& p, uint64_t data_seed) {
+// Each input's data at a call's sizes: the whole buffer a strided input views.
+std::vector<Tensor> make_buffers(const Program& p, uint64_t data_seed, size_t call) {
   Rng r(data_seed * 0x9E3779B97F4A7C15ull + 1);
   std::vector<Tensor> out;
-  for (const InputSpec& in : p.inputs) {
-    Shape shape = in.shape;
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    const InputSpec& in = p.inputs[i];
+    Shape shape = input_shape(p, i, call);
     if (in.strided && !shape.empty()) shape.back() *= 2;
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -145,17 +159,25 @@ std::vector<Tensor> make_buffers(const Program& p, uint64_t data_seed) {
 
 }  // namespace
 
-std::vector<Tensor> make_inputs(const Program& p, uint64_t data_seed) {
-  std::vector<Tensor> out = make_buffers(p, data_seed);
+Shape input_shape(const Program& p, size_t i, size_t call) {
+  const InputSpec& in = p.inputs[i];
+  Shape shape = in.shape;
+  for (size_t d = 0; d < in.sym.size(); ++d)
+    if (in.sym[d] >= 0) shape[d] = p.sizes.at(call).at(size_t(in.sym[d]));
+  return shape;
+}
+
+std::vector<Tensor> make_inputs(const Program& p, uint64_t data_seed, size_t call) {
+  std::vector<Tensor> out = make_buffers(p, data_seed, call);
   for (size_t i = 0; i < out.size(); ++i)
     if (p.inputs[i].strided && !p.inputs[i].shape.empty()) out[i] = strided_view(out[i]);
   return out;
 }
 
 TrainingArgs training_args(const Program& p, uint64_t data_seed,
-                           const std::vector<Tensor>& weights) {
+                           const std::vector<Tensor>& weights, size_t call) {
   TrainingArgs t;
-  std::vector<Tensor> buffers = make_buffers(p, data_seed);
+  std::vector<Tensor> buffers = make_buffers(p, data_seed, call);
   for (size_t i = 0; i < buffers.size(); ++i) {
     const bool strided = p.inputs[i].strided && !p.inputs[i].shape.empty();
     Tensor leaf = buffers[i];  // the whole buffer a strided input views
