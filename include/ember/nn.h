@@ -65,6 +65,10 @@ class Module {
   // those already there). Tied tensors stay tied; grads are not moved (they are dropped). Make
   // optimizers after moving: they hold the parameters they were given.
   void to(Device device);
+  // Converts every floating-point parameter and buffer to the floating dtype `dtype` (integer
+  // buffers, like BatchNorm's batch count, stay). Tied tensors stay tied; grads are dropped.
+  // Make optimizers after converting.
+  void to(DType dtype);
   // Replaces a registered parameter by another tensor (weight tying): the slot holds `t`.
   void tie_parameter(const std::string& name, const Tensor& t);
   // Every (name, slot) of this module alone (not its children), parameters then buffers; for

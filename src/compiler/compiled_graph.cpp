@@ -18,6 +18,7 @@
 #include "compiler/gemm_pairs.h"
 #include "compiler/memory_plan.h"
 #include "compiler/step_profile.h"
+#include "compiler/widen.h"
 #include "core/logs.h"
 #include "core/make_tensor.h"
 #include "core/shape.h"
@@ -69,7 +70,9 @@ std::string static_reason(const graph::Graph& g) {
 
 }  // namespace
 
-CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g) : g_(std::move(g)) {
+// 16-bit float graphs compile their matmuls and row ops widened to float32 (widen.h).
+CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g)
+    : g_(widen_16bit(std::move(g))) {
   eager_reason_ = static_reason(*g_);
   if (!eager_reason_.empty()) {
     log(logs().decisions, "compiler", "graph runs through eager interpretation: " + eager_reason_);
@@ -204,6 +207,14 @@ void CompiledGraph::build(bool defer_first) {
   for (size_t b = 0; b < batches_.size(); ++b)
     batches_[b].fn = reinterpret_cast<KernelFn>(lib_->symbol(batch_name(b)));
   state_.store(kBuilt, std::memory_order_release);
+}
+
+std::vector<std::pair<std::string, DType>> CompiledGraph::eager_ops() const {
+  std::vector<std::pair<std::string, DType>> ops;
+  for (const Step& st : steps_)
+    if (st.kernel < 0 && op_info(st.node->op).kind != OpKind::View)
+      ops.emplace_back(op_name(st.node->op), st.node->outputs[0]->meta.dtype);
+  return ops;
 }
 
 void CompiledGraph::run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const {

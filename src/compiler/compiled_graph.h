@@ -27,6 +27,9 @@ class CompiledGraph : public capture::Runnable {
   std::vector<Tensor> run_consuming(std::vector<Tensor>&& inputs) const override;
 
   size_t kernel_count() const { return plan_.groups.size(); }
+  // The ops of the steps left to the eager kernels (views aside; matmuls without an epilogue
+  // are BLAS calls either way) and their result dtypes, in run order.
+  std::vector<std::pair<std::string, DType>> eager_ops() const;
   // Whether the kernels are its family's over symbolic sizes (families.h), shared with graphs
   // of the same program at other sizes.
   bool shares_compiled_code() const override { return shared_; }

@@ -104,6 +104,29 @@ void Module::to(Device device) {
   visit(*this);
 }
 
+void Module::to(DType dtype) {
+  EMBER_CHECK(is_floating(dtype), "Module::to: ", dtype_name(dtype),
+              " is not a floating-point dtype; parameters convert to float16, bfloat16, float32 "
+              "or float64");
+  std::map<const TensorImpl*, Tensor> converted;  // tied tensors: converted once
+  std::function<void(Module&)> visit = [&](Module& m) {
+    auto convert = [&](Tensor* slot, bool param) {
+      if (!slot->defined() || !is_floating(slot->dtype()) || slot->dtype() == dtype) return;
+      auto [it, fresh] = converted.try_emplace(slot->impl());
+      if (fresh) {
+        NoGradGuard no_grad;
+        it->second = slot->detach().to(dtype);
+        if (param) it->second.requires_grad_(true);
+      }
+      *slot = it->second;
+    };
+    for (auto& [n, p] : m.params_) convert(p, true);
+    for (auto& [n, b] : m.buffers_) convert(b, false);
+    for (auto& [n, c] : m.children_) visit(*c);
+  };
+  visit(*this);
+}
+
 void Module::for_each_slot(
     const std::function<void(const std::string&, const Tensor&, bool)>& f) const {
   for (auto& [n, p] : params_) f(n, *p, false);

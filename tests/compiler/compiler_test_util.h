@@ -103,6 +103,11 @@ inline std::string& all_sources() {
   static std::string s;
   return s;
 }
+// The CompiledGraph it made last.
+inline std::shared_ptr<const compiler::CompiledGraph>& last_compiled() {
+  static std::shared_ptr<const compiler::CompiledGraph> g;
+  return g;
+}
 class SpyBackend : public capture::Backend {
  public:
   std::string name() const override { return "compiler-spy"; }
@@ -112,6 +117,7 @@ class SpyBackend : public capture::Backend {
     static std::mutex mu;  // a training graph's forward and backward compile at once
     std::lock_guard<std::mutex> lock(mu);
     last_source() = cg ? cg->source() : "";
+    last_compiled() = cg;
     all_sources() += last_source();
     return r;
   }
