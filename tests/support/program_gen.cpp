@@ -72,6 +72,14 @@ double result_bound(const Step& s, const std::vector<double>& b, const Tensor& i
   }
 }
 
+// Whether every element of y is finite (a max pool whose window holds only padding gives -inf).
+bool finite(const Tensor& y) {
+  if (!is_floating(y.dtype())) return true;
+  for (double v : y.to_vector<double>())
+    if (!std::isfinite(v)) return false;
+  return true;
+}
+
 // A large layer_norm eps: a row of equal values (a broadcast) normalizes only rounding noise,
 // which eps keeps from growing past the tolerances.
 constexpr double kLayerNormEps = 0.25;
@@ -566,7 +574,8 @@ Program generate(uint64_t seed, const SizeSchedule* sizes) {
         s.bound = std::max(s.bound, s.op == Op::Layer
                                         ? layer_bound(s, bounds, vals)
                                         : result_bound(s, bounds, vals[size_t(s.args[0])]));
-        if (y.numel() == 0 || y.numel() > max_numel || s.bound > kMaxBound) {
+        if (y.numel() == 0 || y.numel() > max_numel || s.bound > kMaxBound ||
+            (s.op == Op::Layer && !finite(y))) {
           ok = false;
           break;
         }
