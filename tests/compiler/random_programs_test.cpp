@@ -41,7 +41,7 @@ using testgen::run_part;
 constexpr uint64_t kPrograms = 1200;
 constexpr uint64_t kCompilerPrograms = 1200;
 constexpr uint64_t kBatch = 40;
-constexpr uint64_t kLayerPrograms = 240;
+constexpr uint64_t kLayerPrograms = 320;
 
 // EMBER_RANDOM_PROGRAMS=N runs N programs (and N layer programs) instead against both
 // backends, for longer hunts outside CI.
