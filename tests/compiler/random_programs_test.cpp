@@ -9,7 +9,9 @@
 // function (one C++ translation unit per batch keeps the suite's compile time bounded); a
 // failing batch is checked program by program to find and shrink the culprit. Kernels are
 // cached on disk in EMBER_CACHE_DIR (the suite's shared directory unless set), so reruns are
-// faster.
+// faster. The kLayerPrograms layer programs (seeds from testgen::kLayerSeeds: convolutions,
+// pooling, channel norms, resizing, masks, sorts over image-like inputs) are checked the same
+// way by tests of their own.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -39,12 +41,13 @@ using testgen::run_part;
 constexpr uint64_t kPrograms = 1200;
 constexpr uint64_t kCompilerPrograms = 1200;
 constexpr uint64_t kBatch = 40;
+constexpr uint64_t kLayerPrograms = 320;
 
-// EMBER_RANDOM_PROGRAMS=N runs N programs instead against both backends, for longer hunts
-// outside CI.
-uint64_t program_count() {
+// EMBER_RANDOM_PROGRAMS=N runs N programs (and N layer programs) instead against both
+// backends, for longer hunts outside CI.
+uint64_t program_count(uint64_t otherwise) {
   const char* n = std::getenv("EMBER_RANDOM_PROGRAMS");
-  return n && std::atoll(n) > 0 ? uint64_t(std::atoll(n)) : kPrograms;
+  return n && std::atoll(n) > 0 ? uint64_t(std::atoll(n)) : otherwise;
 }
 
 // Runs `p` eagerly and compiled with `backend`; empty when they agree, else the difference.
@@ -108,16 +111,98 @@ void report_failure(const Program& p, const std::string& backend, const std::str
                 << testgen::to_string(p);
 }
 
-void run_programs(const std::string& backend, uint64_t stride) {
-  int64_t ran = 0;
-  uint64_t count = program_count();
-  for (uint64_t seed = 1; seed <= count; seed += stride, ++ran) {
+// Checks the programs of seeds [first, first + count) one by one.
+void run_programs(const std::string& backend, uint64_t first, uint64_t count) {
+  uint64_t ran = 0;
+  for (uint64_t seed = first; seed < first + count; ++seed, ++ran) {
     Program p = testgen::generate_program(seed);
     ASSERT_FALSE(p.steps.empty()) << testgen::to_string(p);
     std::string diff = check(p, backend);
     if (!diff.empty()) report_failure(p, backend, diff);
   }
-  EXPECT_GE(ran * int64_t(stride), int64_t(count));
+  EXPECT_EQ(ran, count);
+}
+
+// Checks the programs of seeds [first, first + count) against backend "compiler", in batches.
+void compile_programs(uint64_t first, uint64_t count) {
+  std::optional<test::CacheDir> dir;  // the suite's cache unless the caller chose one
+  if (!std::getenv("EMBER_CACHE_DIR")) dir.emplace(test::kSharedCompilerCache);
+  auto loaded = [] {
+    compiler::ToolchainStats t = compiler::toolchain_stats();
+    return t.compiler_runs + t.disk_hits + t.memory_hits;
+  };
+  int64_t before = loaded();
+  uint64_t checked = 0;
+  for (uint64_t start = first; start < first + count; start += kBatch) {
+    const uint64_t n = std::min(kBatch, first + count - start);
+    checked += n;
+    const std::string batch_diff = check_batch(start, n, "compiler");
+    if (batch_diff.empty()) continue;
+    bool found = false;
+    for (uint64_t seed = start; seed < start + n; ++seed) {  // find the culprit
+      Program p = testgen::generate_program(seed);
+      std::string diff = check(p, "compiler");
+      if (!diff.empty()) report_failure(p, "compiler", diff);
+      found |= !diff.empty();
+    }
+    if (!found)
+      ADD_FAILURE() << "programs " << start << " to " << start + n - 1
+                    << " differ from eager only when compiled together: " << batch_diff;
+  }
+  EXPECT_EQ(checked, count);
+  // Every batch holds fusable pointwise chains: real kernels were built or loaded.
+  EXPECT_GE(loaded() - before, int64_t(count / kBatch));
+}
+
+// The layer programs draw every layer form, with the conv and window attrs that differ in
+// their code (groups, stride, padding, dilation, a bias), in training programs too.
+void expect_layer_coverage() {
+  using testgen::LayerFn;
+  std::vector<int64_t> forms(size_t(LayerFn::kCount), 0);
+  int64_t depthwise = 0, dense = 0, biased = 0, stride2 = 0, padded = 0, dilated = 0, trained = 0,
+          int_sorts = 0, layer_steps = 0, steps = 0;
+  for (uint64_t seed = testgen::kLayerSeeds; seed < testgen::kLayerSeeds + kLayerPrograms; ++seed) {
+    Program p = testgen::generate_program(seed);
+    EXPECT_GE(p.steps.size(), 1u);
+    EXPECT_LE(p.steps.size(), 10u);
+    const std::vector<Tensor> v = testgen::run_all(p, testgen::make_inputs(p, seed));
+    bool layer = false;
+    for (const auto& s : p.steps) {
+      ++steps;
+      if (s.op != testgen::Op::Layer) continue;
+      layer = true;
+      ++layer_steps;
+      ++forms[size_t(s.fn)];
+      const LayerFn fn = LayerFn(s.fn);
+      const bool conv = fn == LayerFn::Conv1d || fn == LayerFn::Conv2d;
+      const bool window = conv || fn == LayerFn::MaxPool2d || fn == LayerFn::AvgPool2d;
+      depthwise += conv && s.groups > 1;
+      dense += conv && s.groups == 1;
+      biased += conv && s.args.size() > 2;
+      stride2 += window && s.stride == 2;
+      padded += window && s.padding > 0;
+      dilated += (conv || fn == LayerFn::MaxPool2d) && s.dilation == 2;
+      int_sorts += (fn == LayerFn::Sort || fn == LayerFn::Argsort) &&
+                   v[size_t(s.args[0])].dtype() == DType::Int64;
+    }
+    trained += layer && p.backward;
+  }
+  for (size_t k = 0; k < forms.size(); ++k) EXPECT_GT(forms[k], 10) << "layer form " << k;
+  EXPECT_GT(depthwise, 10);
+  EXPECT_GT(dense, 10);
+  EXPECT_GT(biased, 10);
+  EXPECT_GT(stride2, 20);
+  EXPECT_GT(padded, 20);
+  EXPECT_GT(dilated, 10);
+  EXPECT_GT(trained, int64_t(kLayerPrograms / 8));
+  EXPECT_GT(int_sorts, 1);
+  std::printf(
+      "[ layers    ] %d programs: %lld of %lld steps layers, %lld/%lld dense/depthwise convs "
+      "(%lld with a bias), %lld training programs with layers, forms:",
+      int(kLayerPrograms), (long long)layer_steps, (long long)steps, (long long)dense,
+      (long long)depthwise, (long long)biased, (long long)trained);
+  for (int64_t f : forms) std::printf(" %lld", (long long)f);
+  std::printf("\n");
 }
 
 TEST(RandomPrograms, GeneratorCoversTheOpKinds) {
@@ -181,7 +266,11 @@ TEST(RandomPrograms, GeneratorCoversTheOpKinds) {
     for (const Tensor& t : v) any_big |= t.numel() >= 32768;
     big += any_big;
   }
-  for (size_t k = 0; k < seen.size(); ++k) EXPECT_GT(seen[k], 5) << "op kind " << k;
+  for (size_t k = 0; k < seen.size(); ++k)  // layer steps only from kLayerSeeds on
+    if (Op(k) == Op::Layer)
+      EXPECT_EQ(seen[k], 0);
+    else
+      EXPECT_GT(seen[k], 5) << "op kind " << k;
   EXPECT_GT(broadcasts, 50);
   EXPECT_GT(mixed, 20);
   EXPECT_GT(zero_dim, 20);
@@ -204,6 +293,7 @@ TEST(RandomPrograms, GeneratorCoversTheOpKinds) {
       (long long)whole_narrow_trained, (long long)reduce_square, (long long)reduce_other,
       (long long)attention, (long long)composites[0], (long long)composites[1],
       (long long)composites[2]);
+  expect_layer_coverage();
 }
 
 TEST(RandomPrograms, ShrinkFindsTheFailingStep) {
@@ -227,37 +317,20 @@ TEST(RandomPrograms, ShrinkFindsTheFailingStep) {
   EXPECT_NE(testgen::to_string(small).find("softmax"), std::string::npos);
 }
 
-TEST(RandomPrograms, EagerBackendIsBitIdentical) { run_programs("eager", 1); }
+TEST(RandomPrograms, EagerBackendIsBitIdentical) {
+  run_programs("eager", 1, program_count(kPrograms));
+}
 
 TEST(RandomPrograms, CompilerBackendMatchesEager) {
-  std::optional<test::CacheDir> dir;  // the suite's cache unless the caller chose one
-  if (!std::getenv("EMBER_CACHE_DIR")) dir.emplace(test::kSharedCompilerCache);
-  auto loaded = [] {
-    compiler::ToolchainStats t = compiler::toolchain_stats();
-    return t.compiler_runs + t.disk_hits + t.memory_hits;
-  };
-  int64_t before = loaded();
-  const uint64_t count = std::getenv("EMBER_RANDOM_PROGRAMS") ? program_count() : kCompilerPrograms;
-  uint64_t checked = 0;
-  for (uint64_t first = 1; first <= count; first += kBatch) {
-    const uint64_t n = std::min(kBatch, count + 1 - first);
-    checked += n;
-    const std::string batch_diff = check_batch(first, n, "compiler");
-    if (batch_diff.empty()) continue;
-    bool found = false;
-    for (uint64_t seed = first; seed < first + n; ++seed) {  // find the culprit
-      Program p = testgen::generate_program(seed);
-      std::string diff = check(p, "compiler");
-      if (!diff.empty()) report_failure(p, "compiler", diff);
-      found |= !diff.empty();
-    }
-    if (!found)
-      ADD_FAILURE() << "programs " << first << " to " << first + n - 1
-                    << " differ from eager only when compiled together: " << batch_diff;
-  }
-  EXPECT_EQ(checked, count);
-  // Every batch holds fusable pointwise chains: real kernels were built or loaded.
-  EXPECT_GE(loaded() - before, int64_t(count / kBatch));
+  compile_programs(1, program_count(kCompilerPrograms));
+}
+
+TEST(RandomPrograms, LayerProgramsEagerBackendIsBitIdentical) {
+  run_programs("eager", testgen::kLayerSeeds, program_count(kLayerPrograms));
+}
+
+TEST(RandomPrograms, LayerProgramsCompilerBackendMatchesEager) {
+  compile_programs(testgen::kLayerSeeds, program_count(kLayerPrograms));
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ std::string compare(const Tensor& got, const Tensor& want, bool exact, double rt
   std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
   for (size_t i = 0; i < g.size(); ++i) {
     bool ok = exact ? (g[i] == w[i] || (std::isnan(g[i]) && std::isnan(w[i])))
-                    : std::abs(g[i] - w[i]) <= atol + rtol * std::abs(w[i]);
+                    : g[i] == w[i] || std::abs(g[i] - w[i]) <= atol + rtol * std::abs(w[i]);
     if (!ok) {
       os.precision(17);
       os << "element " << i << ": got " << g[i] << ", want " << w[i];

@@ -4,24 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <set>
 
 #include "ember/error.h"
+#include "support/program_layers.h"
+#include "support/program_rng.h"
 
 namespace ember::testgen {
 namespace {
-
-using Rng = std::mt19937_64;
-
-int64_t uniform(Rng& r, int64_t lo, int64_t hi) {  // inclusive
-  return std::uniform_int_distribution<int64_t>(lo, hi)(r);
-}
-bool coin(Rng& r, double p = 0.5) { return std::uniform_real_distribution<double>(0, 1)(r) < p; }
-template <class T>
-const T& pick(Rng& r, const std::vector<T>& v) {
-  return v[size_t(uniform(r, 0, int64_t(v.size()) - 1))];
-}
 
 // Beyond this, float32 rounding of intermediates would dominate the tolerances.
 constexpr double kMaxBound = 1e3;
@@ -80,6 +70,14 @@ double result_bound(const Step& s, const std::vector<double>& b, const Tensor& i
     }
     default: return arg(0);
   }
+}
+
+// Whether every element of y is finite (a max pool whose window holds only padding gives -inf).
+bool finite(const Tensor& y) {
+  if (!is_floating(y.dtype())) return true;
+  for (double v : y.to_vector<double>())
+    if (!std::isfinite(v)) return false;
+  return true;
 }
 
 // A large layer_norm eps: a row of equal values (a broadcast) normalizes only rounding noise,
@@ -244,9 +242,11 @@ Step symbolic_reshape(Rng& r, const Probes& pr, int a) {
 
 // Picks a random step that applies to the current values; returns false when the draw does
 // not fit (the caller draws again). Where a dim varies over the calls, attrs that depend on
-// its size follow it (Slice, Narrow, Expand, Reshape).
-bool draw_step(Rng& r, const Probes& pr, Step& s) {
+// its size follow it (Slice, Narrow, Expand, Reshape). A layer program (`layers`) draws a
+// layer step a third of the time.
+bool draw_step(Rng& r, const Probes& pr, Step& s, bool layers) {
   const std::vector<Tensor>& vals = pr.base();
+  if (layers && coin(r, 1.0 / 3)) return draw_layer_step(r, vals, s);
   int n = int(vals.size());
   // Prefer recent values so chains form.
   int a = coin(r, 0.7) ? n - 1 - int(uniform(r, 0, std::min(n - 1, 2))) : int(uniform(r, 0, n - 1));
@@ -454,29 +454,35 @@ bool has_grads(const Program& p) {
 
 // A program of fixed sizes (`sizes` null), or one whose inputs carry the symbols of `sizes`.
 // A fixed program draws exactly what it drew before symbols existed, so seeds keep naming the
-// same programs.
+// same programs; so do seeds below kLayerSeeds, which draw no layer steps.
 Program generate(uint64_t seed, const SizeSchedule* sizes) {
   Rng r(seed);
   Program p;
   p.seed = seed;
+  const bool layers = !sizes && seed >= kLayerSeeds;
   Shape base;
-  // One program in twelve is big enough for the multi-threaded paths (kParallelGrain).
-  bool big = coin(r, 1.0 / 12);
-  for (int i = 0; i < 3; ++i) base.push_back(big ? uniform(r, 16, 48) : uniform(r, 1, 7));
-  // Square trailing dims (sometimes all three), so a reduction without keepdim broadcasts
-  // against its input: x - x.sum(d) on [n, n].
+  bool big = false;
   int group[3] = {0, 1, 2};  // base dims that are equal by construction share a group
-  if (coin(r, 0.3)) {
-    base[1] = base[2];
-    group[1] = 2;
-    if (coin(r)) {
-      base[0] = base[2];
-      group[0] = 2;
+  if (layers) {
+    base = layer_base(r);  // the image input's shape
+  } else {
+    // One program in twelve is big enough for the multi-threaded paths (kParallelGrain).
+    big = coin(r, 1.0 / 12);
+    for (int i = 0; i < 3; ++i) base.push_back(big ? uniform(r, 16, 48) : uniform(r, 1, 7));
+    // Square trailing dims (sometimes all three), so a reduction without keepdim broadcasts
+    // against its input: x - x.sum(d) on [n, n].
+    if (coin(r, 0.3)) {
+      base[1] = base[2];
+      group[1] = 2;
+      if (coin(r)) {
+        base[0] = base[2];
+        group[0] = 2;
+      }
     }
   }
   // Symbols: symbol 0 on one base dim, in half the programs symbol 1 (where the schedule has
   // one) on another; every dim of its group takes it, so squares stay square.
-  std::vector<int> base_sym(3, -1);
+  std::vector<int> base_sym(base.size(), -1);
   if (sizes) {
     p.sizes = *sizes;
     const int nsym = sizes->front().size() > 1 && coin(r) ? 2 : 1;
@@ -496,10 +502,11 @@ Program generate(uint64_t seed, const SizeSchedule* sizes) {
   for (int64_t i = 0; i < ninputs; ++i) {
     InputSpec in;
     std::vector<int> sym = base_sym;
-    in.shape = big && i == 0 ? base : random_shape(r, base, base_sym, sym);
+    in.shape = (big || layers) && i == 0 ? base : random_shape(r, base, base_sym, sym);
     if (sizes) in.sym = sym;
     int d = int(uniform(r, 0, 9));
     in.dtype = d < 5 ? DType::Float32 : d < 8 ? DType::Float64 : DType::Int64;
+    if (layers && i == 0 && in.dtype == DType::Int64) in.dtype = DType::Float32;  // an image
     in.strided = !in.shape.empty() && coin(r, 0.2);
     p.inputs.push_back(in);
   }
@@ -520,6 +527,11 @@ Program generate(uint64_t seed, const SizeSchedule* sizes) {
     w.range = 0.5 / double(kmax);
     p.inputs.push_back(w);
   }
+  if (layers) {
+    add_layer_inputs(r, p, base, p.inputs.front().dtype);
+    // The image last: the first steps draw on recent values.
+    std::rotate(p.inputs.begin(), p.inputs.begin() + 1, p.inputs.end());
+  }
   // Probe values: zeros of the right metadata, so each drawn step is checked against ember's
   // own shape and dtype rules (a step ember rejects is drawn again), at every call's sizes.
   Probes pr;
@@ -531,7 +543,7 @@ Program generate(uint64_t seed, const SizeSchedule* sizes) {
     bounds.push_back(2 * p.inputs[i].range);
   }
   // Values past this many elements are too slow for a test of many programs.
-  const int64_t max_numel = big ? 200000 : sizes ? 2048 : 512;
+  const int64_t max_numel = big ? 200000 : sizes ? 2048 : layers ? 1024 : 512;
   constexpr size_t kMaxSteps = 10;
   // Programs called at many sizes build several libraries each: shorter ones keep that quick.
   const size_t nsteps = size_t(uniform(r, 3, sizes ? 7 : int64_t(kMaxSteps)));
@@ -542,7 +554,7 @@ Program generate(uint64_t seed, const SizeSchedule* sizes) {
       steps = draw_pattern(r, pr.base());
     } else {
       Step s;
-      if (draw_step(r, pr, s)) steps.push_back(s);
+      if (draw_step(r, pr, s, layers)) steps.push_back(s);
     }
     if (steps.empty() || p.steps.size() + steps.size() > kMaxSteps) continue;
     const size_t before = pr.base().size();
@@ -559,8 +571,11 @@ Program generate(uint64_t seed, const SizeSchedule* sizes) {
           ok = false;
           break;
         }
-        s.bound = std::max(s.bound, result_bound(s, bounds, vals[size_t(s.args[0])]));
-        if (y.numel() == 0 || y.numel() > max_numel || s.bound > kMaxBound) {
+        s.bound = std::max(s.bound, s.op == Op::Layer
+                                        ? layer_bound(s, bounds, vals)
+                                        : result_bound(s, bounds, vals[size_t(s.args[0])]));
+        if (y.numel() == 0 || y.numel() > max_numel || s.bound > kMaxBound ||
+            (s.op == Op::Layer && !finite(y))) {
           ok = false;
           break;
         }

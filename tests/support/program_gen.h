@@ -23,6 +23,24 @@ enum class Op : uint8_t {
                     // 2: roll by `start` along dim
   ReduceBroadcast,  // x op reduce(x, dim, keepdim), reduce(x) op x when `flag`: the reduction
                     // broadcast against its input (fn: 0 sum, 1 mean, 2 amax; fn2: BinaryFn)
+  Layer,            // a network layer's op (fn: LayerFn), drawn only from kLayerSeeds on
+  kCount
+};
+// The forms of Op::Layer, over image-like values ([N, C, H, W]; [N, C, L] for conv1d) and their
+// parameters (conv weights, per-channel vectors), which are program inputs.
+enum class LayerFn : uint8_t {
+  Conv1d, Conv2d,           // args: x, weight[, bias]; groups 1 or x's channels (depthwise)
+  MaxPool2d, AvgPool2d,     // kernel {kH, kW}, stride (0: the kernel), padding; avg: count_include_pad
+                            // when `flag`
+  AdaptiveAvgPool2d,        // output size `shape` {Ho, Wo}
+  BatchNorm,                // eval: args x, running mean, running var (as |var| + 0.5)[, weight[, bias]]
+  BatchNormTrain,           // batch statistics, no running stats: args x[, weight[, bias]]
+  GroupNorm,                // `groups` groups: args x[, weight[, bias]]
+  Swiglu,                   // silu(x) * y, broadcast: args x, y
+  Nearest, Bilinear,        // interpolate to `shape` {Ho, Wo}; bilinear: align_corners when `flag`
+  CausalMask,               // x.masked_fill(col > row + start over x's last two dims, scalar)
+  MaskWhere,                // where(m > scalar, x, 0): args x, m, a mask that broadcasts up to x
+  Sort, Argsort,            // along dim, descending when `flag`
   kCount
 };
 // clang-format on
@@ -48,6 +66,10 @@ struct Step {
   bool from_end = false;  // Slice / Narrow: `end` counts back from the dim's size
   std::vector<int> copy;  // Reshape (when not empty): per entry of `shape`, the operand dim
                           // whose size it takes, or -1 for the entry itself
+  // Layer: a pooling window's kernel {kH, kW}; stride, padding and dilation of a window;
+  // groups of a convolution or a group_norm.
+  std::vector<int64_t> kernel;
+  int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
 };
 
 struct InputSpec {
@@ -74,8 +96,14 @@ struct Program {
   SizeSchedule sizes;
 };
 
+// Seeds from here on name programs over an image-like input ([N, C, H, W], or [N, C, L]
+// in one in three) and network-layer parameters (conv weights, per-channel vectors), which draw
+// Op::Layer steps among the others. Seeds below draw no layers, as they did before layers existed.
+constexpr uint64_t kLayerSeeds = 2000001;
+
 // A program of 3-10 steps over 1-3 inputs (0-D to 3-D, float32/float64/int64), sometimes with a
-// matmul weight as one more input; about one in four a training program.
+// matmul weight as one more input; about one in four a training program. Seeds from
+// kLayerSeeds on: layer programs (above).
 Program generate_program(uint64_t seed);
 // Six calls' sizes for one or two size symbols, each in [1, 12]: symbol 0 takes a new value at
 // every call, sometimes 1 at one of the later calls; symbol 1, where there is one, takes one

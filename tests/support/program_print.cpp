@@ -2,6 +2,7 @@
 #include <sstream>
 
 #include "support/program_gen.h"
+#include "support/program_layers.h"
 
 namespace ember::testgen {
 namespace {
@@ -150,6 +151,7 @@ std::string to_string(const Program& p) {
         e = (s.flag ? r : x) + "." + binary_name(BinaryFn(s.fn2)) + "(" + (s.flag ? x : r) + ")";
         break;
       }
+      case Op::Layer: e = layer_cpp(s, name); break;
       case Op::kCount:
         break;
     }

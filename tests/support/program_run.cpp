@@ -1,18 +1,15 @@
 // Running random programs: each step applied with ember's ops, the inputs they take (dense,
 // strided, offset views of fresh buffers), and the training form (a weighted loss, its grads).
 #include <cmath>
-#include <random>
 
 #include "ember/autograd.h"
 #include "support/program_gen.h"
+#include "support/program_layers.h"
+#include "support/program_rng.h"
 
 namespace ember::testgen {
 
 namespace {
-using Rng = std::mt19937_64;
-int64_t uniform(Rng& r, int64_t lo, int64_t hi) {  // inclusive
-  return std::uniform_int_distribution<int64_t>(lo, hi)(r);
-}
 // A Slice's or Narrow's end: counted back from the dim's size when `from_end`.
 int64_t step_end(const Step& s, const Tensor& x) {
   return s.from_end ? x.size(s.dim) - s.end : s.end;
@@ -102,6 +99,7 @@ Tensor apply_step(const Step& s, const std::vector<Tensor>& v) {
           return a.mul(b);
       }
     }
+    case Op::Layer: return apply_layer_step(s, v);
     case Op::kCount:
       break;
   }
