@@ -6,7 +6,10 @@
 // process-wide caches were dropped, with the disk cache (warm_s); the allocator's peak bytes
 // over one call of each; and the largest difference between the compiled and eager results
 // (the output, or the loss before the first step), from a replayed call. The summary rows give the geometric mean speedups
-// and the share of models captured in one graph without breaks.
+// and the share of models captured in one graph without breaks. EMBER_SUITE_DEVICE=cuda (or
+// cuda:N) runs the models on that GPU: weights and inputs moved there, each timed call
+// synchronized, peaks from the GPU allocator (compiled graphs of GPU tensors run their eager
+// CUDA kernels until the CUDA compiler exists, so speedups there measure capture alone).
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -17,6 +20,7 @@
 #include "compiler/toolchain.h"
 #include "core/allocator.h"
 #include "ember/compile.h"
+#include "ember/cuda.h"
 #include "ember/ember.h"
 #include "ember/models.h"
 #include "ember/optim.h"
@@ -101,7 +105,44 @@ double seconds_of(const std::function<void()>& fn) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Where the suite runs: EMBER_SUITE_DEVICE, else the CPU.
+Device suite_device() {
+  static const Device d = [] {
+    const char* e = std::getenv("EMBER_SUITE_DEVICE");
+    if (!e || !*e || std::string(e) == "cpu") return kCPU;
+    const std::string s = e;
+    EMBER_CHECK(s.rfind("cuda", 0) == 0, "EMBER_SUITE_DEVICE: cpu, cuda or cuda:N, got ", s);
+    EMBER_CHECK(cuda::is_available(), "EMBER_SUITE_DEVICE=", s, " but no CUDA device is usable");
+    return Device{DeviceType::CUDA, s.size() > 5 ? std::stoi(s.substr(5)) : 0};
+  }();
+  return d;
+}
+bool on_gpu() { return suite_device().type == DeviceType::CUDA; }
+
+// fn, and on the GPU its queued work finished.
+std::function<void()> synced(std::function<void()> fn) {
+  if (!on_gpu()) return fn;
+  return [fn] {
+    fn();
+    cuda::synchronize();
+  };
+}
+
+Args on_device(Args a) {
+  for (Tensor& t : a) t = t.to(suite_device());
+  return a;
+}
+
 double peak_mb(const std::function<void()>& fn) {
+  if (on_gpu()) {
+    const int dev = suite_device().index;
+    cuda::synchronize();
+    cuda::reset_peak_memory_stats(dev);
+    const size_t before = cuda::memory_stats(dev).allocated_bytes;
+    fn();
+    cuda::synchronize();
+    return double(cuda::memory_stats(dev).peak_allocated_bytes - before) / 1e6;
+  }
   cpu_reset_peak();
   const size_t before = cpu_allocator_stats().allocated_bytes;
   fn();
@@ -109,7 +150,7 @@ double peak_mb(const std::function<void()>& fn) {
 }
 
 double max_diff(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  const std::vector<double> x = a.cpu().to_vector<double>(), y = b.cpu().to_vector<double>();
   double d = 0;
   for (size_t i = 0; i < x.size(); ++i) d = std::max(d, std::abs(x[i] - y[i]));
   return d;
@@ -144,6 +185,7 @@ Row suite_row(const std::string& name, std::pair<double, double> ms, const Captu
               const std::function<void()>& compiled, double err) {
   Row r(name, ms.first);
   r.compiled_ms = ms.second;
+  if (on_gpu()) r.device = "cuda:" + std::to_string(suite_device().index);
   r.extra = {{"graphs", double(cap.graphs)},
              {"breaks", double(cap.breaks)},
              {"ops", double(cap.ops)},
@@ -158,8 +200,9 @@ Row suite_row(const std::string& name, std::pair<double, double> ms, const Captu
 Row inference_row(const Case& c, const Options& opt) {
   manual_seed(1);
   std::shared_ptr<nn::Module> m = c.make();
+  m->to(suite_device());
   m->eval();
-  const Args in = c.inputs();
+  const Args in = on_device(c.inputs());
   auto fn = [m, &c](const Args& a) { return c.forward(*m, a); };
   NoGradGuard no_grad;
   drop_process_caches();
@@ -170,17 +213,18 @@ Row inference_row(const Case& c, const Options& opt) {
   auto f2 = compile(fn, compiler_options());
   const double warm_s = seconds_of([&] { f2(in); });
   const int repeat = opt.quick ? 3 : opt.repeat;
-  return suite_row("suite/" + c.name + "/inference",
-                   time_pair_ms([&] { fn(in); }, [&] { f(in); }, repeat), captured(f), cold_s,
-                   warm_s, [&] { fn(in); }, [&] { f(in); }, err);
+  const auto eager = synced([&] { fn(in); }), compiled = synced([&] { f(in); });
+  return suite_row("suite/" + c.name + "/inference", time_pair_ms(eager, compiled, repeat),
+                   captured(f), cold_s, warm_s, eager, compiled, err);
 }
 
 Row training_row(const Case& c, const Options& opt) {
   manual_seed(1);
   std::shared_ptr<nn::Module> m = c.make();
+  m->to(suite_device());
   m->train();
-  Args args = c.inputs();
-  for (Tensor& t : c.targets()) args.push_back(t);
+  Args args = on_device(c.inputs());
+  for (Tensor& t : on_device(c.targets())) args.push_back(t);
   auto loss_fn = [m, &c](const Args& a) { return c.loss(*m, a); };
   optim::AdamW adam(optim::decay_groups(*m, 0.01), 1e-3);
   optim::AdamW adam_compiled(optim::decay_groups(*m, 0.01), 1e-3);
@@ -202,9 +246,9 @@ Row training_row(const Case& c, const Options& opt) {
     o.step();
   };
   const int repeat = opt.quick ? 3 : std::max(5, opt.repeat / 2);
-  return suite_row("suite/" + c.name + "/training",
-                   time_pair_ms([&] { step(false); }, [&] { step(true); }, repeat), captured(f),
-                   cold_s, warm_s, [&] { step(false); }, [&] { step(true); }, err);
+  const auto eager = synced([&] { step(false); }), compiled = synced([&] { step(true); });
+  return suite_row("suite/" + c.name + "/training", time_pair_ms(eager, compiled, repeat),
+                   captured(f), cold_s, warm_s, eager, compiled, err);
 }
 
 }  // namespace
