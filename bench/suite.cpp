@@ -150,7 +150,8 @@ double peak_mb(const std::function<void()>& fn) {
 }
 
 double max_diff(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.cpu().to_vector<double>(), y = b.cpu().to_vector<double>();
+  const std::vector<double> x = a.detach().cpu().to_vector<double>(),
+                            y = b.detach().cpu().to_vector<double>();
   double d = 0;
   for (size_t i = 0; i < x.size(); ++i) d = std::max(d, std::abs(x[i] - y[i]));
   return d;
@@ -293,6 +294,7 @@ EMBER_BENCH(suite) {
     ::unsetenv("EMBER_CACHE_DIR");
   if (models > 0) {
     Row s("suite/summary", NAN);
+    if (on_gpu()) s.device = "cuda:" + std::to_string(suite_device().index);
     s.extra = {{"models", double(models)},
                {"geomean_speedup_inference", n_infer ? std::exp(log_infer / n_infer) : NAN},
                {"geomean_speedup_training", n_train ? std::exp(log_train / n_train) : NAN},
