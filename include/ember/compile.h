@@ -48,8 +48,9 @@ struct CompileOptions {
 // torch._dynamo.mark_dynamic / mark_static). mark_dynamic: dim `dim` of `t` will vary, so a
 // callable given `t` shares code over symbolic sizes from its first call instead of after its
 // first size guard miss (CompileOptions::dynamic unset). mark_static: a guard miss on that dim
-// recompiles for the new size without making the callable's sizes dynamic. The marks belong to
-// this tensor (not to views or copies of it); a negative dim counts from the end.
+// recompiles for the new size without making the callable's sizes dynamic, and code shared
+// over sizes never makes that dim a symbol. The marks belong to this tensor (not to views or
+// copies of it); a negative dim counts from the end.
 void mark_dynamic(const Tensor& t, int64_t dim);
 void mark_static(const Tensor& t, int64_t dim);
 

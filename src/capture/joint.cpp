@@ -188,6 +188,7 @@ bool build_joint(const graph::Graph& fwd, const std::vector<bool>& input_rg, Joi
   // The forward, copied.
   auto g = std::make_shared<graph::Graph>();
   g->set_dynamic_sizes(fwd.dynamic_sizes());
+  g->set_static_dims(fwd.static_dims());  // the same inputs, first and in order
   std::vector<graph::Value*> map(fwd.values().size(), nullptr);
   for (size_t i = 0; i < fwd.inputs().size(); ++i) {
     const graph::Value* v = fwd.inputs()[i];

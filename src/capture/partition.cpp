@@ -113,6 +113,7 @@ Partition partition_joint(const JointGraph& j, bool reorder_products) {
   std::vector<graph::Value*> fmap(nvals, nullptr);
   auto fwd = std::make_shared<graph::Graph>();
   fwd->set_dynamic_sizes(J.dynamic_sizes());
+  fwd->set_static_dims(J.static_dims());  // the primals come first, in order
   for (size_t i = 0; i < j.num_primals; ++i)
     fmap[size_t(J.inputs()[i]->id)] =
         add_input_like(*fwd, J.inputs()[i], J.input_kinds()[i], J.input_names()[i]);

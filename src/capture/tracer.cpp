@@ -300,6 +300,14 @@ class Tracer : public CaptureHook {
   graph::Value* add_input(const Tensor& t, graph::InputKind kind, const std::string& name,
                           bool map) {
     TensorMeta m{t.sizes(), t.strides(), t.storage_offset(), t.dtype()};
+    if (const uint64_t marks = t.impl()->static_dims) {  // mark_static: flat dim positions
+      int at = 0;
+      for (const graph::Value* in : seg_->g->inputs()) at += int(in->meta.sizes.size());
+      std::vector<int> fixed = seg_->g->static_dims();
+      for (int d = 0; d < t.dim() && d < 64; ++d)
+        if (marks >> d & 1) fixed.push_back(at + d);
+      seg_->g->set_static_dims(std::move(fixed));
+    }
     graph::Value* v = seg_->g->add_input(m, t.device(), kind, name);
     if (map) {
       seg_->values[t.impl()] = v;

@@ -176,7 +176,8 @@ void CompiledGraph::build(bool defer_first) {
   // sizes builds nothing yet: its first call runs through eager interpretation, so that the
   // next size of the form (which fits the family) is the one compiled; called again, it is
   // compiled then.
-  FamilyLookup family = family_kernels(lowered_, dims_, g_->dynamic_sizes());
+  FamilyLookup family =
+      family_kernels(lowered_, dims_, g_->dynamic_sizes(), g_->static_dims());
   if (!family.kernels && defer_first && family.first) {
     state_.store(kDeferred, std::memory_order_release);
     log(logs().decisions, "compiler",

@@ -52,7 +52,7 @@ bool integer_line(const std::vector<int64_t>& x, const std::vector<int64_t>& y) 
 }
 
 // Fits the family's kernels over the dims that vary between its samples.
-std::optional<std::vector<kir::Kernel>> fit(const Family& f) {
+std::optional<std::vector<kir::Kernel>> fit(const Family& f, const std::vector<int>& fixed) {
   const std::vector<int64_t>& first = f.samples.front().first;
   // One symbol per distinct way of varying: a dim that is an integer line of an earlier
   // symbol in every sample (a tensor's length and a bias's, a batch and the batch times the
@@ -66,6 +66,7 @@ std::optional<std::vector<kir::Kernel>> fit(const Family& f) {
     return v;
   };
   for (size_t d = 0; d < first.size(); ++d) {
+    if (std::find(fixed.begin(), fixed.end(), int(d)) != fixed.end()) continue;  // mark_static
     const std::vector<int64_t> v = values_of(d);
     if (std::all_of(v.begin(), v.end(), [&](int64_t x) { return x == v[0]; })) continue;
     bool follows_earlier = false;
@@ -101,7 +102,8 @@ std::vector<int64_t> input_dims(const graph::Graph& g) {
 }
 
 FamilyLookup family_kernels(const std::vector<kir::Kernel>& lowered,
-                            const std::vector<int64_t>& dims, bool use) {
+                            const std::vector<int64_t>& dims, bool use,
+                            const std::vector<int>& fixed) {
   std::string key;
   for (const kir::Kernel& k : lowered) {
     key += kir::form(k);
@@ -113,7 +115,13 @@ FamilyLookup family_kernels(const std::vector<kir::Kernel>& lowered,
   Family& f = r.families[key];
 
   FamilyLookup out;
-  if (use && f.symbolic && reproduces(*f.symbolic, lowered, dims)) {
+  auto reads_fixed = [&](const std::vector<kir::Kernel>& kernels) {
+    for (const kir::Kernel& k : kernels)
+      for (int sym : k.size_symbols())
+        if (std::find(fixed.begin(), fixed.end(), sym) != fixed.end()) return true;
+    return false;
+  };
+  if (use && f.symbolic && !reads_fixed(*f.symbolic) && reproduces(*f.symbolic, lowered, dims)) {
     out.kernels = f.symbolic;
     return out;
   }
@@ -122,8 +130,19 @@ FamilyLookup family_kernels(const std::vector<kir::Kernel>& lowered,
   if (!seen && f.samples.size() < kMaxSamples) f.samples.push_back({dims, lowered});
   out.first = f.samples.size() == 1 && f.samples.front().first == dims;
   if (!use || f.samples.size() < 2) return out;
-  std::optional<std::vector<kir::Kernel>> fitted = fit(f);
-  if (!fitted || !reproduces(*fitted, lowered, dims)) return out;
+  // Dims marked static take this graph's values in every sample the fit reads.
+  std::optional<std::vector<kir::Kernel>> fitted;
+  if (fixed.empty()) {
+    fitted = fit(f, fixed);
+  } else {
+    Family same;
+    for (const auto& sample : f.samples)
+      if (std::all_of(fixed.begin(), fixed.end(),
+                      [&](int d) { return sample.first[size_t(d)] == dims[size_t(d)]; }))
+        same.samples.push_back(sample);
+    if (same.samples.size() >= 2) fitted = fit(same, fixed);
+  }
+  if (!fitted || reads_fixed(*fitted) || !reproduces(*fitted, lowered, dims)) return out;
   f.symbolic = std::move(fitted);
   out.kernels = f.symbolic;
   return out;

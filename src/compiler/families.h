@@ -26,8 +26,10 @@ struct FamilyLookup {
   std::optional<std::vector<kir::Kernel>> kernels;
   bool first = false;
 };
+// `fixed`: positions in `dims` that must not become symbols (Graph::static_dims).
 FamilyLookup family_kernels(const std::vector<kir::Kernel>& lowered,
-                            const std::vector<int64_t>& dims, bool use);
+                            const std::vector<int64_t>& dims, bool use,
+                            const std::vector<int>& fixed = {});
 
 // Forgets every family (tests).
 void clear_families();

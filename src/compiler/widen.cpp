@@ -39,6 +39,7 @@ std::shared_ptr<const graph::Graph> widen_16bit(std::shared_ptr<const graph::Gra
   if (!any) return g;
   auto w = std::make_shared<graph::Graph>();
   w->set_dynamic_sizes(g->dynamic_sizes());
+  w->set_static_dims(g->static_dims());
   std::vector<graph::Value*> map(g->values().size(), nullptr);
   for (size_t i = 0; i < g->inputs().size(); ++i) {
     const graph::Value* v = g->inputs()[i];

@@ -82,6 +82,11 @@ class Graph {
   // sizes (compiler/families.h). Not part of the graph's identity.
   bool dynamic_sizes() const { return dynamic_sizes_; }
   void set_dynamic_sizes(bool on) { dynamic_sizes_ = on; }
+  // Dims of the inputs marked static (mark_dynamic / mark_static, compile.h), as positions in
+  // the inputs' dims counted over the inputs in order: code shared over sizes never makes them
+  // symbols. Not part of the graph's identity.
+  const std::vector<int>& static_dims() const { return static_dims_; }
+  void set_static_dims(std::vector<int> dims) { static_dims_ = std::move(dims); }
   const std::vector<InputKind>& input_kinds() const { return input_kinds_; }
   const std::vector<std::string>& input_names() const { return input_names_; }
   const std::vector<Value*>& outputs() const { return outputs_; }
@@ -130,6 +135,7 @@ class Graph {
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<Value*> inputs_;
   bool dynamic_sizes_ = false;
+  std::vector<int> static_dims_;
   std::vector<InputKind> input_kinds_;
   std::vector<std::string> input_names_;
   std::vector<Value*> outputs_;

@@ -112,6 +112,36 @@ TEST(DynamicSizes, MarkStaticKeepsThatDimSpecialized) {
   EXPECT_EQ(f.stats().deferred_compiles, 0);
 }
 
+TEST(DynamicSizes, MarkStaticKeepsADimOutOfTheSymbols) {
+  CacheDir cache(kSharedCompilerCache);
+  compiler::clear_families();
+  compiler::clear_memory_cache();
+  capture::clear_segment_cache();
+  CompileOptions o = compiler_opts();
+  o.dynamic = true;
+  auto f = compile(scaled_softmax, o);
+  const compiler::ToolchainStats before = compiler::toolchain_stats();
+  // Rows vary freely; the row length, in both inputs, is marked static.
+  int calls = 0;
+  for (int64_t t : {5, 6, 7}) {
+    for (int64_t rows : {3, 4, 8}) {
+      const Tensor x = randn({rows, t}), b = randn({t});
+      mark_static(x, -1);
+      mark_static(b, 0);
+      EXPECT_TRUE(close(f(x, b), scaled_softmax(x, b), 1e-5, 1e-6));
+      ++calls;
+    }
+  }
+  // Each length fits kernels over the rows from its own graphs (the length a constant in
+  // them): at the first, the first rows count ran interpreted (the first of its form) and
+  // the others share; at a later length the first rows count is built on its own (the family
+  // had samples), and the next two fit and share. Five libraries, no kernel over the length.
+  EXPECT_EQ(f.stats().deferred_compiles, 1);
+  EXPECT_EQ(f.stats().shared_compiles, 6);
+  EXPECT_EQ(new_libraries(before), 5);
+  EXPECT_EQ(calls, 9);
+}
+
 TEST(DynamicSizes, MarksCheckTheirDim) {
   const Tensor x = randn({4, 3});
   EXPECT_THROW(mark_dynamic(x, 2), Error);
