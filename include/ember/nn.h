@@ -94,6 +94,11 @@ class Module {
   }
 
  private:
+  // Replaces every parameter and buffer t (of this module and its children) for which
+  // wants(t) by to(t) computed without grad, once per tensor (tied ones stay tied);
+  // parameters keep requiring grad.
+  void convert(const std::function<bool(const Tensor&)>& wants,
+               const std::function<Tensor(const Tensor&)>& to);
   void collect(const std::string& prefix, StateDict& params, StateDict& buffers,
                bool persistent_only = false) const;
   std::string type_name_;

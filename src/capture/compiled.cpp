@@ -57,7 +57,7 @@ struct CompiledCore::State {
       std::string w;
       int passed = 0;
       capture::Guards::SizeMiss sm;
-      if ((*it)->guards.check(f, why ? &w : nullptr, &passed, &sm)) return *it;
+      if ((*it)->guards.check(f, why ? &w : nullptr, &passed, why ? &sm : nullptr)) return *it;
       if (why && passed > best) {
         best = passed;
         *why = std::move(w);

@@ -116,6 +116,7 @@ FamilyLookup family_kernels(const std::vector<kir::Kernel>& lowered,
 
   FamilyLookup out;
   auto reads_fixed = [&](const std::vector<kir::Kernel>& kernels) {
+    if (fixed.empty()) return false;
     for (const kir::Kernel& k : kernels)
       for (int sym : k.size_symbols())
         if (std::find(fixed.begin(), fixed.end(), sym) != fixed.end()) return true;
@@ -134,7 +135,7 @@ FamilyLookup family_kernels(const std::vector<kir::Kernel>& lowered,
   std::optional<std::vector<kir::Kernel>> fitted;
   if (fixed.empty()) {
     fitted = fit(f, fixed);
-  } else {
+  } else {  // a copy of the samples that qualify: rare (mark_static), and small
     Family same;
     for (const auto& sample : f.samples)
       if (std::all_of(fixed.begin(), fixed.end(),

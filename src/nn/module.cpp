@@ -84,47 +84,38 @@ void Module::tie_parameter(const std::string& name, const Tensor& t) {
   EMBER_FAIL(type_name_, ": no parameter named '", name, "' to tie");
 }
 
-void Module::to(Device device) {
-  std::map<const TensorImpl*, Tensor> moved;  // tied tensors: moved once, shared again
+void Module::convert(const std::function<bool(const Tensor&)>& wants,
+                     const std::function<Tensor(const Tensor&)>& to) {
+  std::map<const TensorImpl*, Tensor> done;  // tied tensors: converted once, shared again
   std::function<void(Module&)> visit = [&](Module& m) {
-    auto move = [&](Tensor* slot, bool param) {
-      if (!slot->defined() || slot->device() == device) return;
-      auto [it, fresh] = moved.try_emplace(slot->impl());
+    auto convert_slot = [&](Tensor* slot, bool param) {
+      if (!slot->defined() || !wants(*slot)) return;
+      auto [it, fresh] = done.try_emplace(slot->impl());
       if (fresh) {
         NoGradGuard no_grad;
-        it->second = slot->detach().to(device);
+        it->second = to(slot->detach());
         if (param) it->second.requires_grad_(true);
       }
       *slot = it->second;
     };
-    for (auto& [n, p] : m.params_) move(p, true);
-    for (auto& [n, b] : m.buffers_) move(b, false);
+    for (auto& [n, p] : m.params_) convert_slot(p, true);
+    for (auto& [n, b] : m.buffers_) convert_slot(b, false);
     for (auto& [n, c] : m.children_) visit(*c);
   };
   visit(*this);
+}
+
+void Module::to(Device device) {
+  convert([&](const Tensor& t) { return t.device() != device; },
+          [&](const Tensor& t) { return t.to(device); });
 }
 
 void Module::to(DType dtype) {
   EMBER_CHECK(is_floating(dtype), "Module::to: ", dtype_name(dtype),
               " is not a floating-point dtype; parameters convert to float16, bfloat16, float32 "
               "or float64");
-  std::map<const TensorImpl*, Tensor> converted;  // tied tensors: converted once
-  std::function<void(Module&)> visit = [&](Module& m) {
-    auto convert = [&](Tensor* slot, bool param) {
-      if (!slot->defined() || !is_floating(slot->dtype()) || slot->dtype() == dtype) return;
-      auto [it, fresh] = converted.try_emplace(slot->impl());
-      if (fresh) {
-        NoGradGuard no_grad;
-        it->second = slot->detach().to(dtype);
-        if (param) it->second.requires_grad_(true);
-      }
-      *slot = it->second;
-    };
-    for (auto& [n, p] : m.params_) convert(p, true);
-    for (auto& [n, b] : m.buffers_) convert(b, false);
-    for (auto& [n, c] : m.children_) visit(*c);
-  };
-  visit(*this);
+  convert([&](const Tensor& t) { return is_floating(t.dtype()) && t.dtype() != dtype; },
+          [&](const Tensor& t) { return t.to(dtype); });
 }
 
 void Module::for_each_slot(

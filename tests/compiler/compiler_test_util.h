@@ -11,6 +11,8 @@
 
 #include "capture/capture.h"
 #include "compiler/compiled_graph.h"
+#include "compiler/families.h"
+#include "compiler/toolchain.h"
 #include "ember/compile.h"
 #include "ember/tensor.h"
 
@@ -84,6 +86,21 @@ inline std::shared_ptr<const compiler::CompiledGraph> compile_graph(
   auto cg = std::dynamic_pointer_cast<const compiler::CompiledGraph>(r);
   EXPECT_TRUE(cg) << "the compiler backend did not compile the graph";
   return cg;
+}
+
+// Libraries the calls since `before` needed that no earlier graph of this process had built or
+// loaded (C++ compiler runs and disk cache loads).
+inline int64_t new_libraries(const compiler::ToolchainStats& before) {
+  const compiler::ToolchainStats now = compiler::toolchain_stats();
+  return (now.compiler_runs - before.compiler_runs) + (now.disk_hits - before.disk_hits);
+}
+
+// Forgets the code shared over sizes, the loaded libraries and the compiled segments, so that
+// a test of code sharing counts its own builds.
+inline void forget_shared_code() {
+  compiler::clear_families();
+  compiler::clear_memory_cache();
+  capture::clear_segment_cache();
 }
 
 inline CompileOptions compiler_opts() {

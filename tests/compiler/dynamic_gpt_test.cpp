@@ -6,8 +6,6 @@
 #include <gtest/gtest.h>
 
 #include "compiler/compiler_test_util.h"
-#include "compiler/families.h"
-#include "compiler/toolchain.h"
 #include "ember/compile.h"
 #include "ember/ember.h"
 #include "ember/nn.h"
@@ -15,12 +13,6 @@
 
 namespace ember::test {
 namespace {
-
-// Libraries the calls needed that no earlier graph of this process had built or loaded.
-int64_t new_libraries(const compiler::ToolchainStats& before) {
-  const compiler::ToolchainStats now = compiler::toolchain_stats();
-  return (now.compiler_runs - before.compiler_runs) + (now.disk_hits - before.disk_hits);
-}
 
 nn::GPTConfig small_gpt() {
   nn::GPTConfig c;
@@ -33,59 +25,49 @@ nn::GPTConfig small_gpt() {
   return c;
 }
 
-void fresh_caches() {
-  compiler::clear_families();
-  compiler::clear_memory_cache();
-  capture::clear_segment_cache();
+// The forward of a fresh small GPT compiled (eval, no grad) and called at every length from 1
+// to `last`, each against eager; with `mark`, the first input's length is marked dynamic.
+// Returns the libraries the calls needed and the callable's stats.
+std::pair<int64_t, CompileStats> forward_at_every_length(int64_t last, bool mark) {
+  CacheDir cache(kSharedCompilerCache);
+  forget_shared_code();
+  manual_seed(1);
+  auto m = std::make_shared<nn::GPT>(small_gpt());
+  m->eval();
+  NoGradGuard no_grad;
+  auto f = compile(m, compiler_opts());
+  const compiler::ToolchainStats before = compiler::toolchain_stats();
+  for (int64_t t = 1; t <= last; ++t) {
+    manual_seed(uint64_t(t));
+    const Tensor idx = randint(0, 65, {2, t});
+    if (mark && t == 1) mark_dynamic(idx, 1);
+    EXPECT_TRUE(close(f(idx), m->forward(idx), 1e-4, 1e-5)) << "length " << t;
+  }
+  return {new_libraries(before), f.stats()};
 }
 
 TEST(DynamicGpt, ForwardAtEveryLengthTo256BuildsTwoLibraries) {
-  CacheDir cache(kSharedCompilerCache);
-  fresh_caches();
-  manual_seed(1);
-  auto m = std::make_shared<nn::GPT>(small_gpt());
-  m->eval();
-  NoGradGuard no_grad;
-  auto f = compile(m, compiler_opts());
-  const compiler::ToolchainStats before = compiler::toolchain_stats();
-  for (int64_t t = 1; t <= 256; ++t) {
-    manual_seed(uint64_t(t));
-    const Tensor idx = randint(0, 65, {2, t});
-    EXPECT_TRUE(close(f(idx), m->forward(idx), 1e-4, 1e-5)) << "length " << t;
-  }
+  const auto [libraries, st] = forward_at_every_length(256, /*mark=*/false);
   // T = 1 specialized (size 1 is); T = 2 misses its size guard and runs interpreted, the
   // first of its form; T = 3 fits the kernels over T, attention included: one library for
   // every later length.
-  EXPECT_EQ(new_libraries(before), 2);
-  EXPECT_EQ(f.stats().eager_fallbacks, 0);
-  EXPECT_EQ(f.stats().traces, 256);
-  EXPECT_EQ(f.stats().shared_compiles, 254);
+  EXPECT_EQ(libraries, 2);
+  EXPECT_EQ(st.eager_fallbacks, 0);
+  EXPECT_EQ(st.traces, 256);
+  EXPECT_EQ(st.shared_compiles, 254);
 }
 
 TEST(DynamicGpt, MarkDynamicBuildsOneLibrary) {
-  CacheDir cache(kSharedCompilerCache);
-  fresh_caches();
-  manual_seed(1);
-  auto m = std::make_shared<nn::GPT>(small_gpt());
-  m->eval();
-  NoGradGuard no_grad;
-  auto f = compile(m, compiler_opts());
-  const compiler::ToolchainStats before = compiler::toolchain_stats();
-  for (int64_t t = 1; t <= 64; ++t) {
-    manual_seed(uint64_t(t));
-    const Tensor idx = randint(0, 65, {2, t});
-    if (t == 1) mark_dynamic(idx, 1);
-    EXPECT_TRUE(close(f(idx), m->forward(idx), 1e-4, 1e-5)) << "length " << t;
-  }
+  const auto [libraries, st] = forward_at_every_length(64, /*mark=*/true);
   // Dynamic from the first call: T = 1 and T = 2 run interpreted (each the first of its
   // form), T = 3 builds the kernels every later length shares.
-  EXPECT_EQ(new_libraries(before), 1);
-  EXPECT_EQ(f.stats().deferred_compiles, 2);
+  EXPECT_EQ(libraries, 1);
+  EXPECT_EQ(st.deferred_compiles, 2);
 }
 
 TEST(DynamicGpt, PartialLastBatchRecompilesOnceThenShares) {
   CacheDir cache(kSharedCompilerCache);
-  fresh_caches();
+  forget_shared_code();
   manual_seed(2);
   auto eager = std::make_shared<nn::GPT>(small_gpt());
   manual_seed(2);
