@@ -7,7 +7,17 @@ prints one JSON object per line: ember's rows, PyTorch's rows ("framework": "tor
 fraction of its own reference where the row has one). Every figure comes from this one run on
 this one machine.
 
+The compiled rows (cuda/fused_*, cuda/compiled_*, cuda/gpt_forward*,
+cuda/gpt_train_step_compiled_bf16, cuda/gpt_train_step_gpt2_bf16) time each workload eager and
+compiled on both sides: ember::compile against torch.compile (default mode; the GPT training
+step compiles the model and the AdamW step, as ember compiles model.loss and
+AdamW::set_compiled). compile_s is torch.compile's first call, cold: dynamo reset, and
+Inductor's and Triton's disk caches in a new directory for the run. The ratio rows then give
+eager over eager (ember_over_torch) and compiled over compiled (compiled_ember_over_torch).
+--no-torch-compile skips torch.compile (its compiled fields are null).
+
 usage: bench/compare_torch.py [--ember PATH] [--quick] [--repeat N] [--only REGEX]
+                              [--no-torch-compile]
        bench/compare_torch.py --train-run ITERS [--gpt PATH]
 
 --train-run trains nanoGPT's shakespeare_char recipe for ITERS iterations twice, with
@@ -18,9 +28,11 @@ iteration and best val loss, and their ratio.
 import argparse
 import json
 import math
+import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -47,6 +59,49 @@ def gpu_ms(fn, repeat, inner=1, warmup=2):
     return times[len(times) // 2] / inner
 
 
+def pair_ms(eager, compiled, repeat, rounds=3):
+    """Eager against compiled as ember-bench times them: `rounds` rounds of gpu_ms of each, each
+    side's best round. compiled may be None (its time is then None)."""
+    te = tc = math.inf
+    for _ in range(rounds):
+        te = min(te, gpu_ms(eager, repeat))
+        if compiled:
+            tc = min(tc, gpu_ms(compiled, repeat))
+    return te, (tc if compiled else None)
+
+
+def seconds_of(fn):
+    """Wall seconds of one call of fn, the device synchronized before and after."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def peak_mb(fn):
+    """Peak allocated MB over one call of fn, above what was allocated before it."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 1e6
+
+
+def compiled_pair(fn, args, repeat, use_compile):
+    """fn(*args) eager and under torch.compile: (eager_ms, compiled_ms, compile_s), the last two
+    None without torch.compile."""
+    compiled, compile_s = None, None
+    if use_compile:
+        torch._dynamo.reset()
+        cfn = torch.compile(fn)
+        compiled = lambda: cfn(*args)
+        compile_s = seconds_of(compiled)
+    ms, cms = pair_ms(lambda: fn(*args), compiled, repeat)
+    return ms, cms, compile_s
+
+
 def copy_ms(nbytes, repeat):
     src = torch.empty(nbytes, dtype=torch.uint8, device=DEV)
     dst = torch.empty_like(src)
@@ -65,7 +120,17 @@ def bandwidth_row(name, ms, nbytes, repeat):
                fraction_of_copy=ref / ms)
 
 
-# ---- a GPT with nanoGPT's architecture, for the training-step row ----
+def compiled_bandwidth_row(name, fn, args, nbytes, repeat, use_compile):
+    """A bandwidth row of fn(*args) eager and compiled: gbps and fraction_of_copy of the compiled
+    time (null without torch.compile), eager_fraction_of_copy of the eager time."""
+    ms, cms, compile_s = compiled_pair(fn, args, repeat, use_compile)
+    ref = copy_ms(int(nbytes // 2), repeat)
+    return row(name, ms, compiled_ms=cms, compile_s=compile_s,
+               gbps=nbytes / (cms * 1e6) if cms else None, copy_gbps=nbytes / (ref * 1e6),
+               fraction_of_copy=ref / cms if cms else None, eager_fraction_of_copy=ref / ms)
+
+
+# ---- a GPT with nanoGPT's architecture, for the GPT rows ----
 
 class Block(nn.Module):
     def __init__(self, d, heads, dropout):
@@ -100,25 +165,46 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(d, vocab, bias=False)
         self.wte.weight = self.lm_head.weight
 
-    def forward(self, idx, targets):
+    def forward(self, idx, targets=None):
+        """The mean cross entropy against targets; the logits without them."""
         pos = torch.arange(idx.shape[1], device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for b in self.h:
             x = b(x)
         logits = self.lm_head(self.ln_f(x))
+        if targets is None:
+            return logits
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
-def gpt_step_row(name, batch, repeat, dtype):
+# The GPT shapes of ember-bench's cuda rows, by row-name suffix: nanoGPT's shakespeare_char and
+# GPT-2 124M (dropout: in the training rows).
+GPT_SHAPES = {
+    "": dict(vocab=65, block=256, layers=6, heads=6, d=384, batch=64, quick_batch=8, dropout=0.2),
+    "_gpt2": dict(vocab=50304, block=1024, layers=12, heads=12, d=768, batch=16, quick_batch=2,
+                  dropout=0.0),
+}
+
+
+def gpt_setup(shape, quick, dropout):
+    """A model of `shape` on the device with its AdamW (nanoGPT's groups), inputs and targets."""
+    s = GPT_SHAPES[shape]
+    vocab, block, batch = s["vocab"], s["block"], s["quick_batch" if quick else "batch"]
     torch.manual_seed(1)
-    model = GPT(65, 256, 6, 6, 384, 0.2).to(DEV)
+    model = GPT(vocab, block, s["layers"], s["heads"], s["d"], dropout).to(DEV)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=1e-3, betas=(0.9, 0.99), fused=False, foreach=True)
-    x = torch.randint(0, 65, (batch, 256), device=DEV)
-    y = torch.randint(0, 65, (batch, 256), device=DEV)
+    x = torch.randint(0, vocab, (batch, block), device=DEV)
+    y = torch.randint(0, vocab, (batch, block), device=DEV)
+    return model, opt, x, y
+
+
+def gpt_step_row(name, quick, repeat, dtype):
+    model, opt, x, y = gpt_setup("", quick, 0.2)
+    batch = x.shape[0]
     params = list(model.parameters())
 
     def step():
@@ -137,6 +223,54 @@ def gpt_step_row(name, batch, repeat, dtype):
     peak = torch.cuda.max_memory_allocated() - before
     return row(name, ms, peak_mb=peak / 1e6, tokens_per_s=batch * 256 / (ms / 1000),
                note=f"{str(dtype).replace('torch.', '')}, eager")
+
+
+def gpt_forward_row(name, shape, quick, repeat, use_compile):
+    """Eval forward (no grad, bfloat16 autocast) to the logits, eager and compiled."""
+    model, _, x, _ = gpt_setup(shape, quick, 0.0)
+    model.eval()
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        ms, cms, compile_s = compiled_pair(model, (x,), repeat, use_compile)
+    tokens = x.numel()
+    return row(name, ms, compiled_ms=cms, compile_s=compile_s,
+               tokens_per_s=tokens / (cms / 1000) if cms else None,
+               note="eval forward, no grad, bfloat16 autocast")
+
+
+def gpt_compiled_step_row(name, shape, quick, repeat, use_compile):
+    """The bfloat16 training step eager and with torch.compile of the model and of the AdamW
+    step (as the PyTorch recipe compiles an optimizer); grad clipping eager on both."""
+    model, opt, x, y = gpt_setup(shape, quick, GPT_SHAPES[shape]["dropout"])
+    params = list(model.parameters())
+
+    def step(m, opt_step):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = m(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt_step()
+
+    eager = lambda: step(model, opt.step)
+    eager()
+    compiled, compile_s = None, None
+    if use_compile:
+        torch._dynamo.reset()
+        cmodel = torch.compile(model)
+
+        @torch.compile
+        def opt_step():
+            opt.step()
+
+        compiled = lambda: step(cmodel, opt_step)
+        compile_s = seconds_of(compiled)
+    ms, cms = pair_ms(eager, compiled, repeat)
+    tokens = x.numel()
+    return row(name, ms, compiled_ms=cms, compile_s=compile_s,
+               tokens_per_s=tokens / (cms / 1000) if cms else None,
+               eager_tokens_per_s=tokens / (ms / 1000), eager_peak_mb=peak_mb(eager),
+               compiled_peak_mb=peak_mb(compiled) if compiled else None,
+               note="bfloat16 autocast; compiled: torch.compile(model), torch.compile(opt.step)")
 
 
 # ---- nanoGPT's shakespeare_char run, for the --train-run row ----
@@ -255,7 +389,7 @@ def ember_train_run(gpt, text_path, iters):
             "best_val_loss": float(m.group(2)) if m else None, "summary": res.stdout.strip()[-300:]}
 
 
-def torch_rows(quick, repeat, wants):
+def torch_rows(quick, repeat, wants, use_compile):
     out = []
     if wants("cuda/add_f32_256M"):
         n = (1 << 24) if quick else (256 << 20)
@@ -308,11 +442,38 @@ def torch_rows(quick, repeat, wants):
         flops = 3.5 * 2 * 2.0 * bsz * heads * t * t * hs / 2
         out.append(row("cuda/attention_bf16", ms, fwd_ms=fwd, tflops=flops / (ms * 1e9),
                        note="fwd + bwd, causal, dropout 0.2"))
-    if wants("cuda/gpt_train_step"):
-        batch = 8 if quick else 64
-        out.append(gpt_step_row("cuda/gpt_train_step", batch, 2 if quick else 10, torch.float32))
-        out.append(gpt_step_row("cuda/gpt_train_step_bf16", batch, 2 if quick else 10,
-                                torch.bfloat16))
+    for name, dtype in (("cuda/gpt_train_step", torch.float32),
+                        ("cuda/gpt_train_step_bf16", torch.bfloat16)):
+        if wants(name):
+            out.append(gpt_step_row(name, quick, 2 if quick else 10, dtype))
+
+    # Compiled against eager.
+    if wants("cuda/fused_relu_add_mul_f32_256M"):
+        n = (1 << 24) if quick else (256 << 20)
+        a, b, c = (torch.randn(n, device=DEV) for _ in range(3))
+        out.append(compiled_bandwidth_row("cuda/fused_relu_add_mul_f32_256M",
+                                          lambda p, q, r: (torch.relu(p) + q) * r, (a, b, c),
+                                          4.0 * n * 4, repeat, use_compile))
+        del a, b, c
+    if wants("cuda/compiled_softmax_f32_16384x4096"):
+        x = torch.randn(rows_n, cols, device=DEV)
+        out.append(compiled_bandwidth_row("cuda/compiled_softmax_f32_16384x4096",
+                                          lambda t: t.softmax(-1), (x,), 2.0 * rows_n * cols * 4,
+                                          repeat, use_compile))
+    if wants("cuda/compiled_layer_norm_f32_16384x4096"):
+        x = torch.randn(rows_n, cols, device=DEV)
+        w, b = torch.randn(cols, device=DEV), torch.randn(cols, device=DEV)
+        out.append(compiled_bandwidth_row("cuda/compiled_layer_norm_f32_16384x4096",
+                                          lambda t, wt, bs: F.layer_norm(t, (cols,), wt, bs),
+                                          (x, w, b), 2.0 * rows_n * cols * 4, repeat, use_compile))
+    for shape in GPT_SHAPES:
+        name = f"cuda/gpt_forward{shape}_bf16"
+        if wants(name):
+            out.append(gpt_forward_row(name, shape, quick, repeat, use_compile))
+    for shape in GPT_SHAPES:
+        name = f"cuda/gpt_train_step{shape}_bf16" if shape else "cuda/gpt_train_step_compiled_bf16"
+        if wants(name):
+            out.append(gpt_compiled_step_row(name, shape, quick, 2 if quick else 10, use_compile))
     return out
 
 
@@ -340,8 +501,13 @@ def ratios(ember, torch_):
         r = {"name": e["name"], "device": DEV, "framework": "ratio",
              "ember_ms": e["eager_ms"], "torch_ms": t["eager_ms"],
              "ember_over_torch": e["eager_ms"] / t["eager_ms"]}
-        for k in ("fraction_of_copy", "peak_mb", "us_per_op"):
-            if k in e and k in t:
+        if e.get("compiled_ms") and t.get("compiled_ms"):
+            r.update(ember_compiled_ms=e["compiled_ms"], torch_compiled_ms=t["compiled_ms"],
+                     compiled_ember_over_torch=e["compiled_ms"] / t["compiled_ms"])
+        e = dict(e, compile_s=e.get("compile_s", e.get("cold_compile_s")))  # gpt_forward rows
+        for k in ("fraction_of_copy", "eager_fraction_of_copy", "peak_mb", "eager_peak_mb",
+                  "compiled_peak_mb", "us_per_op", "compile_s"):
+            if e.get(k) is not None and t.get(k) is not None:
                 r[f"ember_{k}"], r[f"torch_{k}"] = e[k], t[k]
         out.append(r)
     return out
@@ -353,6 +519,8 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--only", default="", help="regex selecting rows (default: every cuda/ row)")
+    ap.add_argument("--torch-compile", action=argparse.BooleanOptionalAction, default=True,
+                    help="time torch.compile on the compiled rows (--no-torch-compile: eager only)")
     ap.add_argument("--train-run", type=int, default=0, metavar="ITERS",
                     help="compare a training run of ITERS iterations instead of the rows")
     ap.add_argument("--gpt", default="build-gpu/apps/ember-gpt")
@@ -373,9 +541,15 @@ def main():
     wants = lambda name: re.search(a.only, name) is not None if a.only else True
     ember = ember_rows(a.ember, a.quick, a.repeat, a.only)
     torch.cuda.empty_cache()
-    theirs = torch_rows(a.quick, a.repeat, wants)
+    if a.torch_compile:
+        # torch.compile's disk caches in a new directory, so its first calls compile cold.
+        cache = tempfile.TemporaryDirectory(prefix="torch-compile-cache-")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache.name
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(cache.name, "triton")
+    theirs = torch_rows(a.quick, a.repeat, wants, a.torch_compile)
     meta = {"name": "meta", "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-            "cuda": torch.version.cuda, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "cuda": torch.version.cuda, "torch_compile": a.torch_compile,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     for r in [meta] + ember + theirs + ratios(ember, theirs):
         print(json.dumps(r), flush=True)
 

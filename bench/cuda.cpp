@@ -12,12 +12,28 @@
 //   cuda/gpt_train_step      nanoGPT's shakespeare_char step (6 layers, 6 heads, 384 wide,
 //                            block 256, batch 64, dropout 0.2, AdamW, grad clip 1), float32;
 //   cuda/gpt_train_step_bf16 the same under bfloat16 autocast
+// Compiled rows: ember eager (eager_ms) against ember::compile of the same function
+// (compiled_ms), timed interleaved; compile_s / cold_compile_s is the first compiled call, its
+// kernels built into a new EMBER_CACHE_DIR.
+//   cuda/fused_relu_add_mul_f32_256M  (relu(a) + b) * c on 256M float32 each (3 reads, 1 write)
+//   cuda/compiled_softmax_f32_16384x4096, cuda/compiled_layer_norm_f32_16384x4096 (weight and
+//                            bias over the last dim): as the eager rows; fraction_of_copy is the
+//                            compiled time's, eager_fraction_of_copy the eager one's
+//   cuda/gpt_forward_bf16, cuda/gpt_forward_gpt2_bf16: eval forward (no grad, bfloat16
+//                            autocast) of the shakespeare_char shape (batch 64) and of GPT-2 124M
+//                            (12 layers, 12 heads, 768 wide, block 1024, batch 16, vocab 50304)
+//   cuda/gpt_train_step_compiled_bf16, cuda/gpt_train_step_gpt2_bf16: the bf16 training step
+//                            of those shapes (dropout 0.2 and 0), compiled = model.loss compiled
+//                            and AdamW::set_compiled
 // GPU times are wall times around the work with the device synchronized before and after.
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <optional>
 
 #include "bench.h"
 #include "ember/cuda.h"
+#include "ember/compile.h"
 #include "ember/ember.h"
 #include "ember/nn.h"
 #include "ember/optim.h"
@@ -41,15 +57,73 @@ TensorOptions on_gpu(DType t = DType::Float32) {
   return o;
 }
 
-// Median ms of `inner` back-to-back calls of fn, every stream of the device synchronized
-// around each timed batch (the reference copies and cuBLAS calls run on the default stream).
+// Waits for every stream of the device (the reference copies and cuBLAS calls run on the
+// default stream).
+void sync_all() {
+  cuda::synchronize();
+  cudaDeviceSynchronize();
+}
+
+// Median ms of `inner` back-to-back calls of fn, the device synchronized around each batch.
 double gpu_ms(const std::function<void()>& fn, int repeat, int inner = 1) {
   return time_ms([&] {
     for (int i = 0; i < inner; ++i) fn();
-    cuda::synchronize();
-    cudaDeviceSynchronize();
+    sync_all();
   }, repeat, 2) / inner;
 }
+
+// Eager against compiled as time_pair_ms takes them, the device synchronized after each call.
+std::pair<double, double> gpu_pair_ms(const std::function<void()>& eager,
+                                      const std::function<void()>& compiled, int repeat) {
+  return time_pair_ms([&] { eager(); sync_all(); }, [&] { compiled(); sync_all(); }, repeat);
+}
+
+// Wall seconds of one call of fn, the device synchronized before and after.
+double seconds_of(const std::function<void()>& fn) {
+  sync_all();
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  sync_all();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Peak allocated MB on the device over one call of fn, above what was allocated before it.
+double peak_mb(const std::function<void()>& fn) {
+  sync_all();
+  cuda::reset_peak_memory_stats();
+  const size_t before = cuda::memory_stats().allocated_bytes;
+  fn();
+  sync_all();
+  return double(cuda::memory_stats().peak_allocated_bytes - before) / 1e6;
+}
+
+// For one workload, compiles start cold: no code shared in memory with earlier workloads and
+// a new EMBER_CACHE_DIR, removed (and the old value restored) at the end of the scope.
+class ColdCompiles {
+ public:
+  ColdCompiles() {
+    reset_compile_caches();
+    if (const char* d = std::getenv("EMBER_CACHE_DIR")) old_ = d;
+    if (::mkdtemp(dir_))
+      ::setenv("EMBER_CACHE_DIR", dir_, 1);
+    else
+      dir_[0] = 0;
+  }
+  ~ColdCompiles() {
+    if (old_)
+      ::setenv("EMBER_CACHE_DIR", old_->c_str(), 1);
+    else
+      ::unsetenv("EMBER_CACHE_DIR");
+    std::error_code ec;
+    if (dir_[0]) std::filesystem::remove_all(dir_, ec);
+  }
+  ColdCompiles(const ColdCompiles&) = delete;
+  ColdCompiles& operator=(const ColdCompiles&) = delete;
+
+ private:
+  char dir_[32] = "/tmp/ember-bench-cache-XXXXXX";
+  std::optional<std::string> old_;
+};
 
 // ms of a device-to-device copy of `bytes`.
 double copy_ms(size_t bytes, int repeat) {
@@ -63,14 +137,54 @@ double copy_ms(size_t bytes, int repeat) {
   return ms;
 }
 
-Row bandwidth_row(const std::string& name, double ms, double bytes, int repeat) {
+// gbps and fraction_of_copy of the compiled time when there is one, else of the eager time.
+Row bandwidth_row(const std::string& name, double ms, double bytes, int repeat,
+                  double compiled_ms = NAN) {
   const double ref = copy_ms(size_t(bytes / 2), repeat);  // a copy reads and writes half each
+  const double t = std::isnan(compiled_ms) ? ms : compiled_ms;
   Row r{name, ms};
+  r.compiled_ms = compiled_ms;
   r.device = kGpu.str();
-  r.extra = {{"gbps", bytes / (ms * 1e6)},
+  r.extra = {{"gbps", bytes / (t * 1e6)},
              {"copy_gbps", bytes / (ref * 1e6)},
-             {"fraction_of_copy", ref / ms}};
+             {"fraction_of_copy", ref / t}};
+  if (!std::isnan(compiled_ms)) r.extra.push_back({"eager_fraction_of_copy", ref / ms});
   return r;
+}
+
+// A bandwidth row for fn(args...) eager against compiled, with compile_s (the first compiled
+// call, cold).
+template <class F, class... A>
+Row compiled_bandwidth_row(const std::string& name, F fn, double bytes, int repeat,
+                           const A&... args) {
+  ColdCompiles cold;
+  auto compiled = compile(fn);
+  const double compile_s = seconds_of([&] { compiled(args...); });
+  const auto [ms, cms] =
+      gpu_pair_ms([&] { Tensor y = fn(args...); }, [&] { Tensor y = compiled(args...); }, repeat);
+  Row r = bandwidth_row(name, ms, bytes, repeat, cms);
+  r.extra.push_back({"compile_s", compile_s});
+  return r;
+}
+
+// The GPT shapes of the compiled rows: nanoGPT's shakespeare_char and GPT-2 124M.
+struct GpuGpt {
+  const char* suffix;  // in the row names
+  GptBenchConfig shape;
+  int64_t vocab;
+};
+std::vector<GpuGpt> gpu_gpts(bool quick) {
+  return {{"", {"shakespeare_char", 6, 6, 384, 256, quick ? 8 : 64, 0.2}, 65},
+          {"_gpt2", {"gpt2", 12, 12, 768, 1024, quick ? 2 : 16, 0.0}, 50304}};
+}
+std::shared_ptr<nn::GPT> gpu_gpt_model(const GpuGpt& g, double dropout) {
+  nn::GPTConfig c = gpt_config(g.shape);
+  c.vocab_size = g.vocab;
+  c.dropout = dropout;
+  manual_seed(1);
+  auto model = std::make_shared<nn::GPT>(c);
+  model->to(kGpu);
+  return model;
 }
 
 }  // namespace
@@ -231,6 +345,95 @@ EMBER_BENCH(cuda) {
     r.extra.push_back({"peak_mb", double(cuda::memory_stats().peak_allocated_bytes - before) / 1e6});
     r.extra.push_back({"tokens_per_s", double(c.batch * c.block) / (ms / 1000)});
     r.note = bf16 ? "bfloat16 autocast, eager" : "float32, eager";
+    rows.push_back(r);
+  }
+
+  // Compiled against eager.
+  if (opt.wants("cuda/fused_relu_add_mul_f32_256M")) {
+    const int64_t n = opt.quick ? (int64_t(1) << 24) : (int64_t(256) << 20);
+    Tensor a = randn({n}, on_gpu()), b = randn({n}, on_gpu()), c = randn({n}, on_gpu());
+    auto f = [](const Tensor& p, const Tensor& q, const Tensor& r) { return (p.relu() + q) * r; };
+    rows.push_back(compiled_bandwidth_row("cuda/fused_relu_add_mul_f32_256M", f,
+                                          4.0 * double(n) * 4, repeat, a, b, c));
+  }
+  if (opt.wants("cuda/compiled_softmax_f32_16384x4096")) {
+    Tensor x = randn({rows_n, cols}, on_gpu());
+    auto f = [](const Tensor& t) { return t.softmax(-1); };
+    rows.push_back(compiled_bandwidth_row("cuda/compiled_softmax_f32_16384x4096", f,
+                                          2.0 * double(rows_n * cols) * 4, repeat, x));
+  }
+  if (opt.wants("cuda/compiled_layer_norm_f32_16384x4096")) {
+    Tensor x = randn({rows_n, cols}, on_gpu());
+    Tensor w = randn({cols}, on_gpu()), b = randn({cols}, on_gpu());
+    auto f = [](const Tensor& t, const Tensor& weight, const Tensor& bias) {
+      return layer_norm(t, {t.size(-1)}, weight, bias);
+    };
+    rows.push_back(compiled_bandwidth_row("cuda/compiled_layer_norm_f32_16384x4096", f,
+                                          2.0 * double(rows_n * cols) * 4, repeat, x, w, b));
+  }
+  for (const GpuGpt& g : gpu_gpts(opt.quick)) {
+    const std::string name = std::string("cuda/gpt_forward") + g.suffix + "_bf16";
+    if (!opt.wants(name)) continue;
+    auto model = gpu_gpt_model(g, 0.0);
+    model->eval();
+    Tensor x = randint(0, g.vocab, {g.shape.batch, g.shape.block}, on_gpu(DType::Int64));
+    ColdCompiles cold;
+    autocast bf16(DType::BFloat16);
+    auto forward = compile(model);
+    const double cold_s = seconds_of([&] { forward(x); });
+    const auto [ms, cms] = gpu_pair_ms([&] { Tensor logits = model->forward(x); },
+                                       [&] { Tensor logits = forward(x); }, repeat);
+    Row r{name, ms};
+    r.compiled_ms = cms;
+    r.device = kGpu.str();
+    r.extra.push_back({"cold_compile_s", cold_s});
+    r.extra.push_back({"tokens_per_s", double(g.shape.batch * g.shape.block) / (cms / 1000)});
+    r.note = "eval forward, no grad, bfloat16 autocast";
+    rows.push_back(r);
+  }
+  for (const GpuGpt& g : gpu_gpts(opt.quick)) {
+    const std::string name = *g.suffix ? std::string("cuda/gpt_train_step") + g.suffix + "_bf16"
+                                       : "cuda/gpt_train_step_compiled_bf16";
+    if (!opt.wants(name)) continue;
+    auto model = gpu_gpt_model(g, g.shape.dropout);
+    // One optimizer each, over the same parameters.
+    optim::AdamW adam(optim::decay_groups(*model, 0.1), 1e-3, 0.9, 0.99);
+    optim::AdamW adam_compiled(optim::decay_groups(*model, 0.1), 1e-3, 0.9, 0.99);
+    adam_compiled.set_compiled(true);
+    const std::vector<Tensor> params = model->parameters();
+    TensorOptions ids = on_gpu(DType::Int64);
+    const int64_t batch = g.shape.batch, block = g.shape.block;
+    Tensor x = randint(0, g.vocab, {batch, block}, ids);
+    Tensor y = randint(0, g.vocab, {batch, block}, ids);
+    ColdCompiles cold;
+    auto loss_fn = compile([m = model](const Tensor& a, const Tensor& b) { return m->loss(a, b); });
+    auto step = [&](bool compiled) {
+      EnableGradGuard grad;
+      Tensor loss;
+      {
+        autocast bf16(DType::BFloat16);
+        loss = compiled ? loss_fn(x, y) : model->loss(x, y);
+      }
+      optim::AdamW& o = compiled ? adam_compiled : adam;
+      o.zero_grad();
+      loss.backward();
+      optim::clip_grad_norm_(params, 1.0);
+      o.step();
+    };
+    step(false);
+    const double compile_s = seconds_of([&] { step(true); });
+    const auto [ms, cms] =
+        gpu_pair_ms([&] { step(false); }, [&] { step(true); }, opt.quick ? 2 : 10);
+    const double tokens = double(batch * block);
+    Row r{name, ms};
+    r.compiled_ms = cms;
+    r.device = kGpu.str();
+    r.extra.push_back({"compile_s", compile_s});
+    r.extra.push_back({"tokens_per_s", tokens / (cms / 1000)});
+    r.extra.push_back({"eager_tokens_per_s", tokens / (ms / 1000)});
+    r.extra.push_back({"eager_peak_mb", peak_mb([&] { step(false); })});
+    r.extra.push_back({"compiled_peak_mb", peak_mb([&] { step(true); })});
+    r.note = "bfloat16 autocast; compiled: model.loss and AdamW::set_compiled";
     rows.push_back(r);
   }
   return rows;

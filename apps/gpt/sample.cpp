@@ -38,9 +38,6 @@ int run_sample(const SampleOptions& o) {
   model.load_state_dict(ckpt.model);
   model.to(device);
   model.eval();
-  EMBER_CHECK(!(o.compile && device.type == DeviceType::CUDA),
-              "--compile generates CPU code only for now; on --device ", o.device,
-              " sample eager (leave out --compile)");
 
   std::string start = o.start;
   if (start.rfind("FILE:", 0) == 0) {

@@ -74,9 +74,6 @@ std::pair<double, double> estimate_loss(nn::GPT& model, const io::TokenDataset& 
 void validate(const TrainOptions& o) {
   const Device device = app_device(o.device);
   app_autocast(o.dtype, device);
-  EMBER_CHECK(!(o.compile && device.type == DeviceType::CUDA),
-              "--compile generates CPU code only for now; on --device ", o.device,
-              " train eager (leave out --compile)");
   EMBER_CHECK(o.batch_size > 0 && o.block_size > 0 && o.max_iters >= 0 && o.eval_interval > 0 &&
                   o.eval_iters > 0 && o.log_interval > 0,
               "batch_size, block_size, eval_interval, eval_iters and log_interval must be positive "

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "compiler/codegen_cpp.h"
+#include "compiler/compiled_graph_cuda.h"
 #include "compiler/gemm_pairs.h"
 #include "compiler/memory_plan.h"
 #include "compiler/step_profile.h"
@@ -69,6 +70,51 @@ std::string static_reason(const graph::Graph& g) {
 }
 
 }  // namespace
+
+std::vector<Tensor> bind_inputs(const graph::Graph& g, const std::vector<Tensor>& inputs) {
+  const auto& gin = g.inputs();
+  EMBER_CHECK(inputs.size() == gin.size(), "compiler: expected ", gin.size(),
+              " input tensors, got ", inputs.size());
+  std::vector<Tensor> env(g.values().size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const graph::Value& v = *gin[i];
+    EMBER_CHECK(inputs[i].defined() && inputs[i].sizes() == v.meta.sizes &&
+                    inputs[i].dtype() == v.meta.dtype,
+                "compiler: input ", i, " does not match the captured ", value_type_str(v),
+                "; capture again for these inputs");
+    env[size_t(v.id)] = inputs[i];
+  }
+  return env;
+}
+
+bool run_captured_view(const graph::Node& n, std::vector<Tensor>& env) {
+  if (op_info(n.op).kind != OpKind::View || n.inputs.size() != 1) return false;
+  const graph::Value& in = *n.inputs[0];
+  const Tensor& t = env[size_t(in.id)];
+  if (!t.defined() || t.is_symbolic() || t.sizes() != in.meta.sizes ||
+      t.strides() != in.meta.strides || t.storage_offset() != in.meta.offset ||
+      t.dtype() != in.meta.dtype)
+    return false;
+  for (const graph::Value* o : n.outputs)
+    env[size_t(o->id)] = make_view(t, o->meta.sizes, o->meta.strides, o->meta.offset);
+  return true;
+}
+
+std::vector<Tensor> finish_run(const graph::Graph& g, const std::vector<Tensor>& inputs,
+                               const std::vector<Tensor>& env) {
+  std::vector<Tensor> results;
+  for (const graph::Value* v : g.outputs())
+    results.push_back(env[size_t(v->id)]);  // outputs are never released
+  // Write-backs into the inputs, after everything has read them (those written in place are
+  // already there).
+  for (const graph::Mutation& m : g.mutations()) {
+    if (m.value == m.target) continue;
+    const Tensor& target = inputs[size_t(m.target->input_index)];
+    const Tensor& value = env[size_t(m.value->id)];
+    if (value.impl() != target.impl()) Tensor(target).copy_(value);
+  }
+  return results;
+}
 
 // 16-bit float graphs compile their matmuls and row ops widened to float32 (widen.h).
 CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g)
@@ -269,18 +315,7 @@ std::vector<Tensor> CompiledGraph::execute(const std::vector<Tensor>& inputs,
       }
     }
   }
-  const auto& gin = g_->inputs();
-  EMBER_CHECK(inputs.size() == gin.size(), "compiler: expected ", gin.size(),
-              " input tensors, got ", inputs.size());
-  std::vector<Tensor> env(g_->values().size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const graph::Value& v = *gin[i];
-    EMBER_CHECK(inputs[i].defined() && inputs[i].sizes() == v.meta.sizes &&
-                    inputs[i].dtype() == v.meta.dtype,
-                "compiler: input ", i, " does not match the captured ", value_type_str(v),
-                "; capture again for these inputs");
-    env[size_t(v.id)] = inputs[i];
-  }
+  std::vector<Tensor> env = bind_inputs(*g_, inputs);
   std::call_once(constants_once_, [&] {
     std::vector<Tensor> scratch(g_->values().size());
     for (size_t s = 0; s < steps_.size(); ++s) {
@@ -322,18 +357,7 @@ std::vector<Tensor> CompiledGraph::execute(const std::vector<Tensor>& inputs,
     }
     for (int id : release_after_[s]) env[size_t(id)] = Tensor();
   }
-  std::vector<Tensor> results;
-  for (const graph::Value* v : g_->outputs())
-    results.push_back(env[size_t(v->id)]);  // outputs are never released
-  // Write-backs into the inputs, after everything has read them (those written in place are
-  // already there).
-  for (const graph::Mutation& m : g_->mutations()) {
-    if (m.value == m.target) continue;
-    const Tensor& target = inputs[size_t(m.target->input_index)];
-    const Tensor& value = env[size_t(m.value->id)];
-    if (value.impl() != target.impl()) Tensor(target).copy_(value);
-  }
-  return results;
+  return finish_run(*g_, inputs, env);
 }
 
 void CompiledGraph::plan_constants() {
@@ -377,19 +401,7 @@ void CompiledGraph::run_node(const graph::Node& n, std::vector<Tensor>& env) con
     env[size_t(n.outputs[0]->id)] = std::move(out);
     return;
   }
-  // A view of a tensor laid out as when captured is the captured view: made directly, without
-  // the dispatcher's shape rules (a backward graph has a hundred views, ~2 µs each otherwise).
-  if (op_info(n.op).kind == OpKind::View && n.inputs.size() == 1) {
-    const graph::Value& in = *n.inputs[0];
-    const Tensor& t = env[size_t(in.id)];
-    if (t.defined() && !t.is_symbolic() && t.sizes() == in.meta.sizes &&
-        t.strides() == in.meta.strides && t.storage_offset() == in.meta.offset &&
-        t.dtype() == in.meta.dtype) {
-      for (const graph::Value* o : n.outputs)
-        env[size_t(o->id)] = make_view(t, o->meta.sizes, o->meta.strides, o->meta.offset);
-      return;
-    }
-  }
+  if (run_captured_view(n, env)) return;
   std::vector<Tensor> ins;
   for (const graph::Value* v : n.inputs) ins.push_back(env[size_t(v->id)]);
   std::vector<Tensor> outs = dispatch(n.op, std::move(ins), n.attrs);
@@ -618,7 +630,9 @@ class CompilerBackend : public capture::Backend {
  public:
   std::string name() const override { return "compiler"; }
   std::shared_ptr<const capture::Runnable> compile(std::shared_ptr<const graph::Graph> g) override {
-    if (!compiler_available()) {
+    bool on_gpu = false;
+    for (const auto& v : g->values()) on_gpu |= v->device.type != DeviceType::CPU;
+    if (!on_gpu && !compiler_available()) {
       static std::once_flag once;
       std::call_once(once, [] {
         capture::warn(
@@ -627,18 +641,18 @@ class CompilerBackend : public capture::Backend {
       });
       return capture::backend("eager").compile(std::move(g));
     }
-    for (const auto& v : g->values())
-      if (v->device.type != DeviceType::CPU) {
-        // Generated code runs on the CPU: a graph of GPU tensors runs its eager CUDA kernels.
-        static std::once_flag once;
-        std::call_once(once, [&] {
-          capture::warn("backend \"compiler\": a graph of " + v->device.str() +
-                        " tensors runs through eager interpretation (its eager GPU kernels); "
-                        "generated code is CPU-only for now");
-        });
-        return capture::backend("eager").compile(std::move(g));
-      }
+    Device device = kCPU;
+    std::string why;
+    if (on_gpu && !cuda_compilable(*g, &device, &why)) {
+      static std::once_flag once;
+      std::call_once(once, [&] {
+        capture::warn("backend \"compiler\": a graph of GPU tensors runs through eager "
+                      "interpretation (its eager GPU kernels): " + why);
+      });
+      return capture::backend("eager").compile(std::move(g));
+    }
     try {
+      if (on_gpu) return std::make_shared<CudaCompiledGraph>(g, device);
       return std::make_shared<CompiledGraph>(g);
     } catch (const Error& e) {
       // A failed build or load (full disk, unwritable cache directory, a compiler bug) must

@@ -122,4 +122,15 @@ class CompiledGraph : public capture::Runnable {
 
 std::unique_ptr<capture::Backend> make_compiler_backend();
 
+// Shared by the compiled graphs of every device. A run's environment (a tensor per value id)
+// with the inputs checked against the captured ones and bound.
+std::vector<Tensor> bind_inputs(const graph::Graph& g, const std::vector<Tensor>& inputs);
+// A view of a tensor laid out as when captured is the captured view: made directly, without
+// the dispatcher's shape rules (a backward graph has a hundred views, ~2 us each otherwise).
+// False when n is not such a view.
+bool run_captured_view(const graph::Node& n, std::vector<Tensor>& env);
+// The graph's outputs, after the write-backs into the inputs.
+std::vector<Tensor> finish_run(const graph::Graph& g, const std::vector<Tensor>& inputs,
+                               const std::vector<Tensor>& env);
+
 }  // namespace ember::compiler

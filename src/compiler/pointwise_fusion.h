@@ -118,6 +118,9 @@ struct FusionPlan {
   std::vector<int> group_of_node;
 };
 
-FusionPlan plan_fusion(const graph::Graph& g);
+// The plan for kernels on `device`. On a GPU (render_cuda.h) only pointwise and row groups
+// form: matmuls, attention and column sums stay the eager kernels' (cuBLAS, the fused
+// attention), their producers and consumers fused around them.
+FusionPlan plan_fusion(const graph::Graph& g, Device device = kCPU);
 
 }  // namespace ember::compiler

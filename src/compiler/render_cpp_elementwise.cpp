@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "compiler/codegen_util.h"
+#include "compiler/render_common.h"
 #include "compiler/render_cpp.h"
 #include "kernels/cpu/loops.h"
 
@@ -16,38 +17,6 @@ namespace {
 using kir::Index;
 using kir::Stmt;
 
-// Coordinates of a flat element i (or, over the leading dims, of row r): the last varies
-// fastest; the first needs no modulo.
-Index::Substitution coords_of(const std::vector<Index>& dims, int var) {
-  std::vector<Index> c(dims.size());
-  Index inner = 1;
-  for (size_t d = dims.size(); d-- > 0;) {
-    if (dims[d].is_constant() && dims[d].constant() <= 1) {  // always 0 (or no element at all)
-      c[d] = 0;
-      continue;
-    }
-    Index x = Index::symbol(var);
-    if (!(inner.is_constant() && inner.constant() == 1)) x = floordiv(x, inner);
-    if (d > 0) x = mod(x, dims[d]);
-    c[d] = x;
-    inner = inner * dims[d];
-  }
-  return [c](int id) -> std::optional<Index> {
-    if (id >= kir::kCoord && size_t(id - kir::kCoord) < c.size()) return c[size_t(id - kir::kCoord)];
-    return std::nullopt;
-  };
-}
-
-// The loop variables i, r and j are symbols just below the coordinates; sizes print as
-// themselves.
-constexpr int kVarI = kir::kCoord - 3, kVarR = kir::kCoord - 2, kVarJ = kir::kCoord - 1;
-std::string loop_names(int id) {
-  if (id == kVarI) return "i";
-  if (id == kVarR) return "r";
-  if (id == kVarJ) return "j";
-  return std::string("s").append(std::to_string(id));
-}
-
 // e with the last coordinate set to `to` (0: the row part of an offset).
 Index with_last(const Index& e, int last, const Index& to) {
   return e.substitute([&](int id) -> std::optional<Index> {
@@ -57,10 +26,6 @@ Index with_last(const Index& e, int last, const Index& to) {
 }
 
 bool constant(const Index& e, int64_t v) { return e.is_constant() && e.constant() == v; }
-
-std::string buffer_name(const kir::Kernel& k, int b) {
-  return k.buffers[size_t(b)].output ? "out" : "in" + std::to_string(b);
-}
 
 }  // namespace
 
@@ -86,7 +51,7 @@ CppRowOffset cpp_row_offset(const kir::Kernel& k, const kir::Index& index) {
   if (!constant(row_part, 0) && row_part == step * lead_flat)
     o.row = (step * Index::symbol(kVarR)).str(loop_names);
   else if (!constant(row_part, 0))
-    o.row = row_part.substitute(coords_of(lead, kVarR)).str(loop_names);
+    o.row = row_part.substitute(flat_coordinates(lead, kVarR)).str(loop_names);
   if (!constant(col_part, 0)) o.col = col_part.str(loop_names);
   return o;
 }
@@ -121,77 +86,9 @@ void render_cpp_elementwise(std::ostringstream& os, const kir::Kernel& k, size_t
   }
   const kir::Buffer& outb = k.buffers[size_t(out_buffer)];
   const DType dt = outb.dtype;
-  auto decl = [](const Stmt& s) {
-    return std::string("const ") + compute_type(s.dtype) + " " + s.out + " = ";
-  };
   for (const Stmt& s : k.body)
     if (k.uniform(s))
-      os << ind << decl(s) << load_value(s.dtype, buffer_name(k, s.buffer) + "[0]") << ";\n";
-  // The statements at one element: `at(load)` spells the load's offset, `store_to` the
-  // output's element.
-  auto emit_body = [&](const std::string& in, const std::function<std::string(const Stmt&)>& at,
-                       const std::string& store_to) {
-    for (const Stmt& s : k.body) {
-      switch (s.kind) {
-        case Stmt::Kind::Load: {
-          if (k.uniform(s)) break;
-          if (s.when.empty()) {
-            const std::string o = at(s);  // the output's own element: through its row pointer
-            const std::string element =
-                o == "orow[j]" ? o : buffer_name(k, s.buffer) + "[" + o + "]";
-            os << in << decl(s) << load_value(s.dtype, element) << ";\n";
-            break;
-          }
-          const char* T = compute_type(s.dtype);
-          bool never = false;
-          for (const sym::Rel& r : s.when) never |= r.decided() == std::optional<bool>(false);
-          if (never) {
-            os << in << decl(s) << T << "(0);\n";
-            break;
-          }
-          // The offset is taken only where the conditions hold (0 elsewhere), so the load
-          // always reads a valid element and the select discards it.
-          // The conditions are on the last coordinate, the column j (masked loads make the
-          // kernel loop over rows).
-          const int last = int(k.domain.size()) - 1;
-          std::string cond;
-          for (const sym::Rel& r : s.when) {
-            const sym::Rel at_j{r.op, r.diff.substitute([&](int id) -> std::optional<Index> {
-                                  if (id == kir::kCoord + last) return Index::symbol(kVarJ);
-                                  return std::nullopt;
-                                })};
-            cond += (cond.empty() ? "" : " && ") + at_j.str(loop_names);
-          }
-          os << in << "const bool " << s.out << "_in = " << cond << ";\n"
-             << in << "const int64_t " << s.out << "_at = " << s.out << "_in ? " << at(s)
-             << " : 0;\n"
-             << in << decl(s) << s.out << "_in ? "
-             << load_value(s.dtype, buffer_name(k, s.buffer) + "[" + s.out + "_at]") << " : "
-             << T << "(0);\n";
-          break;
-        }
-        case Stmt::Kind::Cast:
-          // As the eager cast: converted to the target's compute type, then (16-bit targets)
-          // rounded to the target, which eager does by storing the result.
-          os << in << decl(s)
-             << load_value(s.dtype, store_value(s.dtype, std::string(compute_type(s.dtype)) + "(" +
-                                                             s.args[0] + ")"))
-             << ";\n";
-          break;
-        case Stmt::Kind::Call:
-          os << in << decl(s) << "ember::fn::" << s.functor << "{}(";
-          for (size_t a = 0; a < s.args.size(); ++a) os << (a ? ", " : "") << s.args[a];
-          os << ");\n";
-          break;
-        case Stmt::Kind::Store:
-          os << in << store_to << " = " << store_value(dt, s.args[0]) << ";\n";
-          break;
-        case Stmt::Kind::Const:
-        case Stmt::Kind::Kept:
-          EMBER_FAIL("compiler: ", k.name, ": a row statement in an elementwise kernel");
-      }
-    }
-  };
+      os << ind << value_decl(s) << load_value(s.dtype, buffer_name(k, s.buffer) + "[0]") << ";\n";
   // Symbolic sizes: their values follow the buffers in args (s<i> at [i]); the loop bounds and
   // the parallel and streaming choices that depend on them are taken at run time.
   const std::vector<int> symbols = k.size_symbols();
@@ -250,17 +147,16 @@ void render_cpp_elementwise(std::ostringstream& os, const kir::Kernel& k, size_t
     os << in1 << storage_type(dt) << "* __restrict orow = out + r * cols;\n"
        << "#pragma omp simd\n"
        << in1 << "for (int64_t j = 0; j < cols; ++j) {\n";
-    emit_body(
-        in2,
-        [&](const Stmt& s) {
-          const std::string& o = offset[size_t(&s - k.body.data())];
-          return o == "orow" ? std::string("orow[j]") : o;
-        },
-        "orow[j]");
+    emit_pointwise_body(
+        os, k, in2, [&](const Stmt& s) { return offset[size_t(&s - k.body.data())]; },
+        "orow[j]", [&](const Stmt& s) {
+          return offset[size_t(&s - k.body.data())] == "orow" ? std::string("orow[j]")
+                                                              : std::string();
+        });
     os << in1 << "}\n" << ind << "}\n";
     return;
   }
-  const Index::Substitution flat_coords = coords_of(k.domain, kVarI);
+  const Index::Substitution flat_coords = flat_coordinates(k.domain, kVarI);
   auto flat_at = [&](const Stmt& s) {
     if (s.index == flat) return std::string("i");
     return s.index.substitute(flat_coords).str(loop_names);
@@ -284,7 +180,7 @@ void render_cpp_elementwise(std::ostringstream& os, const kir::Kernel& k, size_t
        << "#pragma omp simd\n"
        << in2 << "for (int64_t l = 0; l < cn; ++l) {\n"
        << in3 << "const int64_t i = i0 + l;\n";
-    emit_body(in3, flat_at, "buf[l]");
+    emit_pointwise_body(os, k, in3, flat_at, "buf[l]");
     os << in2 << "}\n"
        << in2 << "ember_stream(out + i0, buf, sizeof(" << storage_type(dt) << ") * cn);\n"
        << in1 << "}\n"
@@ -299,7 +195,7 @@ void render_cpp_elementwise(std::ostringstream& os, const kir::Kernel& k, size_t
   else
     os << (n >= cpu::kParallelGrain ? "#pragma omp parallel for simd\n" : "#pragma omp simd\n");
   os << ind << "for (int64_t i = 0; i < n; ++i) {\n";
-  emit_body(std::string(ind) + "  ", flat_at, "out[i]");
+  emit_pointwise_body(os, k, std::string(ind) + "  ", flat_at, "out[i]");
   os << ind << "}\n";
 }
 

@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "compiler/codegen_util.h"
+#include "compiler/render_common.h"
 #include "compiler/render_cpp.h"
 #include "kernels/cpu/loops.h"
 
@@ -89,61 +90,6 @@ void emit_reduce(std::ostringstream& os, const char* T, int64_t esize, int64_t n
      << tail << "    }\n"
      << "    " << T << " " << acc << " = " << lanes << "[0];\n"
      << "    for (int64_t l = 1; l < " << w << "; ++l) " << combine(acc, lanes + "[l]") << "\n";
-}
-
-// Statements as C++ lines at column j (or, in the output of a row reduction, at row r):
-// loads at their offsets (`offset(stmt)`), kept values where the pass finds them (`kept_at`),
-// the store to `store_to`.
-struct Spell {
-  const kir::Kernel& k;
-  std::function<std::string(const kir::Stmt&)> offset;
-  std::string kept_at, store_to;
-
-  void operator()(std::ostringstream& os, const std::vector<kir::Stmt>& stmts,
-                  const std::string& ind) const {
-    for (const kir::Stmt& s : stmts) {
-      const char* T = compute_type(s.dtype);
-      const std::string decl = std::string("const ") + T + " " + s.out + " = ";
-      switch (s.kind) {
-        case kir::Stmt::Kind::Load:
-          if (k.uniform(s)) break;  // loaded once, at the kernel's start
-          os << ind << decl << "in" << s.buffer << "[" << offset(s) << "];\n";
-          break;
-        case kir::Stmt::Kind::Call:
-          os << ind << decl << "ember::fn::" << s.functor << "{}(";
-          for (size_t a = 0; a < s.args.size(); ++a) os << (a ? ", " : "") << s.args[a];
-          os << ");\n";
-          break;
-        case kir::Stmt::Kind::Const: {
-          char v[40];
-          std::snprintf(v, sizeof v, "%.17g", s.constant);
-          os << ind << decl << T << "(" << (s.size_valued ? s.index.str() : std::string(v))
-             << ");\n";
-          break;
-        }
-        case kir::Stmt::Kind::Kept:
-          os << ind << decl << kept_at << ";\n";
-          break;
-        case kir::Stmt::Kind::Cast:
-          os << ind << decl << T << "(" << s.args[0] << ");\n";
-          break;
-        case kir::Stmt::Kind::Store:
-          os << ind << store_to << " = " << s.args[0] << ";\n";
-          break;
-      }
-    }
-  }
-};
-
-// Whether `name` is read by one of `stmts` or is `value`, without being defined by them (a
-// consumer may load the row op's input itself).
-bool reads(const std::vector<kir::Stmt>& stmts, const std::string& value, const std::string& name) {
-  bool read = value == name;
-  for (const kir::Stmt& s : stmts) {
-    if (s.kind != kir::Stmt::Kind::Store && s.out == name) return false;
-    read |= std::find(s.args.begin(), s.args.end(), name) != s.args.end();
-  }
-  return read;
 }
 
 }  // namespace
@@ -332,19 +278,19 @@ void render_cpp_rows(std::ostringstream& os, const kir::Kernel& k) {
   int reductions = 0;  // emitted so far
   // Whether a step after the first, or the output, reads the input again (then the first pass
   // keeps a computed input in the row).
-  bool reread = reads(rp.out, "", x);
+  bool reread = reads_value(rp.out, "", x);
   for (size_t i = 1; i < rp.steps.size(); ++i)
-    reread |= reads(rp.steps[i].body, rp.steps[i].value, x);
+    reread |= reads_value(rp.steps[i].body, rp.steps[i].value, x);
   EMBER_CHECK(row_output || !reread, "compiler: a row reduction cannot keep its input");
   bool kept = false, first = true;
   // The row op's input read again at column j, by a pass after the first.
   const std::string x_again = "      const " + std::string(T) + " " + x + " = " + src + "[j];\n";
-  Spell spell{k, offset, "row[j]", ""};
+  RowSpell spell{k, offset, "row[j]", ""};
   // The output at column j of row r: the row op's result, the fused consumers, stored to `to`.
   auto output_at = [&](const std::string& to) {
     std::ostringstream last;
-    if (reads(rp.out, "", x)) last << x_again;
-    Spell s = spell;
+    if (reads_value(rp.out, "", x)) last << x_again;
+    RowSpell s = spell;
     s.store_to = to;
     s(last, rp.out, "      ");
     return last.str();
@@ -376,13 +322,13 @@ void render_cpp_rows(std::ostringstream& os, const kir::Kernel& k) {
       os << body.str() << "    const " << T << " " << step.name << " = " << step.value << ";\n";
       continue;
     }
-    EMBER_CHECK(!kept || !reads(step.body, step.value, x),
+    EMBER_CHECK(!kept || !reads_value(step.body, step.value, x),
                 "compiler: a row step reads the input after the row was overwritten");
     std::ostringstream body;
     if (first && src == "row") {  // the row op's input computed here (kept when reread)
       spell(body, rp.pre, "      ");
       if (reread) body << "      row[j] = " << x << ";\n";
-    } else if (reads(step.body, step.value, x)) {
+    } else if (reads_value(step.body, step.value, x)) {
       body << x_again;
     }
     spell(body, step.body, "      ");
@@ -404,12 +350,12 @@ void render_cpp_rows(std::ostringstream& os, const kir::Kernel& k) {
                 value, pipelined && last_reduction ? ahead_reduce : Ahead{}, tail);
     first = false;
   }
-  EMBER_CHECK(!(kept && src == "row" && reads(rp.out, "", x)),
+  EMBER_CHECK(!(kept && src == "row" && reads_value(rp.out, "", x)),
               "compiler: ", k.name, "'s output reads the row op's input after the row was "
               "overwritten");
   for (const auto& [buffer, name] : rp.stats) os << "    stat" << buffer << "[r] = " << name << ";\n";
   if (!row_output) {
-    Spell s = spell;
+    RowSpell s = spell;
     s.store_to = "out[r]";
     s(os, rp.out, "    ");
   } else if (pipelined) {

@@ -232,7 +232,8 @@ void seal_library(const std::string& lib) {
 // What is wrong with the disk entry at `path`, or "" when it may be loaded: it must be a
 // regular file of ours that nobody else can write, and end in a trailer that matches it.
 // `untrusted_file` is set when the problem is whose it is rather than what it holds.
-std::string check_entry(const std::string& path, bool* untrusted_file) {
+std::string check_entry(const std::string& path, bool* untrusted_file,
+                        std::string* payload = nullptr) {
   *untrusted_file = false;
   int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
@@ -274,6 +275,7 @@ std::string check_entry(const std::string& path, bool* untrusted_file) {
            std::to_string(t.size) + " were published";
   if (fnv1a(bytes.data(), size_t(t.size)) != t.hash)
     return "its contents changed since it was built";
+  if (payload) *payload = bytes.substr(0, size_t(t.size));
   return "";
 }
 
@@ -559,6 +561,49 @@ std::shared_ptr<const Library> load_source(const std::string& source, const std:
     throw;
   }
 }
+
+namespace cache_entry {
+
+std::string key(const std::string& text) { return hash_hex(text); }
+
+std::string directory() { return usable_cache_dir(); }
+
+std::optional<std::string> read(const std::string& path, std::string* why) {
+  why->clear();
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return std::nullopt;
+  bool untrusted_file = false;
+  std::string payload;
+  *why = check_entry(path, &untrusted_file, &payload);
+  if (why->empty()) return payload;
+  const std::string text = "compiler: not loading the cached entry " + path + ": " + *why;
+  if (untrusted_file) warn_once("file " + path + ": " + *why, text + "; building it again");
+  log_cache("rebuilding the cached entry " + path + ": " + *why);
+  return std::nullopt;
+}
+
+void write(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp." + unique_suffix();
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f.write(bytes.data(), std::streamsize(bytes.size()));
+    f.close();
+    if (!f.good()) {
+      std::remove(tmp.c_str());
+      EMBER_FAIL("compiler: cannot write ", tmp, " (errno ", errno, ")");
+    }
+  }
+  try {
+    seal_library(tmp);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  EMBER_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "compiler: cannot move ", tmp, " to ",
+              path, " (errno ", errno, ")");
+}
+
+}  // namespace cache_entry
 
 ToolchainStats toolchain_stats() {
   return {g_compiler_runs.load(), g_disk_hits.load(), g_memory_hits.load(), g_rebuilds.load(),

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace ember::compiler {
@@ -55,6 +56,21 @@ const std::string& generated_includes();
 // was built and it is ours, writable by no one else; otherwise (or when it lacks `entry`) it
 // counts as a rebuild and is built again in its place.
 std::shared_ptr<const Library> load_source(const std::string& source, const std::string& entry);
+
+// The disk cache's rules for entries other than these libraries (toolchain_cuda.h's binaries):
+// named by a key, published whole by rename, ending in a trailer with their size and hash,
+// loaded only when ours and writable by no one else.
+namespace cache_entry {
+// 32 hex digits naming `text` (everything that decides the entry's contents).
+std::string key(const std::string& text);
+// The directory entries go to: cache_dir() when it can be trusted, else a private one.
+std::string directory();
+// The entry's contents; nullopt when it is absent (`why` empty) or must be built again (`why`
+// says what is wrong with it).
+std::optional<std::string> read(const std::string& path, std::string* why);
+// Publishes `bytes` at `path`, atomically, with the trailer.
+void write(const std::string& path, const std::string& bytes);
+}  // namespace cache_entry
 
 ToolchainStats toolchain_stats();
 // Forgets the libraries loaded in this process (the disk cache stays): tests use it to

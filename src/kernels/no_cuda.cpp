@@ -2,6 +2,7 @@
 // that needs one says how to get it.
 #include "ember/cuda.h"
 #include "ember/error.h"
+#include "kernels/device_code.h"
 #include "kernels/device_kernels.h"
 #include "kernels/device_memory.h"
 #include "kernels/multi_tensor.h"
@@ -38,6 +39,15 @@ std::shared_ptr<Storage> new_cuda_storage(size_t, Device d) {
 void copy_bytes(void*, Device, const void*, Device, size_t) { no_cuda("a copy to or from a GPU"); }
 std::shared_ptr<Storage> new_pinned_storage(size_t) { return nullptr; }
 }  // namespace device_memory
+
+namespace device_code {
+std::shared_ptr<const Module> load(const std::string&) { no_cuda("generated CUDA code"); }
+int compute_capability(int) { no_cuda("generated CUDA code"); }
+int multiprocessors(int) { no_cuda("generated CUDA code"); }
+void launch(const void*, int, unsigned, unsigned, void**, const char*) {
+  no_cuda("generated CUDA code");
+}
+}  // namespace device_code
 
 namespace multi_tensor {
 bool takes(std::span<const Tensor>) { return false; }

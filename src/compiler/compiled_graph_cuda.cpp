@@ -1,0 +1,187 @@
+// Running a graph compiled for a GPU (compiled_graph_cuda.h). Each fused kernel's buffers are
+// checked against the captured layout (its index math is specialized to it); a buffer laid out
+// otherwise runs that group's nodes eagerly instead. Intermediates are released after their
+// last reader, as eager execution frees them.
+#include "compiler/compiled_graph_cuda.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+
+#include "compiler/compiled_graph.h"
+#include "compiler/families.h"
+#include "compiler/lower.h"
+#include "compiler/toolchain_cuda.h"
+#include "core/logs.h"
+#include "core/make_tensor.h"
+#include "core/shape.h"
+#include "ember/autograd.h"
+#include "ember/ops.h"
+#include "graph/graph_util.h"
+
+namespace ember::compiler {
+
+namespace {
+
+void log_decision(const std::string& text) {
+  static const bool on = log_category_enabled("compiler");
+  if (on) std::fprintf(stderr, "[ember:compiler] %s\n", text.c_str());
+}
+
+}  // namespace
+
+bool cuda_compilable(const graph::Graph& g, Device* device, std::string* why) {
+  bool found = false;
+  for (const auto& v : g.values()) {
+    if (v->device.type != DeviceType::CUDA) continue;
+    if (found && v->device != *device) {
+      *why = "its tensors are on more than one GPU";
+      return false;
+    }
+    *device = v->device;
+    found = true;
+  }
+  if (!found) {
+    *why = "it has no GPU tensor";
+    return false;
+  }
+  if (!nvrtc_available()) {
+    *why = "NVRTC (libnvrtc.so) cannot be loaded";
+    return false;
+  }
+  return true;
+}
+
+CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Device device)
+    : g_(std::move(g)), device_(device) {
+  for (const auto& n : g_->nodes())
+    if (graph::is_random(n->op) || n->skipped_draws) eager_reason_ = "the graph draws random numbers";
+  if (!eager_reason_.empty()) {
+    log_decision("graph runs through eager interpretation: " + eager_reason_);
+    return;
+  }
+  plan_ = plan_fusion(*g_, device_);
+  const auto& nodes = g_->nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const int k = plan_.group_of_node[i];
+    if (k < 0)
+      steps_.push_back({-1, nodes[i].get()});
+    else if (nodes[i]->outputs[0] == plan_.groups[size_t(k)].output)
+      steps_.push_back({k, nullptr});
+  }
+  // Last readers: intermediates are released as early as eager code would release them.
+  std::vector<int> last(g_->values().size(), -1);
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    if (steps_[s].kernel >= 0)
+      for (const graph::Value* v : plan_.groups[size_t(steps_[s].kernel)].inputs)
+        last[size_t(v->id)] = int(s);
+    else
+      for (const graph::Value* v : steps_[s].node->inputs) last[size_t(v->id)] = int(s);
+  }
+  for (const graph::Value* v : g_->outputs()) last[size_t(v->id)] = INT_MAX;
+  for (const graph::Mutation& m : g_->mutations()) last[size_t(m.value->id)] = INT_MAX;
+  release_after_.resize(steps_.size());
+  for (size_t id = 0; id < last.size(); ++id)
+    if (last[id] >= 0 && last[id] != INT_MAX) release_after_[size_t(last[id])].push_back(int(id));
+  log_decision(std::to_string(plan_.groups.size()) + " fused CUDA kernel(s), " +
+               std::to_string(steps_.size() - plan_.groups.size()) + " eager node(s)");
+  if (plan_.groups.empty()) return;
+  std::vector<const kir::Kernel*> ks;
+  lowered_.reserve(plan_.groups.size());
+  for (size_t k = 0; k < plan_.groups.size(); ++k) {
+    const FusionGroup& grp = plan_.groups[k];
+    const std::string name = "kernel_" + std::to_string(k);
+    lowered_.push_back(grp.row ? lower_rows(grp, name) : lower_elementwise(grp, name));
+  }
+  for (const kir::Kernel& k : lowered_) {
+    ks.push_back(&k);
+    symbols_.push_back(k.size_symbols());
+  }
+  source_ = generate_cuda(ks, &launches_);
+  static const bool output_code = log_category_enabled("output_code");
+  if (output_code) std::fprintf(stderr, "[ember:output_code]\n%s\n", source_.c_str());
+  dims_ = input_dims(*g_);
+  sms_ = device_code::multiprocessors(device_.index);
+  module_ = load_cuda_source(source_, device_.index);
+  for (const kir::Kernel& k : lowered_) kernels_.push_back(module_->kernel(k.name));
+}
+
+void CudaCompiledGraph::run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const {
+  for (const graph::Node* n : grp.nodes) run_node(*n, env);
+}
+
+void CudaCompiledGraph::run_node(const graph::Node& n, std::vector<Tensor>& env) const {
+  if (run_captured_view(n, env)) return;
+  std::vector<Tensor> ins;
+  for (const graph::Value* v : n.inputs) ins.push_back(env[size_t(v->id)]);
+  std::vector<Tensor> outs = dispatch(n.op, std::move(ins), n.attrs);
+  for (size_t j = 0; j < outs.size(); ++j) env[size_t(n.outputs[j]->id)] = std::move(outs[j]);
+}
+
+void CudaCompiledGraph::run_kernel(int kernel, std::vector<Tensor>& env) const {
+  const FusionGroup& grp = plan_.groups[size_t(kernel)];
+  std::vector<void*> ptrs;
+  for (const graph::Value* v : grp.inputs) {
+    const Tensor& t = env[size_t(v->id)];
+    // Index math is specialized to the captured layout: another one runs eagerly.
+    if (t.sizes() != v->meta.sizes || t.dtype() != v->meta.dtype || t.device() != device_ ||
+        (shape_numel(v->meta.sizes) > 1 && t.strides() != v->meta.strides)) {
+      run_group_eagerly(grp, env);
+      return;
+    }
+    ptrs.push_back(t.impl()->data());
+  }
+  std::vector<Tensor> outs;
+  auto fresh = [&](const graph::Value* v) {
+    TensorOptions o(v->meta.dtype);
+    o.device = device_;
+    outs.push_back(empty(v->meta.sizes, o));
+    ptrs.push_back(outs.back().impl()->data());
+  };
+  fresh(grp.output);
+  for (const graph::Value* e : grp.extra_outputs) fresh(e);
+  std::vector<void*> args;
+  for (void*& p : ptrs) args.push_back(&p);
+  for (int sym : symbols_[size_t(kernel)])
+    args.push_back(const_cast<int64_t*>(&dims_[size_t(sym)]));
+  const CudaLaunch& l = launches_[size_t(kernel)];
+  const unsigned grid = cuda_grid(l, dims_, sms_);
+  if (grid > 0)
+    device_code::launch(kernels_[size_t(kernel)], device_.index, grid, unsigned(l.block),
+                        args.data(), "generated CUDA kernel launch");
+  env[size_t(grp.output->id)] = std::move(outs[0]);
+  for (size_t j = 0; j < grp.extra_outputs.size(); ++j)
+    env[size_t(grp.extra_outputs[j]->id)] = std::move(outs[j + 1]);
+}
+
+std::vector<Tensor> CudaCompiledGraph::run(const std::vector<Tensor>& inputs) const {
+  return execute(inputs, nullptr);
+}
+
+std::vector<Tensor> CudaCompiledGraph::run_consuming(std::vector<Tensor>&& inputs) const {
+  return execute(inputs, g_->mutations().empty() ? &inputs : nullptr);
+}
+
+std::vector<Tensor> CudaCompiledGraph::execute(const std::vector<Tensor>& inputs,
+                                               std::vector<Tensor>* owned) const {
+  if (!eager_reason_.empty()) return g_->interpret(inputs);
+  if (is_grad_enabled())
+    for (const Tensor& t : inputs)
+      if (t.defined() && t.requires_grad()) {
+        log_decision("inputs require grad with grad mode on: running through eager interpretation");
+        return g_->interpret(inputs);
+      }
+  std::vector<Tensor> env = bind_inputs(*g_, inputs);
+  if (owned) owned->clear();
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const Step& st = steps_[s];
+    if (st.kernel >= 0)
+      run_kernel(st.kernel, env);
+    else
+      run_node(*st.node, env);
+    for (int id : release_after_[s]) env[size_t(id)] = Tensor();
+  }
+  return finish_run(*g_, inputs, env);
+}
+
+}  // namespace ember::compiler

@@ -1,0 +1,59 @@
+// The "compiler" backend on a GPU: a graph of CUDA tensors compiled into steps, fused kernels
+// rendered as CUDA C++ (render_cuda.h) and built by NVRTC (toolchain_cuda.h), and eager nodes
+// through the dispatcher (matmuls on cuBLAS, attention on its fused kernels, everything the
+// plan leaves out). Kernels launch on the device's stream in graph order, as eager ops do.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capture/capture.h"
+#include "compiler/kernel_ir.h"
+#include "compiler/pointwise_fusion.h"
+#include "compiler/render_cuda.h"
+#include "kernels/device_code.h"
+
+namespace ember::compiler {
+
+class CudaCompiledGraph : public capture::Runnable {
+ public:
+  CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Device device);
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override;
+  std::vector<Tensor> run_consuming(std::vector<Tensor>&& inputs) const override;
+
+  size_t kernel_count() const { return plan_.groups.size(); }
+  const std::string& source() const { return source_; }
+  // Why the graph always runs through eager interpretation ("" when it does not).
+  const std::string& eager_reason() const { return eager_reason_; }
+
+ private:
+  struct Step {
+    int kernel = -1;  // a fused kernel, or (< 0) `node` through the dispatcher
+    const graph::Node* node = nullptr;
+  };
+  std::vector<Tensor> execute(const std::vector<Tensor>& inputs,
+                              std::vector<Tensor>* owned) const;
+  void run_kernel(int kernel, std::vector<Tensor>& env) const;
+  void run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const;
+  void run_node(const graph::Node& n, std::vector<Tensor>& env) const;
+
+  std::shared_ptr<const graph::Graph> g_;
+  Device device_;
+  FusionPlan plan_;
+  std::string source_, eager_reason_;
+  std::vector<kir::Kernel> lowered_;
+  std::vector<CudaLaunch> launches_;
+  std::shared_ptr<const device_code::Module> module_;
+  std::vector<const void*> kernels_;
+  std::vector<int64_t> dims_;  // the values of the size symbols
+  std::vector<std::vector<int>> symbols_;  // per kernel: the symbols it takes
+  int sms_ = 1;
+  std::vector<Step> steps_;
+  std::vector<std::vector<int>> release_after_;  // per step: value ids read for the last time
+};
+
+// Whether the graph's tensors are on one CUDA device that NVRTC can build for (else the
+// backend interprets it); the device in `device`.
+bool cuda_compilable(const graph::Graph& g, Device* device, std::string* why);
+
+}  // namespace ember::compiler

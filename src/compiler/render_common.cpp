@@ -1,0 +1,162 @@
+// Spelling shared by the C++ and CUDA renderers (render_common.h).
+#include "compiler/render_common.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "compiler/codegen_util.h"
+#include "ember/error.h"
+
+namespace ember::compiler {
+
+using kir::Index;
+using kir::Stmt;
+
+Index::Substitution flat_coordinates(const std::vector<Index>& dims, int var) {
+  std::vector<Index> c(dims.size());
+  Index inner = 1;
+  for (size_t d = dims.size(); d-- > 0;) {
+    if (dims[d].is_constant() && dims[d].constant() <= 1) {  // always 0 (or no element at all)
+      c[d] = 0;
+      continue;
+    }
+    Index x = Index::symbol(var);
+    if (!(inner.is_constant() && inner.constant() == 1)) x = floordiv(x, inner);
+    if (d > 0) x = mod(x, dims[d]);
+    c[d] = x;
+    inner = inner * dims[d];
+  }
+  return [c](int id) -> std::optional<Index> {
+    if (id >= kir::kCoord && size_t(id - kir::kCoord) < c.size()) return c[size_t(id - kir::kCoord)];
+    return std::nullopt;
+  };
+}
+
+std::string loop_names(int id) {
+  if (id == kVarI) return "i";
+  if (id == kVarR) return "r";
+  if (id == kVarJ) return "j";
+  return std::string("s").append(std::to_string(id));
+}
+
+std::string buffer_name(const kir::Kernel& k, int b) {
+  return k.buffers[size_t(b)].output ? "out" : "in" + std::to_string(b);
+}
+
+std::string value_decl(const Stmt& s) {
+  return std::string("const ") + compute_type(s.dtype) + " " + s.out + " = ";
+}
+
+void emit_pointwise_body(std::ostringstream& os, const kir::Kernel& k, const std::string& in,
+                         const std::function<std::string(const Stmt&)>& offset,
+                         const std::string& store_to,
+                         const std::function<std::string(const Stmt&)>& element) {
+  DType dt = DType::Float32;  // the output's
+  for (const kir::Buffer& b : k.buffers)
+    if (b.output) dt = b.dtype;
+  for (const Stmt& s : k.body) {
+    switch (s.kind) {
+      case Stmt::Kind::Load: {
+        if (k.uniform(s)) break;
+        if (s.when.empty()) {
+          std::string e = element ? element(s) : std::string();
+          if (e.empty()) e = buffer_name(k, s.buffer) + "[" + offset(s) + "]";
+          os << in << value_decl(s) << load_value(s.dtype, e) << ";\n";
+          break;
+        }
+        const char* T = compute_type(s.dtype);
+        bool never = false;
+        for (const sym::Rel& r : s.when) never |= r.decided() == std::optional<bool>(false);
+        if (never) {
+          os << in << value_decl(s) << T << "(0);\n";
+          break;
+        }
+        // The offset is taken only where the conditions hold (0 elsewhere), so the load
+        // always reads a valid element and the select discards it. The conditions are on the
+        // last coordinate, the column j.
+        const int last = int(k.domain.size()) - 1;
+        std::string cond;
+        for (const sym::Rel& r : s.when) {
+          const sym::Rel at_j{r.op, r.diff.substitute([&](int id) -> std::optional<Index> {
+                                if (id == kir::kCoord + last) return Index::symbol(kVarJ);
+                                return std::nullopt;
+                              })};
+          cond += (cond.empty() ? "" : " && ") + at_j.str(loop_names);
+        }
+        os << in << "const bool " << s.out << "_in = " << cond << ";\n"
+           << in << "const int64_t " << s.out << "_at = " << s.out << "_in ? " << offset(s)
+           << " : 0;\n"
+           << in << value_decl(s) << s.out << "_in ? "
+           << load_value(s.dtype, buffer_name(k, s.buffer) + "[" + s.out + "_at]") << " : "
+           << T << "(0);\n";
+        break;
+      }
+      case Stmt::Kind::Cast:
+        // As the eager cast: converted to the target's compute type, then (16-bit targets)
+        // rounded to the target, which eager does by storing the result.
+        os << in << value_decl(s)
+           << load_value(s.dtype, store_value(s.dtype, std::string(compute_type(s.dtype)) + "(" +
+                                                           s.args[0] + ")"))
+           << ";\n";
+        break;
+      case Stmt::Kind::Call:
+        os << in << value_decl(s) << "ember::fn::" << s.functor << "{}(";
+        for (size_t a = 0; a < s.args.size(); ++a) os << (a ? ", " : "") << s.args[a];
+        os << ");\n";
+        break;
+      case Stmt::Kind::Store:
+        os << in << store_to << " = " << store_value(dt, s.args[0]) << ";\n";
+        break;
+      case Stmt::Kind::Const:
+      case Stmt::Kind::Kept:
+        EMBER_FAIL("compiler: ", k.name, ": a row statement in an elementwise kernel");
+    }
+  }
+}
+
+bool reads_value(const std::vector<Stmt>& stmts, const std::string& value,
+                 const std::string& name) {
+  bool read = value == name;
+  for (const Stmt& s : stmts) {
+    if (s.kind != Stmt::Kind::Store && s.out == name) return false;
+    read |= std::find(s.args.begin(), s.args.end(), name) != s.args.end();
+  }
+  return read;
+}
+
+void RowSpell::operator()(std::ostringstream& os, const std::vector<Stmt>& stmts,
+                          const std::string& ind) const {
+  for (const Stmt& s : stmts) {
+    const char* T = compute_type(s.dtype);
+    const std::string decl = std::string("const ") + T + " " + s.out + " = ";
+    switch (s.kind) {
+      case Stmt::Kind::Load:
+        if (k.uniform(s)) break;  // loaded once, at the kernel's start
+        os << ind << decl << "in" << s.buffer << "[" << offset(s) << "];\n";
+        break;
+      case Stmt::Kind::Call:
+        os << ind << decl << "ember::fn::" << s.functor << "{}(";
+        for (size_t a = 0; a < s.args.size(); ++a) os << (a ? ", " : "") << s.args[a];
+        os << ");\n";
+        break;
+      case Stmt::Kind::Const: {
+        char v[40];
+        std::snprintf(v, sizeof v, "%.17g", s.constant);
+        os << ind << decl << T << "(" << (s.size_valued ? s.index.str() : std::string(v))
+           << ");\n";
+        break;
+      }
+      case Stmt::Kind::Kept:
+        os << ind << decl << kept_at << ";\n";
+        break;
+      case Stmt::Kind::Cast:
+        os << ind << decl << T << "(" << s.args[0] << ");\n";
+        break;
+      case Stmt::Kind::Store:
+        os << ind << store_to << " = " << s.args[0] << ";\n";
+        break;
+    }
+  }
+}
+
+}  // namespace ember::compiler

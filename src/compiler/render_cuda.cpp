@@ -1,0 +1,78 @@
+// The CUDA renderer's translation units and launch grids (render_cuda.h).
+#include "compiler/render_cuda.h"
+
+#include <algorithm>
+
+#include "ember/error.h"
+
+namespace ember::compiler {
+
+const std::string& cuda_prelude() {
+  static const std::string s = R"(#include "kernels/functors.h"
+
+// 16-byte (or smaller) groups of elements, loaded and stored as one access.
+template <typename S, int V>
+struct alignas(sizeof(S) * V) ember_vec {
+  S e[V];
+};
+
+template <typename T> __device__ __forceinline__ T ember_neg_inf();
+template <> __device__ __forceinline__ float ember_neg_inf<float>() {
+  return -__int_as_float(0x7f800000);
+}
+template <> __device__ __forceinline__ double ember_neg_inf<double>() {
+  return -__longlong_as_double(0x7ff0000000000000ll);
+}
+// max that keeps a NaN from either side.
+template <typename T> __device__ __forceinline__ T ember_max(T a, T b) {
+  return (a < b || b != b) ? b : a;
+}
+template <typename T, bool Max> __device__ __forceinline__ T ember_warp_reduce(T v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const T w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = Max ? ember_max(v, w) : v + w;
+  }
+  return v;
+}
+// The block's reduction of v, in every thread; `red` holds 32 partials. Every thread of the
+// block calls it.
+template <typename T, bool Max> __device__ __forceinline__ T ember_block_reduce(T v, T* red) {
+  v = ember_warp_reduce<T, Max>(v);
+  const int warps = int(blockDim.x) >> 5;
+  if (warps <= 1) return v;
+  const int lane = int(threadIdx.x) & 31, w = int(threadIdx.x) >> 5;
+  __syncthreads();  // the partials of an earlier reduction are read
+  if (lane == 0) red[w] = v;
+  __syncthreads();
+  v = lane < warps ? red[lane] : (Max ? ember_neg_inf<T>() : T(0));
+  return ember_warp_reduce<T, Max>(v);
+}
+
+)";
+  return s;
+}
+
+std::string generate_cuda(const std::vector<const kir::Kernel*>& kernels,
+                          std::vector<CudaLaunch>* launches) {
+  std::ostringstream os;
+  os << cuda_prelude();
+  launches->clear();
+  for (const kir::Kernel* k : kernels) {
+    EMBER_CHECK(!k->pattern && !k->epilogue, "compiler: ", k->name,
+                ": the CUDA renderer takes elementwise and row kernels only");
+    launches->push_back(k->rows ? render_cuda_rows(os, *k) : render_cuda_elementwise(os, *k));
+  }
+  return os.str();
+}
+
+unsigned cuda_grid(const CudaLaunch& l, std::span<const int64_t> values, int sms) {
+  const int64_t work = l.work.eval(values);
+  if (work <= 0) return 0;
+  if (l.rows) return unsigned(std::min<int64_t>(work, 0x7fffffff));
+  // A grid-stride loop: enough blocks to fill every multiprocessor (2048 threads each), no more.
+  const int64_t per_block = int64_t(l.block) * l.vector;
+  const int64_t blocks = (work + per_block - 1) / per_block;
+  return unsigned(std::min<int64_t>(blocks, int64_t(sms) * (2048 / l.block)));
+}
+
+}  // namespace ember::compiler

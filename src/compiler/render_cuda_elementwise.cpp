@@ -1,0 +1,122 @@
+// Rendering elementwise kernels as CUDA (render_cuda.h): a grid-stride loop over the output's
+// flat elements. Where every buffer read element for element (and the output) is aligned for
+// it, a thread takes 16 bytes of each at a step, as one vector access per buffer, the
+// statements unrolled over the group; the rest (a tail, or unaligned buffers) runs one element
+// at a time. Inputs read broadcast or strided load per element through their index math.
+#include <algorithm>
+
+#include "compiler/codegen_util.h"
+#include "compiler/render_common.h"
+#include "compiler/render_cuda.h"
+
+namespace ember::compiler {
+
+using kir::Index;
+using kir::Stmt;
+
+namespace {
+
+// The parameter list: typed buffers, then the size symbols.
+std::string parameters(const kir::Kernel& k) {
+  std::string p;
+  for (size_t b = 0; b < k.buffers.size(); ++b) {
+    const kir::Buffer& buf = k.buffers[b];
+    const char* S = storage_type(buf.dtype);
+    if (!p.empty()) p += ", ";
+    p += buf.output ? std::string(S) + "* __restrict__ out"
+                    : std::string("const ") + S + "* __restrict__ in" + std::to_string(b);
+  }
+  for (int sym : k.size_symbols()) p += ", const int64_t " + loop_names(sym);
+  return p;
+}
+
+}  // namespace
+
+CudaLaunch render_cuda_elementwise(std::ostringstream& os, const kir::Kernel& k) {
+  CudaLaunch l;
+  l.block = 256;
+  l.work = k.numel();
+  int out_buffer = -1;
+  for (size_t b = 0; b < k.buffers.size(); ++b)
+    if (k.buffers[b].output) out_buffer = int(b);
+  const DType dt = k.buffers[size_t(out_buffer)].dtype;
+  const Index flat = k.contiguous_index();
+  // The buffers a vector step reads element for element: each is loaded as one access.
+  bool masked = false, reads_out = false;
+  std::vector<int> flat_buffers;
+  for (const Stmt& s : k.body) {
+    if (s.kind != Stmt::Kind::Load || k.uniform(s)) continue;
+    masked |= !s.when.empty();
+    reads_out |= k.buffers[size_t(s.buffer)].output;
+    if (s.when.empty() && s.index == flat &&
+        std::find(flat_buffers.begin(), flat_buffers.end(), s.buffer) == flat_buffers.end())
+      flat_buffers.push_back(s.buffer);
+  }
+  size_t widest = dtype_size(dt);
+  for (int b : flat_buffers) widest = std::max(widest, dtype_size(k.buffers[size_t(b)].dtype));
+  l.vector = masked || reads_out ? 1 : int(16 / widest);
+
+  os << "// " << k.name << ": elementwise over [";
+  for (size_t d = 0; d < k.domain.size(); ++d) os << (d ? ", " : "") << k.domain[d].str();
+  os << "]\n";
+  for (const std::string& line : k.comment) os << "//   " << line << "\n";
+  os << "extern \"C\" __global__ void __launch_bounds__(" << l.block << ") " << k.name << "("
+     << parameters(k) << ") {\n";
+  for (const Stmt& s : k.body)
+    if (k.uniform(s))
+      os << "  " << value_decl(s) << load_value(s.dtype, buffer_name(k, s.buffer) + "[0]")
+         << ";\n";
+  os << "  const int64_t n = " << l.work.str(loop_names) << ";\n"
+     << "  const int64_t stride = int64_t(gridDim.x) * blockDim.x;\n"
+     << "  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;\n";
+  const Index::Substitution coords = flat_coordinates(k.domain, kVarI);
+  auto offset = [&](const Stmt& s) {
+    if (s.index == flat) return std::string("i");
+    return s.index.substitute(coords).str(loop_names);
+  };
+  // A masked load's conditions read the last coordinate as j.
+  std::string column;
+  if (masked)
+    column = "const int64_t j = " +
+             Index::symbol(kir::kCoord + int(k.domain.size()) - 1).substitute(coords).str(loop_names) +
+             ";\n";
+  os << "  int64_t i0 = 0;\n";
+  if (l.vector > 1) {
+    const int V = l.vector;
+    auto vec = [&](DType t) {
+      return std::string("ember_vec<") + storage_type(t) + ", " + std::to_string(V) + ">";
+    };
+    std::string aligned = "(reinterpret_cast<uintptr_t>(out) % sizeof(" + vec(dt) + ")) == 0";
+    for (int b : flat_buffers)
+      aligned += " && (reinterpret_cast<uintptr_t>(in" + std::to_string(b) + ") % sizeof(" +
+                 vec(k.buffers[size_t(b)].dtype) + ")) == 0";
+    os << "  if (" << aligned << ") {\n"
+       << "    const int64_t nv = n / " << V << ";\n"
+       << "    for (int64_t q = t; q < nv; q += stride) {\n";
+    for (int b : flat_buffers) {
+      const std::string ty = vec(k.buffers[size_t(b)].dtype);
+      os << "      const " << ty << " a" << b << " = *reinterpret_cast<const " << ty << "*>(in"
+         << b << " + q * " << V << ");\n";
+    }
+    os << "      " << vec(dt) << " o;\n"
+       << "#pragma unroll\n"
+       << "      for (int u = 0; u < " << V << "; ++u) {\n"
+       << "        const int64_t i = q * " << V << " + u;\n";
+    emit_pointwise_body(os, k, "        ", offset, "o.e[u]", [&](const Stmt& s) {
+      if (s.index != flat || !s.when.empty()) return std::string();
+      return "a" + std::to_string(s.buffer) + ".e[u]";
+    });
+    os << "      }\n"
+       << "      *reinterpret_cast<" << vec(dt) << "*>(out + q * " << V << ") = o;\n"
+       << "    }\n"
+       << "    i0 = nv * " << V << ";\n"
+       << "  }\n";
+  }
+  os << "  for (int64_t i = i0 + t; i < n; i += stride) {\n";
+  if (!column.empty()) os << "    " << column;
+  emit_pointwise_body(os, k, "    ", offset, "out[i]");
+  os << "  }\n}\n\n";
+  return l;
+}
+
+}  // namespace ember::compiler

@@ -1,0 +1,193 @@
+// Rendering row kernels as CUDA (render_cuda.h): one block per row of the domain. Each thread
+// takes the columns j = tid, tid + B, ...; each Max or Sum step reduces its values within the
+// block (warp shuffles, then one partial per warp through shared memory), so every thread holds
+// the row statistic. When the row length is a constant of at most 16 columns per thread, the
+// row op's input and a kept value stay in registers between the passes; otherwise each pass
+// computes them again from the inputs (which the first pass brought into cache).
+#include <algorithm>
+
+#include "compiler/codegen_util.h"
+#include "compiler/render_common.h"
+#include "compiler/render_cpp.h"
+#include "compiler/render_cuda.h"
+
+namespace ember::compiler {
+
+namespace {
+
+constexpr int64_t kMaxRegisterColumns = 16;  // per thread
+
+int pow2_at_least(int64_t v) {
+  int p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+}  // namespace
+
+CudaLaunch render_cuda_rows(std::ostringstream& os, const kir::Kernel& k) {
+  const kir::RowProgram& rp = *k.rows;
+  CudaLaunch l;
+  l.rows = true;
+  int out_buffer = -1;
+  for (size_t b = 0; b < k.buffers.size() && out_buffer < 0; ++b)
+    if (k.buffers[b].output) out_buffer = int(b);
+  const DType dt = k.buffers[size_t(out_buffer)].dtype;
+  const char* T = c_type(dt);
+  const kir::Index n_expr = k.domain.back();
+  l.work = n_expr.is_constant() && n_expr.constant() == 0 ? kir::Index(0)
+                                                          : floordiv(k.numel(), n_expr);
+  // Threads: about 16 columns each, 32 to 1024 (short rows: a warp, whose reductions are
+  // shuffles alone; many rows in flight per multiprocessor); the row in registers when it fits.
+  int K = 0;  // columns per thread held in registers, 0: none
+  if (n_expr.is_constant()) {
+    const int64_t n = n_expr.constant();
+    l.block = std::clamp(pow2_at_least((n + 15) / 16), 32, 1024);
+    const int64_t per = (n + l.block - 1) / l.block;
+    if (per <= kMaxRegisterColumns) K = int(std::max<int64_t>(per, 1));
+  } else {
+    l.block = 256;
+  }
+  os << "// " << k.name << ": a row kernel over rows of " << n_expr.str() << ", a block of "
+     << l.block << " per row" << (K ? ", held in registers" : "") << "\n";
+  for (const std::string& line : k.comment) os << "//   " << line << "\n";
+  os << "extern \"C\" __global__ void __launch_bounds__(" << l.block << ") " << k.name << "(";
+  for (size_t b = 0; b < k.buffers.size(); ++b) {
+    const kir::Buffer& buf = k.buffers[b];
+    os << (b ? ", " : "");
+    if (!buf.output)
+      os << "const " << T << "* __restrict__ in" << b;
+    else if (int(b) == out_buffer)
+      os << T << "* __restrict__ out";
+    else
+      os << T << "* __restrict__ stat" << b;
+  }
+  for (int sym : k.size_symbols()) os << ", const int64_t " << loop_names(sym);
+  os << ") {\n"
+     << "  __shared__ " << T << " red[32];\n"
+     << "  const int64_t n = " << n_expr.str(loop_names) << ";\n"
+     << "  const int64_t r = blockIdx.x;\n"
+     << "  const int tid = threadIdx.x;\n";
+  std::vector<std::string> hoisted;
+  for (const std::vector<kir::Stmt>* list : {&rp.pre, &rp.out})
+    for (const kir::Stmt& s : *list)
+      if (k.uniform(s) && std::find(hoisted.begin(), hoisted.end(), s.out) == hoisted.end()) {
+        hoisted.push_back(s.out);
+        os << "  const " << T << " " << s.out << " = in" << s.buffer << "[0];\n";
+      }
+  // Each load's offset: a row base b<p>, computed once, and a column term.
+  std::vector<std::pair<kir::Index, CppRowOffset>> offsets;
+  auto position = [&](const kir::Stmt& s) {
+    for (size_t p = 0; p < offsets.size(); ++p)
+      if (offsets[p].first == s.index) return p;
+    offsets.push_back({s.index, cpp_row_offset(k, s.index)});
+    return offsets.size() - 1;
+  };
+  for (const std::vector<kir::Stmt>* list : {&rp.pre, &rp.out})
+    for (const kir::Stmt& s : *list)
+      if (s.kind == kir::Stmt::Kind::Load && !k.uniform(s)) position(s);
+  for (size_t p = 0; p < offsets.size(); ++p)
+    if (!offsets[p].second.row.empty())
+      os << "  const int64_t b" << p << " = " << offsets[p].second.row << ";\n";
+  auto offset = [&](const kir::Stmt& s) {
+    const size_t p = position(s);
+    const CppRowOffset& o = offsets[p].second;
+    const std::string base = o.row.empty() ? "" : std::string("b").append(std::to_string(p));
+    if (base.empty()) return o.col.empty() ? std::string("0") : o.col;
+    return o.col.empty() ? base : base + " + " + o.col;
+  };
+  // The step whose values are kept (read back by Kept statements), if any.
+  const kir::RowStep* keeper = nullptr;
+  for (const kir::RowStep& st : rp.steps)
+    if (st.keep) keeper = &st;
+  if (K) os << "  " << T << " xr[" << K << "];\n";
+  if (K && keeper) os << "  " << T << " kr[" << K << "];\n";
+  // A loop over this thread's columns; `body` (lines at column j, register slot c) inside.
+  auto columns = [&](const std::string& body) {
+    if (K)
+      os << "#pragma unroll\n"
+         << "  for (int c = 0; c < " << K << "; ++c) {\n"
+         << "    const int64_t j = tid + int64_t(c) * " << l.block << ";\n"
+         << "    if (j < n) {\n"
+         << indent(body, "    ") << "    }\n  }\n";
+    else
+      os << "  for (int64_t j = tid; j < n; j += " << l.block << ") {\n" << body << "  }\n";
+  };
+  RowSpell spell{k, offset, K ? "kr[c]" : "kept", ""};
+  // The row op's input x at column j where `stmts` (and `value`) read it: computed by the
+  // producers (the first pass, or every pass without registers), or read back from the
+  // registers.
+  auto input_at = [&](bool first, const std::vector<kir::Stmt>& stmts, const std::string& value) {
+    std::ostringstream b;
+    if (K && !first) {
+      if (reads_value(stmts, value, rp.input))
+        b << "    const " << T << " " << rp.input << " = xr[c];\n";
+    } else if (first || reads_value(stmts, value, rp.input)) {
+      spell(b, rp.pre, "    ");
+      if (K) b << "    xr[c] = " << rp.input << ";\n";
+    }
+    return b.str();
+  };
+  // Without registers, a kept value is computed again where it is read.
+  auto kept_again = [&]() {
+    std::ostringstream b;
+    if (!K && keeper) {
+      spell(b, keeper->body, "    ");
+      b << "    const " << T << " kept = " << keeper->value << ";\n";
+    }
+    return b.str();
+  };
+  bool first = true;
+  for (const kir::RowStep& step : rp.steps) {
+    if (step.kind == kir::RowStep::Kind::Let) {
+      std::ostringstream b;
+      spell(b, step.body, "  ");
+      os << b.str() << "  const " << T << " " << step.name << " = " << step.value << ";\n";
+      continue;
+    }
+    const bool max = step.kind == kir::RowStep::Kind::Max;
+    const std::string acc = step.name + "_acc";
+    os << "  " << T << " " << acc << " = " << (max ? std::string("ember_neg_inf<") + T + ">()"
+                                                   : std::string(T) + "(0)")
+       << ";\n";
+    std::ostringstream body;
+    body << input_at(first, step.body, step.value);
+    spell(body, step.body, "    ");
+    if (K && &step == keeper) body << "    kr[c] = " << step.value << ";\n";
+    body << "    " << acc << " = "
+         << (max ? "ember_max(" + acc + ", " + step.value + ")" : acc + " + " + step.value)
+         << ";\n";
+    columns(body.str());
+    os << "  const " << T << " " << step.name << " = ember_block_reduce<" << T << ", "
+       << (max ? "true" : "false") << ">(" << acc << ", red);\n";
+    first = false;
+  }
+  if (!rp.stats.empty()) {
+    os << "  if (tid == 0) {\n";
+    for (const auto& [buffer, name] : rp.stats) os << "    stat" << buffer << "[r] = " << name << ";\n";
+    os << "  }\n";
+  }
+  if (!rp.row_output) {
+    RowSpell s = spell;
+    s.store_to = "out[r]";
+    os << "  if (tid == 0) {\n    const int64_t j = 0;\n";
+    s(os, rp.out, "    ");
+    os << "  }\n}\n\n";
+    return l;
+  }
+  // The output pass: the kept value computed again first (without registers), then the
+  // consumers.
+  std::vector<kir::Stmt> last;
+  if (!K && keeper) last = keeper->body;
+  last.insert(last.end(), rp.out.begin(), rp.out.end());
+  std::ostringstream body;
+  body << input_at(first, last, !K && keeper ? keeper->value : "") << kept_again();
+  RowSpell s = spell;
+  s.store_to = "out[r * n + j]";
+  s(body, rp.out, "    ");
+  columns(body.str());
+  os << "}\n\n";
+  return l;
+}
+
+}  // namespace ember::compiler

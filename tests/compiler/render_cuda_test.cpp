@@ -1,0 +1,147 @@
+// The CUDA renderer (render_cuda.h) without a GPU: what it makes of elementwise and row kernels,
+// and that NVRTC builds every elementwise and row kernel of the random programs for sm_90a
+// (the programs' graphs are captured on the CPU; lowering does not depend on the device).
+// Running the kernels is tests/cuda/cuda_compile_test.cpp's part, on a GPU.
+#include <gtest/gtest.h>
+
+#include "capture/capture.h"
+#include "compiler/compiler_test_util.h"
+#include "compiler/lower.h"
+#include "compiler/pointwise_fusion.h"
+#include "compiler/render_cuda.h"
+#include "compiler/toolchain_cuda.h"
+#include "ember/compile.h"
+#include "support/program_check.h"
+#include "support/program_gen.h"
+
+namespace ember::compiler {
+namespace {
+
+// The kernels of g's plan the CUDA renderer takes (elementwise without a gemm, and rows).
+std::vector<kir::Kernel> cuda_kernels(const graph::Graph& g, int* first_name) {
+  std::vector<kir::Kernel> ks;
+  const FusionPlan plan = plan_fusion(g);
+  for (const FusionGroup& grp : plan.groups) {
+    if (grp.gemm || is_pattern(grp)) continue;
+    const std::string name = "kernel_" + std::to_string((*first_name)++);
+    ks.push_back(grp.row ? lower_rows(grp, name) : lower_elementwise(grp, name));
+  }
+  return ks;
+}
+
+std::string render(const std::vector<kir::Kernel>& ks, std::vector<CudaLaunch>* launches) {
+  std::vector<const kir::Kernel*> ptrs;
+  for (const kir::Kernel& k : ks) ptrs.push_back(&k);
+  return generate_cuda(ptrs, launches);
+}
+
+graph::Value* input(graph::Graph& g, const Shape& sizes, DType t = DType::Float32) {
+  TensorMeta m;
+  m.sizes = sizes;
+  m.strides = contiguous_strides(sizes);
+  m.dtype = t;
+  return g.add_input(m, kCPU, graph::InputKind::Argument, "x");
+}
+
+TEST(RenderCuda, ElementwiseKernelsMoveSixteenBytesPerAccess) {
+  auto g = test::relu_add_mul_graph({4096, 1024});
+  int next = 0;
+  std::vector<CudaLaunch> launches;
+  const std::string src = render(cuda_kernels(*g, &next), &launches);
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_EQ(launches[0].vector, 4);
+  EXPECT_EQ(launches[0].work, kir::Index(4096 * 1024));
+  EXPECT_NE(src.find("ember_vec<float, 4>"), std::string::npos) << src;
+  EXPECT_NE(src.find("__global__"), std::string::npos);
+  // A grid-stride loop: no more blocks than fill the GPU.
+  EXPECT_EQ(cuda_grid(launches[0], {}, 132), 132u * 8);
+  EXPECT_EQ(cuda_grid(launches[0], {}, 1000), 4096u * 1024 / (256 * 4));
+  if (nvrtc_available()) EXPECT_FALSE(nvrtc_compile(src, "sm_90a").empty());
+}
+
+TEST(RenderCuda, BroadcastInputsReadThroughIndexMathAndMaskedOnesScalar) {
+  graph::Graph g;
+  graph::Value* x = input(g, {64, 96});
+  graph::Value* b = input(g, {96});
+  graph::Value* s = g.add_node(OpId::add, {x, b}, {}, {})->outputs[0];
+  g.set_outputs({g.add_node(OpId::relu, {s}, {}, {})->outputs[0]});
+  int next = 0;
+  std::vector<CudaLaunch> launches;
+  const std::string src = render(cuda_kernels(g, &next), &launches);
+  EXPECT_NE(src.find("in1[(i%96)]"), std::string::npos) << src;
+  if (nvrtc_available()) EXPECT_FALSE(nvrtc_compile(src, "sm_90a").empty());
+}
+
+TEST(RenderCuda, ShortRowsStayInRegistersAndLongOnesArePassedAgain) {
+  for (const int64_t n : {384, 50304}) {
+    graph::Graph g;
+    graph::Value* x = input(g, {32, n});
+    Attrs a;
+    a.dim = 1;
+    graph::Value* sm = g.add_node(OpId::softmax, {x}, a, {})->outputs[0];
+    g.set_outputs({g.add_node(OpId::relu, {sm}, {}, {})->outputs[0]});
+    int next = 0;
+    std::vector<CudaLaunch> launches;
+    const std::string src = render(cuda_kernels(g, &next), &launches);
+    ASSERT_EQ(launches.size(), 1u) << src;
+    EXPECT_TRUE(launches[0].rows);
+    EXPECT_EQ(launches[0].work, kir::Index(32));
+    EXPECT_EQ(launches[0].block, n == 384 ? 32 : 1024);
+    EXPECT_EQ(src.find("xr[") != std::string::npos, n == 384) << src;
+    if (nvrtc_available()) EXPECT_FALSE(nvrtc_compile(src, "sm_90a").empty()) << src;
+  }
+}
+
+// Keeps the graphs it is given and runs them as backend "eager" does.
+class GraphKeeper : public capture::Backend {
+ public:
+  std::string name() const override { return "keep-graphs-for-cuda"; }
+  std::shared_ptr<const capture::Runnable> compile(std::shared_ptr<const graph::Graph> g) override {
+    graphs.push_back(g);
+    return capture::backend("eager").compile(std::move(g));
+  }
+  std::vector<std::shared_ptr<const graph::Graph>> graphs;
+};
+
+TEST(RenderCuda, NvrtcBuildsEveryKernelOfTheRandomPrograms) {
+  if (!nvrtc_available()) GTEST_SKIP() << "no NVRTC on this machine (a build without the CUDA toolkit)";
+  auto keeper = std::make_unique<GraphKeeper>();
+  GraphKeeper* kept = keeper.get();
+  capture::register_backend(std::move(keeper));
+  constexpr uint64_t kPrograms = 200, kBatch = 50;
+  size_t kernels = 0, rows = 0;
+  for (uint64_t first = 1; first <= kPrograms; first += kBatch) {
+    std::vector<testgen::Program> ps;
+    std::vector<testgen::Expected> es;
+    for (uint64_t seed = first; seed < first + kBatch; ++seed) {
+      ps.push_back(testgen::generate_program(seed));
+      es.push_back(testgen::expected(ps.back()));
+    }
+    CompileOptions opts;
+    opts.backend = kept->name();
+    auto f = ember::compile(testgen::batch_function(ps, es), opts);
+    const testgen::ProgramsFn call = [&f](const std::vector<Tensor>& xs) { return f(xs); };
+    ASSERT_EQ(testgen::call_and_check(call, ps, es, 0, true), "");
+    std::vector<kir::Kernel> ks;
+    int next = 0;
+    for (const auto& g : kept->graphs)
+      for (kir::Kernel& k : cuda_kernels(*g, &next)) ks.push_back(std::move(k));
+    kept->graphs.clear();
+    std::vector<CudaLaunch> launches;
+    const std::string src = render(ks, &launches);
+    kernels += ks.size();
+    for (const CudaLaunch& l : launches) rows += l.rows;
+    try {
+      nvrtc_compile(src, "sm_90a");
+    } catch (const Error& e) {
+      FAIL() << "programs " << first << " to " << first + kBatch - 1 << ": " << e.what();
+    }
+  }
+  // The programs exercise both kinds, many times over.
+  EXPECT_GT(kernels, 600u);
+  EXPECT_GT(rows, 60u);
+  std::printf("[render_cuda] %zu kernels (%zu row kernels) built by NVRTC\n", kernels, rows);
+}
+
+}  // namespace
+}  // namespace ember::compiler
