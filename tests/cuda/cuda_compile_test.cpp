@@ -187,7 +187,7 @@ TEST_F(CudaCompile, EveryOpCaseMatchesEagerCuda) {
             << it.c->name << " output " << j << " (" << dtype_name(dtype) << ")";
       }
     EXPECT_EQ(k, got.size());
-    std::printf("[cuda compile] %s: %zu op cases compiled on cuda:0\n", dtype_name(dtype),
+    std::printf("[cuda compile] %s: %zu op cases compiled on cuda:0\n", std::string(dtype_name(dtype)).c_str(),
                 items.size());
   }
 }
