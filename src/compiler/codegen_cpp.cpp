@@ -231,8 +231,8 @@ void emit_kernel(std::ostringstream& os, size_t k, const FusionGroup& grp,
   os << "}\n\n";
 }
 
-// `text` with each value name (v<id>) renamed t0, t1, ... in order of first appearance: the
-// same loop over other values reads the same.
+}  // namespace
+
 std::string canonical_names(const std::string& text) {
   std::map<std::string, std::string> names;
   std::string out;
@@ -255,8 +255,6 @@ std::string canonical_names(const std::string& text) {
   }
   return out;
 }
-
-}  // namespace
 
 std::string replace_all(std::string text, const std::string& from, const std::string& to) {
   for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))

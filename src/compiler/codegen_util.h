@@ -20,6 +20,9 @@ const char* storage_type(DType t);
 const char* compute_type(DType t);
 std::string load_value(DType t, const std::string& element);
 std::string store_value(DType t, const std::string& value);
+// `text` with each value name (v<id>) renamed t0, t1, ... in order of first appearance: the
+// same loop over other values reads the same.
+std::string canonical_names(const std::string& text);
 // `text` with every `from` replaced by `to`.
 std::string replace_all(std::string text, const std::string& from, const std::string& to);
 // `text` with `extra` put before each line but pragmas.

@@ -5,9 +5,14 @@
 #include "compiler/compiled_graph_cuda.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdio>
+#include <future>
+#include <map>
+#include <thread>
 
+#include "compiler/codegen_util.h"
 #include "compiler/compiled_graph.h"
 #include "compiler/families.h"
 #include "compiler/lower.h"
@@ -86,24 +91,63 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   log_decision(std::to_string(plan_.groups.size()) + " fused CUDA kernel(s), " +
                std::to_string(steps_.size() - plan_.groups.size()) + " eager node(s)");
   if (plan_.groups.empty()) return;
-  std::vector<const kir::Kernel*> ks;
   lowered_.reserve(plan_.groups.size());
   for (size_t k = 0; k < plan_.groups.size(); ++k) {
     const FusionGroup& grp = plan_.groups[k];
     const std::string name = "kernel_" + std::to_string(k);
     lowered_.push_back(grp.row ? lower_rows(grp, name) : lower_elementwise(grp, name));
+    symbols_.push_back(lowered_.back().size_symbols());
   }
-  for (const kir::Kernel& k : lowered_) {
-    ks.push_back(&k);
-    symbols_.push_back(k.size_symbols());
-  }
-  source_ = generate_cuda(ks, &launches_);
-  static const bool output_code = log_category_enabled("output_code");
-  if (output_code) std::fprintf(stderr, "[ember:output_code]\n%s\n", source_.c_str());
   dims_ = input_dims(*g_);
   sms_ = device_code::multiprocessors(device_.index);
-  module_ = load_cuda_source(source_, device_.index);
-  for (const kir::Kernel& k : lowered_) kernels_.push_back(module_->kernel(k.name));
+  build();
+}
+
+void CudaCompiledGraph::build() {
+  const auto t0 = std::chrono::steady_clock::now();
+  // Kernels that differ only in the names of their values (a model's layers) are one function.
+  std::map<std::string, size_t> distinct;  // canonical text -> index in `texts`
+  std::vector<std::string> texts;
+  std::vector<size_t> function_of(lowered_.size());
+  for (size_t k = 0; k < lowered_.size(); ++k) {
+    kir::Kernel named = lowered_[k];
+    named.name = "ember_kernel_fn";
+    std::ostringstream os;
+    launches_.push_back(render_cuda_kernel(os, named));
+    const std::string text = os.str();
+    auto [it, fresh] = distinct.emplace(canonical_names(kir::strip_comments(text)), texts.size());
+    if (fresh)
+      texts.push_back(replace_all(text, "ember_kernel_fn", "kernel_" + std::to_string(texts.size())));
+    function_of[k] = it->second;
+  }
+  // The distinct kernels in modules built side by side (NVRTC builds one program per thread),
+  // a few kernels each at least.
+  const size_t threads = std::max<size_t>(1, std::thread::hardware_concurrency());
+  const size_t modules = std::clamp<size_t>((texts.size() + 3) / 4, 1, threads);
+  std::vector<std::string> sources(modules, cuda_prelude());
+  std::vector<size_t> module_of(texts.size());
+  for (size_t u = 0; u < texts.size(); ++u) {
+    module_of[u] = u % modules;
+    sources[u % modules] += texts[u];
+  }
+  std::vector<std::future<std::shared_ptr<const device_code::Module>>> built;
+  for (const std::string& src : sources)
+    built.push_back(std::async(std::launch::async, [&src, d = device_.index] {
+      return load_cuda_source(src, d);
+    }));
+  for (auto& f : built) modules_.push_back(f.get());
+  for (size_t k = 0; k < lowered_.size(); ++k) {
+    const size_t u = function_of[k];
+    kernels_.push_back(modules_[module_of[u]]->kernel("kernel_" + std::to_string(u)));
+  }
+  for (const std::string& src : sources) source_ += src;
+  static const bool output_code = log_category_enabled("output_code");
+  if (output_code) std::fprintf(stderr, "[ember:output_code]\n%s\n", source_.c_str());
+  const double s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log_decision(std::to_string(lowered_.size()) + " CUDA kernel(s), " +
+               std::to_string(texts.size()) + " distinct, in " + std::to_string(modules) +
+               " module(s), built or loaded in " + std::to_string(s) + " s");
 }
 
 void CudaCompiledGraph::run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const {

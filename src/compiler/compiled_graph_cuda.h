@@ -36,6 +36,8 @@ class CudaCompiledGraph : public capture::Runnable {
   void run_kernel(int kernel, std::vector<Tensor>& env) const;
   void run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const;
   void run_node(const graph::Node& n, std::vector<Tensor>& env) const;
+  // Renders the kernels, builds (or finds) their modules and looks their functions up.
+  void build();
 
   std::shared_ptr<const graph::Graph> g_;
   Device device_;
@@ -43,7 +45,7 @@ class CudaCompiledGraph : public capture::Runnable {
   std::string source_, eager_reason_;
   std::vector<kir::Kernel> lowered_;
   std::vector<CudaLaunch> launches_;
-  std::shared_ptr<const device_code::Module> module_;
+  std::vector<std::shared_ptr<const device_code::Module>> modules_;
   std::vector<const void*> kernels_;
   std::vector<int64_t> dims_;  // the values of the size symbols
   std::vector<std::vector<int>> symbols_;  // per kernel: the symbols it takes

@@ -132,7 +132,10 @@ void RowSpell::operator()(std::ostringstream& os, const std::vector<Stmt>& stmts
     switch (s.kind) {
       case Stmt::Kind::Load:
         if (k.uniform(s)) break;  // loaded once, at the kernel's start
-        os << ind << decl << "in" << s.buffer << "[" << offset(s) << "];\n";
+        if (std::string e = element ? element(s) : std::string(); !e.empty())
+          os << ind << decl << e << ";\n";
+        else
+          os << ind << decl << "in" << s.buffer << "[" << offset(s) << "];\n";
         break;
       case Stmt::Kind::Call:
         os << ind << decl << "ember::fn::" << s.functor << "{}(";

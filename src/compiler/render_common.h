@@ -46,6 +46,8 @@ struct RowSpell {
   const kir::Kernel& k;
   std::function<std::string(const kir::Stmt&)> offset;
   std::string kept_at, store_to;
+  // When set and not "": the whole element a load reads instead (a register).
+  std::function<std::string(const kir::Stmt&)> element = {};
 
   void operator()(std::ostringstream& os, const std::vector<kir::Stmt>& stmts,
                   const std::string& ind) const;

@@ -52,16 +52,18 @@ template <typename T, bool Max> __device__ __forceinline__ T ember_block_reduce(
   return s;
 }
 
+CudaLaunch render_cuda_kernel(std::ostringstream& os, const kir::Kernel& k) {
+  EMBER_CHECK(!k.pattern && !k.epilogue, "compiler: ", k.name,
+              ": the CUDA renderer takes elementwise and row kernels only");
+  return k.rows ? render_cuda_rows(os, k) : render_cuda_elementwise(os, k);
+}
+
 std::string generate_cuda(const std::vector<const kir::Kernel*>& kernels,
                           std::vector<CudaLaunch>* launches) {
   std::ostringstream os;
   os << cuda_prelude();
   launches->clear();
-  for (const kir::Kernel* k : kernels) {
-    EMBER_CHECK(!k->pattern && !k->epilogue, "compiler: ", k->name,
-                ": the CUDA renderer takes elementwise and row kernels only");
-    launches->push_back(k->rows ? render_cuda_rows(os, *k) : render_cuda_elementwise(os, *k));
-  }
+  for (const kir::Kernel* k : kernels) launches->push_back(render_cuda_kernel(os, *k));
   return os.str();
 }
 

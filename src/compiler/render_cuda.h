@@ -27,6 +27,8 @@ const std::string& cuda_prelude();
 
 CudaLaunch render_cuda_elementwise(std::ostringstream& os, const kir::Kernel& k);
 CudaLaunch render_cuda_rows(std::ostringstream& os, const kir::Kernel& k);
+// Either, by the kernel's kind (elementwise or row; others raise an Error).
+CudaLaunch render_cuda_kernel(std::ostringstream& os, const kir::Kernel& k);
 
 // A whole translation unit: the prelude, then each kernel (elementwise or row; kernels[i]'s
 // launch in launches[i]).

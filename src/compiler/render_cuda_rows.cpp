@@ -102,90 +102,170 @@ CudaLaunch render_cuda_rows(std::ostringstream& os, const kir::Kernel& k) {
     if (st.keep) keeper = &st;
   if (K) os << "  " << T << " xr[" << K << "];\n";
   if (K && keeper) os << "  " << T << " kr[" << K << "];\n";
-  // A loop over this thread's columns; `body` (lines at column j, register slot c) inside.
-  auto columns = [&](const std::string& body) {
-    if (K)
+  // 16-byte accesses: with the row in registers and its length a multiple of the vector, each
+  // thread takes V adjacent columns per slot, and loads along the row (unit stride) and the
+  // output's stores move V elements at once, where the block's rows are aligned for it.
+  const int V = 16 / int(dtype_size(dt));
+  const bool vectors = K && K % V == 0 && n_expr.constant() % V == 0;
+  std::vector<size_t> along;  // offsets read along the row: vector loads
+  for (size_t p = 0; p < offsets.size(); ++p)
+    if (offsets[p].second.col == "j") along.push_back(p);
+  const std::string vec = "ember_vec<" + std::string(T) + ", " + std::to_string(V) + ">";
+  auto base_of = [&](size_t p) {
+    return offsets[p].second.row.empty() ? std::string("0") : "b" + std::to_string(p);
+  };
+  // The passes over the row, with scalar or vector accesses.
+  auto emit_passes = [&](bool vec_mode, const std::string& ind) {
+    const std::string slot = vec_mode ? "cu" : "c";
+    // A loop over this thread's columns; `body` (lines at column j, register slot `slot`)
+    // inside; in vector mode, the vector loads `stmts` read first, and `store` (the output
+    // pass) the vector store after.
+    auto columns = [&](const std::string& body, const std::vector<const std::vector<kir::Stmt>*>& stmts,
+                       bool store) {
+      if (!K) {
+        os << ind << "for (int64_t j = tid; j < n; j += " << l.block << ") {\n"
+           << indent(body, ind.substr(2)) << ind << "}\n";
+        return;
+      }
+      if (!vec_mode) {
+        os << "#pragma unroll\n"
+           << ind << "for (int c = 0; c < " << K << "; ++c) {\n"
+           << ind << "  const int64_t j = tid + int64_t(c) * " << l.block << ";\n"
+           << ind << "  if (j < n) {\n"
+           << indent(body, ind) << ind << "  }\n" << ind << "}\n";
+        return;
+      }
       os << "#pragma unroll\n"
-         << "  for (int c = 0; c < " << K << "; ++c) {\n"
-         << "    const int64_t j = tid + int64_t(c) * " << l.block << ";\n"
-         << "    if (j < n) {\n"
-         << indent(body, "    ") << "    }\n  }\n";
-    else
-      os << "  for (int64_t j = tid; j < n; j += " << l.block << ") {\n" << body << "  }\n";
-  };
-  RowSpell spell{k, offset, K ? "kr[c]" : "kept", ""};
-  // The row op's input x at column j where `stmts` (and `value`) read it: computed by the
-  // producers (the first pass, or every pass without registers), or read back from the
-  // registers.
-  auto input_at = [&](bool first, const std::vector<kir::Stmt>& stmts, const std::string& value) {
-    std::ostringstream b;
-    if (K && !first) {
-      if (reads_value(stmts, value, rp.input))
-        b << "    const " << T << " " << rp.input << " = xr[c];\n";
-    } else if (first || reads_value(stmts, value, rp.input)) {
-      spell(b, rp.pre, "    ");
-      if (K) b << "    xr[c] = " << rp.input << ";\n";
-    }
-    return b.str();
-  };
-  // Without registers, a kept value is computed again where it is read.
-  auto kept_again = [&]() {
-    std::ostringstream b;
-    if (!K && keeper) {
-      spell(b, keeper->body, "    ");
-      b << "    const " << T << " kept = " << keeper->value << ";\n";
-    }
-    return b.str();
-  };
-  bool first = true;
-  for (const kir::RowStep& step : rp.steps) {
-    if (step.kind == kir::RowStep::Kind::Let) {
+         << ind << "for (int c = 0; c < " << K / V << "; ++c) {\n"
+         << ind << "  const int64_t jv = (tid + int64_t(c) * " << l.block << ") * " << V << ";\n"
+         << ind << "  if (jv < n) {\n";
+      std::vector<std::pair<int, size_t>> used;  // (buffer, offset) read as vectors
+      for (const auto* list : stmts)
+        for (const kir::Stmt& st : *list)
+          if (st.kind == kir::Stmt::Kind::Load && !k.uniform(st))
+            for (size_t p : along)
+              if (offsets[p].first == st.index &&
+                  std::find(used.begin(), used.end(), std::make_pair(st.buffer, p)) == used.end())
+                used.push_back({st.buffer, p});
+      for (const auto& [buffer, p] : used)
+        os << ind << "    const " << vec << " L" << buffer << "_" << p
+           << " = *reinterpret_cast<const " << vec << "*>(in" << buffer << " + " << base_of(p)
+           << " + jv);\n";
+      if (store) os << ind << "    " << vec << " o;\n";
+      os << "#pragma unroll\n"
+         << ind << "    for (int u = 0; u < " << V << "; ++u) {\n"
+         << ind << "      const int64_t j = jv + u;\n"
+         << ind << "      const int cu = c * " << V << " + u;\n"
+         << indent(body, ind + "    ") << ind << "    }\n";
+      if (store) os << ind << "    *reinterpret_cast<" << vec << "*>(out + r * n + jv) = o;\n";
+      os << ind << "  }\n" << ind << "}\n";
+    };
+    RowSpell spell{k, offset, K ? "kr[" + slot + "]" : "kept", ""};
+    if (vec_mode)
+      spell.element = [&](const kir::Stmt& st) {
+        for (size_t p : along)
+          if (offsets[p].first == st.index)
+            return "L" + std::to_string(st.buffer) + "_" + std::to_string(p) + ".e[u]";
+        return std::string();
+      };
+    // The row op's input x at column j where `stmts` (and `value`) read it: computed by the
+    // producers (the first pass, or every pass without registers), or read back from the
+    // registers.
+    auto input_at = [&](bool first, const std::vector<kir::Stmt>& stmts, const std::string& value) {
       std::ostringstream b;
-      spell(b, step.body, "  ");
-      os << b.str() << "  const " << T << " " << step.name << " = " << step.value << ";\n";
-      continue;
+      if (K && !first) {
+        if (reads_value(stmts, value, rp.input))
+          b << "    const " << T << " " << rp.input << " = xr[" << slot << "];\n";
+      } else if (first || reads_value(stmts, value, rp.input)) {
+        spell(b, rp.pre, "    ");
+        if (K) b << "    xr[" << slot << "] = " << rp.input << ";\n";
+      }
+      return b.str();
+    };
+    bool first = true;
+    for (const kir::RowStep& step : rp.steps) {
+      if (step.kind == kir::RowStep::Kind::Let) {
+        std::ostringstream b;
+        spell(b, step.body, ind);
+        os << b.str() << ind << "const " << T << " " << step.name << " = " << step.value << ";\n";
+        continue;
+      }
+      const bool max = step.kind == kir::RowStep::Kind::Max;
+      const std::string acc = step.name + "_acc";
+      os << ind << T << " " << acc << " = "
+         << (max ? std::string("ember_neg_inf<") + T + ">()" : std::string(T) + "(0)") << ";\n";
+      std::ostringstream body;
+      body << input_at(first, step.body, step.value);
+      spell(body, step.body, "    ");
+      if (K && &step == keeper) body << "    kr[" << slot << "] = " << step.value << ";\n";
+      body << "    " << acc << " = "
+           << (max ? "ember_max(" + acc + ", " + step.value + ")" : acc + " + " + step.value)
+           << ";\n";
+      std::vector<const std::vector<kir::Stmt>*> lists{&step.body};
+      if (first || !K) lists.push_back(&rp.pre);
+      columns(body.str(), lists, false);
+      os << ind << "const " << T << " " << step.name << " = ember_block_reduce<" << T << ", "
+         << (max ? "true" : "false") << ">(" << acc << ", red);\n";
+      first = false;
     }
-    const bool max = step.kind == kir::RowStep::Kind::Max;
-    const std::string acc = step.name + "_acc";
-    os << "  " << T << " " << acc << " = " << (max ? std::string("ember_neg_inf<") + T + ">()"
-                                                   : std::string(T) + "(0)")
-       << ";\n";
+    if (!rp.stats.empty()) {
+      os << ind << "if (tid == 0) {\n";
+      for (const auto& [buffer, name] : rp.stats)
+        os << ind << "  stat" << buffer << "[r] = " << name << ";\n";
+      os << ind << "}\n";
+    }
+    if (!rp.row_output) {
+      RowSpell s = spell;
+      s.element = nullptr;
+      s.store_to = "out[r]";
+      os << ind << "if (tid == 0) {\n" << ind << "  const int64_t j = 0;\n";
+      s(os, rp.out, ind + "  ");
+      os << ind << "}\n";
+      return;
+    }
+    // The output pass: the kept value computed again first (without registers), then the
+    // consumers.
+    std::vector<kir::Stmt> last;
+    if (!K && keeper) last = keeper->body;
+    last.insert(last.end(), rp.out.begin(), rp.out.end());
     std::ostringstream body;
-    body << input_at(first, step.body, step.value);
-    spell(body, step.body, "    ");
-    if (K && &step == keeper) body << "    kr[c] = " << step.value << ";\n";
-    body << "    " << acc << " = "
-         << (max ? "ember_max(" + acc + ", " + step.value + ")" : acc + " + " + step.value)
-         << ";\n";
-    columns(body.str());
-    os << "  const " << T << " " << step.name << " = ember_block_reduce<" << T << ", "
-       << (max ? "true" : "false") << ">(" << acc << ", red);\n";
-    first = false;
-  }
-  if (!rp.stats.empty()) {
-    os << "  if (tid == 0) {\n";
-    for (const auto& [buffer, name] : rp.stats) os << "    stat" << buffer << "[r] = " << name << ";\n";
-    os << "  }\n";
-  }
-  if (!rp.row_output) {
+    body << input_at(first, last, !K && keeper ? keeper->value : "");
+    if (!K && keeper) {  // a kept value computed again where it is read
+      spell(body, keeper->body, "    ");
+      body << "    const " << T << " kept = " << keeper->value << ";\n";
+    }
     RowSpell s = spell;
-    s.store_to = "out[r]";
-    os << "  if (tid == 0) {\n    const int64_t j = 0;\n";
-    s(os, rp.out, "    ");
-    os << "  }\n}\n\n";
-    return l;
+    s.store_to = vec_mode ? "o.e[u]" : "out[r * n + j]";
+    s(body, rp.out, "    ");
+    columns(body.str(), {&rp.out, &rp.pre}, vec_mode);
+  };
+  if (vectors) {
+    // Aligned when every row read along and the output row start on 16 bytes (uniform over
+    // the block, so both branches keep the block's reductions together).
+    std::string aligned = "(reinterpret_cast<uintptr_t>(out + r * n) % 16) == 0";
+    std::vector<std::pair<int, size_t>> checked;
+    auto check = [&](const kir::Stmt& st) {
+      if (st.kind != kir::Stmt::Kind::Load || k.uniform(st)) return;
+      for (size_t p : along)
+        if (offsets[p].first == st.index &&
+            std::find(checked.begin(), checked.end(), std::make_pair(st.buffer, p)) == checked.end()) {
+          checked.push_back({st.buffer, p});
+          aligned += " && (reinterpret_cast<uintptr_t>(in" + std::to_string(st.buffer) + " + " +
+                     base_of(p) + ") % 16) == 0";
+        }
+    };
+    for (const std::vector<kir::Stmt>* list : {&rp.pre, &rp.out})
+      for (const kir::Stmt& st : *list) check(st);
+    for (const kir::RowStep& st : rp.steps)
+      for (const kir::Stmt& x : st.body) check(x);
+    os << "  if (" << aligned << ") {\n";
+    emit_passes(true, "    ");
+    os << "  } else {\n";
+    emit_passes(false, "    ");
+    os << "  }\n";
+  } else {
+    emit_passes(false, "  ");
   }
-  // The output pass: the kept value computed again first (without registers), then the
-  // consumers.
-  std::vector<kir::Stmt> last;
-  if (!K && keeper) last = keeper->body;
-  last.insert(last.end(), rp.out.begin(), rp.out.end());
-  std::ostringstream body;
-  body << input_at(first, last, !K && keeper ? keeper->value : "") << kept_again();
-  RowSpell s = spell;
-  s.store_to = "out[r * n + j]";
-  s(body, rp.out, "    ");
-  columns(body.str());
   os << "}\n\n";
   return l;
 }

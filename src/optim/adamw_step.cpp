@@ -98,9 +98,9 @@ void AdamW::step() {
     }
   }
   for (const Batch& b : batches) {
-    if (!compiled_ && multi_tensor::takes(b.ps) && multi_tensor::takes(b.gs) &&
+    if (multi_tensor::takes(b.ps) && multi_tensor::takes(b.gs) &&
         multi_tensor::takes(b.ms) && multi_tensor::takes(b.vs)) {
-      // On a GPU: the same update, every parameter in one launch (or a few).
+      // On a GPU: the same update, every parameter in one launch (or a few), compiled or not.
       std::vector<float> decay(b.decay.begin(), b.decay.end());
       multi_tensor::adamw_step(b.ps, b.gs, b.ms, b.vs, decay,
                                {float(beta1), float(1 - beta1), float(beta2), float(1 - beta2),

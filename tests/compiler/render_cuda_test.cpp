@@ -92,6 +92,31 @@ TEST(RenderCuda, ShortRowsStayInRegistersAndLongOnesArePassedAgain) {
   }
 }
 
+TEST(RenderCuda, RowsInRegistersMoveSixteenBytesPerAccessWhenAligned) {
+  graph::Graph g;
+  graph::Value* x = input(g, {64, 4096});
+  graph::Value* w = input(g, {4096});
+  graph::Value* b = input(g, {4096});
+  Attrs a;
+  a.shape = {4096};
+  a.value = 1e-5;
+  g.set_outputs({g.add_node(OpId::layer_norm, {x, w, b}, a, {})->outputs[0]});
+  int next = 0;
+  std::vector<CudaLaunch> launches;
+  const std::string src = render(cuda_kernels(g, &next), &launches);
+  ASSERT_EQ(launches.size(), 1u) << src;
+  EXPECT_EQ(launches[0].block, 256);
+  // x, w and b read as vectors, the output stored as one, on aligned rows; else scalars.
+  EXPECT_NE(src.find("*reinterpret_cast<const ember_vec<float, 4>*>(in2 + 0 + jv)"),
+            std::string::npos) << src;
+  EXPECT_NE(src.find("*reinterpret_cast<ember_vec<float, 4>*>(out + r * n + jv) = o"),
+            std::string::npos) << src;
+  EXPECT_NE(src.find("} else {"), std::string::npos) << src;
+  EXPECT_NE(src.find("L1_1.e[u]"), std::string::npos) << src;  // w
+  EXPECT_NE(src.find("L2_1.e[u]"), std::string::npos) << src;  // b, at the same offsets
+  if (nvrtc_available()) EXPECT_FALSE(nvrtc_compile(src, "sm_90a").empty()) << src;
+}
+
 // Keeps the graphs it is given and runs them as backend "eager" does.
 class GraphKeeper : public capture::Backend {
  public:
