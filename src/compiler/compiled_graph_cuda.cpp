@@ -96,21 +96,37 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
     const FusionGroup& grp = plan_.groups[k];
     const std::string name = "kernel_" + std::to_string(k);
     lowered_.push_back(grp.row ? lower_rows(grp, name) : lower_elementwise(grp, name));
-    symbols_.push_back(lowered_.back().size_symbols());
   }
   dims_ = input_dims(*g_);
   sms_ = device_code::multiprocessors(device_.index);
-  build();
+  build(/*defer_first=*/g_->dynamic_sizes());
 }
 
-void CudaCompiledGraph::build() {
+void CudaCompiledGraph::build(bool defer_first) {
   const auto t0 = std::chrono::steady_clock::now();
+  FamilyLookup family = family_kernels(lowered_, dims_, g_->dynamic_sizes(), g_->static_dims());
+  if (!family.kernels && defer_first && family.first) {
+    state_.store(kDeferred, std::memory_order_release);
+    log_decision("the first graph of its form at varying sizes: its first call runs through "
+                 "eager interpretation, its kernels are built with the next size's");
+    return;
+  }
+  shared_ = family.kernels.has_value();
+  if (shared_)
+    log_decision("kernels over symbolic sizes shared with this program's graphs at other sizes");
+  const std::vector<kir::Kernel>& kernels = shared_ ? *family.kernels : lowered_;
+  symbols_.clear();
+  launches_.clear();
+  kernels_.clear();
+  modules_.clear();
+  source_.clear();
+  for (const kir::Kernel& k : kernels) symbols_.push_back(k.size_symbols());
   // Kernels that differ only in the names of their values (a model's layers) are one function.
   std::map<std::string, size_t> distinct;  // canonical text -> index in `texts`
   std::vector<std::string> texts;
-  std::vector<size_t> function_of(lowered_.size());
-  for (size_t k = 0; k < lowered_.size(); ++k) {
-    kir::Kernel named = lowered_[k];
+  std::vector<size_t> function_of(kernels.size());
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    kir::Kernel named = kernels[k];
     named.name = "ember_kernel_fn";
     std::ostringstream os;
     launches_.push_back(render_cuda_kernel(os, named));
@@ -136,7 +152,7 @@ void CudaCompiledGraph::build() {
       return load_cuda_source(src, d);
     }));
   for (auto& f : built) modules_.push_back(f.get());
-  for (size_t k = 0; k < lowered_.size(); ++k) {
+  for (size_t k = 0; k < kernels.size(); ++k) {
     const size_t u = function_of[k];
     kernels_.push_back(modules_[module_of[u]]->kernel("kernel_" + std::to_string(u)));
   }
@@ -145,7 +161,8 @@ void CudaCompiledGraph::build() {
   if (output_code) std::fprintf(stderr, "[ember:output_code]\n%s\n", source_.c_str());
   const double s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  log_decision(std::to_string(lowered_.size()) + " CUDA kernel(s), " +
+  state_.store(kBuilt, std::memory_order_release);
+  log_decision(std::to_string(kernels.size()) + " CUDA kernel(s), " +
                std::to_string(texts.size()) + " distinct, in " + std::to_string(modules) +
                " module(s), built or loaded in " + std::to_string(s) + " s");
 }
@@ -209,6 +226,17 @@ std::vector<Tensor> CudaCompiledGraph::run_consuming(std::vector<Tensor>&& input
 std::vector<Tensor> CudaCompiledGraph::execute(const std::vector<Tensor>& inputs,
                                                std::vector<Tensor>* owned) const {
   if (!eager_reason_.empty()) return g_->interpret(inputs);
+  if (state_.load(std::memory_order_acquire) != kBuilt) {
+    // A deferred graph (build): interpreted at its first call, built at its next.
+    std::unique_lock<std::mutex> lock(build_mu_);
+    if (state_.load(std::memory_order_relaxed) == kDeferred) {
+      state_.store(kDeferredRan, std::memory_order_relaxed);
+      lock.unlock();
+      return g_->interpret(inputs);
+    }
+    if (state_.load(std::memory_order_relaxed) == kDeferredRan)
+      const_cast<CudaCompiledGraph*>(this)->build(/*defer_first=*/false);
+  }
   if (is_grad_enabled())
     for (const Tensor& t : inputs)
       if (t.defined() && t.requires_grad()) {

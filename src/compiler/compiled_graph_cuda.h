@@ -3,7 +3,9 @@
 // through the dispatcher (matmuls on cuBLAS, attention on its fused kernels, everything the
 // plan leaves out). Kernels launch on the device's stream in graph order, as eager ops do.
 #pragma once
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,9 @@ class CudaCompiledGraph : public capture::Runnable {
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override;
   std::vector<Tensor> run_consuming(std::vector<Tensor>&& inputs) const override;
 
+  bool shares_compiled_code() const override { return shared_; }
+  bool defers_build() const override { return state_.load() != kBuilt; }
+
   size_t kernel_count() const { return plan_.groups.size(); }
   const std::string& source() const { return source_; }
   // Why the graph always runs through eager interpretation ("" when it does not).
@@ -36,8 +41,15 @@ class CudaCompiledGraph : public capture::Runnable {
   void run_kernel(int kernel, std::vector<Tensor>& env) const;
   void run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const;
   void run_node(const graph::Node& n, std::vector<Tensor>& env) const;
-  // Renders the kernels, builds (or finds) their modules and looks their functions up.
-  void build();
+  // Renders the kernels, builds (or finds) their modules and looks their functions up: its
+  // family's kernels over symbolic sizes when they serve this graph (families.h), else its
+  // own. With defer_first, the first graph of its form at varying sizes builds nothing (its
+  // first call is interpreted) until its second call, as on the CPU (compiled_graph.h).
+  void build(bool defer_first);
+  enum State : int { kBuilt, kDeferred, kDeferredRan };
+  mutable std::atomic<int> state_{kBuilt};
+  mutable std::mutex build_mu_;
+  bool shared_ = false;
 
   std::shared_ptr<const graph::Graph> g_;
   Device device_;

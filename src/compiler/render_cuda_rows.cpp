@@ -223,20 +223,38 @@ CudaLaunch render_cuda_rows(std::ostringstream& os, const kir::Kernel& k) {
       os << ind << "}\n";
       return;
     }
-    // The output pass: the kept value computed again first (without registers), then the
-    // consumers.
-    std::vector<kir::Stmt> last;
-    if (!K && keeper) last = keeper->body;
-    last.insert(last.end(), rp.out.begin(), rp.out.end());
+    // The output pass: without registers, the row op's input and the kept value computed
+    // again first, then the consumers (less what is already defined: a consumer may load the
+    // row op's input itself).
     std::ostringstream body;
-    body << input_at(first, last, !K && keeper ? keeper->value : "");
-    if (!K && keeper) {  // a kept value computed again where it is read
-      spell(body, keeper->body, "    ");
-      body << "    const " << T << " kept = " << keeper->value << ";\n";
+    std::vector<kir::Stmt> out = rp.out;
+    if (K) {
+      body << input_at(false, rp.out, "");
+    } else {
+      std::vector<std::string> defined;
+      auto fresh = [&](const std::vector<kir::Stmt>& list) {
+        std::vector<kir::Stmt> kept_list;
+        for (const kir::Stmt& st : list) {
+          if (st.kind != kir::Stmt::Kind::Store &&
+              std::find(defined.begin(), defined.end(), st.out) != defined.end())
+            continue;
+          if (st.kind != kir::Stmt::Kind::Store) defined.push_back(st.out);
+          kept_list.push_back(st);
+        }
+        return kept_list;
+      };
+      const bool need_x = (keeper && reads_value(keeper->body, keeper->value, rp.input)) ||
+                          reads_value(rp.out, "", rp.input);
+      if (need_x) spell(body, fresh(rp.pre), "    ");
+      if (keeper) {
+        spell(body, fresh(keeper->body), "    ");
+        body << "    const " << T << " kept = " << keeper->value << ";\n";
+      }
+      out = fresh(rp.out);
     }
     RowSpell s = spell;
     s.store_to = vec_mode ? "o.e[u]" : "out[r * n + j]";
-    s(body, rp.out, "    ");
+    s(body, out, "    ");
     columns(body.str(), {&rp.out, &rp.pre}, vec_mode);
   };
   if (vectors) {

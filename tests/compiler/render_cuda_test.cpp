@@ -6,6 +6,7 @@
 
 #include "capture/capture.h"
 #include "compiler/compiler_test_util.h"
+#include "compiler/families.h"
 #include "compiler/lower.h"
 #include "compiler/pointwise_fusion.h"
 #include "compiler/render_cuda.h"
@@ -166,6 +167,53 @@ TEST(RenderCuda, NvrtcBuildsEveryKernelOfTheRandomPrograms) {
   EXPECT_GT(kernels, 600u);
   EXPECT_GT(rows, 60u);
   std::printf("[render_cuda] %zu kernels (%zu row kernels) built by NVRTC\n", kernels, rows);
+}
+
+// Kernels over symbolic sizes (a family's, fitted from graphs of one program at several sizes)
+// take the sizes as int64 parameters: NVRTC builds them too.
+TEST(RenderCuda, NvrtcBuildsKernelsOverSymbolicSizes) {
+  if (!nvrtc_available()) GTEST_SKIP() << "no NVRTC on this machine (a build without the CUDA toolkit)";
+  clear_families();
+  auto keeper = std::make_unique<GraphKeeper>();
+  GraphKeeper* kept = keeper.get();
+  capture::register_backend(std::move(keeper));
+  std::vector<kir::Kernel> ks;
+  int next = 0;
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    const testgen::Program p = testgen::generate_symbolic_program(seed, testgen::size_schedule(seed));
+    CompileOptions opts;
+    opts.backend = kept->name();
+    opts.dynamic = true;
+    auto f = ember::compile([&p](const std::vector<Tensor>& xs) { return testgen::run_part(p, xs); },
+                            opts);
+    for (size_t call = 0; call < 3; ++call) {
+      const testgen::Expected e = testgen::expected(p, call);
+      f(testgen::call_args(p, e, call).args);
+    }
+    for (const auto& g : kept->graphs) {
+      std::vector<kir::Kernel> lowered = cuda_kernels(*g, &next);
+      if (lowered.empty()) continue;
+      FamilyLookup fam = family_kernels(lowered, input_dims(*g), true, g->static_dims());
+      if (!fam.kernels) continue;
+      for (const kir::Kernel& k : *fam.kernels)
+        if (!k.size_symbols().empty()) ks.push_back(k);
+    }
+    kept->graphs.clear();
+  }
+  clear_families();
+  // Names unique in one translation unit.
+  for (size_t i = 0; i < ks.size(); ++i) ks[i].name = "kernel_" + std::to_string(i);
+  ASSERT_GT(ks.size(), 20u);
+  std::vector<CudaLaunch> launches;
+  const std::string src = render(ks, &launches);
+  EXPECT_NE(src.find(", const int64_t s"), std::string::npos);
+  if (std::getenv("DUMP_CUDA")) std::fprintf(stderr, "%s", src.c_str());
+  try {
+    nvrtc_compile(src, "sm_90a");
+  } catch (const Error& e) {
+    FAIL() << e.what();
+  }
+  std::printf("[render_cuda] %zu kernels over symbolic sizes built by NVRTC\n", ks.size());
 }
 
 }  // namespace

@@ -138,6 +138,32 @@ TEST_F(CudaCompile, RowKernelsMatchEagerAtModelShapes) {
   }
 }
 
+// A function called at every length of a sequence builds few modules: the graphs of one form
+// share kernels over symbolic sizes (compiler/families.h), bound to each call's sizes.
+TEST_F(CudaCompile, SizesThatVaryShareCompiledKernels) {
+  const std::string fresh = std::filesystem::temp_directory_path() / "ember-cuda-dynamic-test";
+  std::filesystem::remove_all(fresh);
+  CacheDir own(fresh);
+  TensorOptions o;
+  o.device = kGpu;
+  const Tensor w = randn({96}, o), b = randn({96}, o);
+  auto fn = [&](const Tensor& x) {
+    Tensor h = layer_norm(x, {96}, w, b, 1e-5).gelu();
+    return (h * 0.5 + x).softmax(-1);
+  };
+  auto f = compile(fn, compiler_opts());
+  const compiler::CudaToolchainStats s0 = compiler::cuda_toolchain_stats();
+  for (int64_t t = 1; t <= 40; ++t) {
+    const Tensor x = randn({3, t, 96}, o);
+    EXPECT_EQ(mismatch(f(x), fn(x), 10), "") << "T = " << t;
+  }
+  const compiler::CudaToolchainStats s1 = compiler::cuda_toolchain_stats();
+  const int64_t built = (s1.nvrtc_runs - s0.nvrtc_runs) + (s1.disk_hits - s0.disk_hits);
+  EXPECT_LE(built, 3) << "modules built for 40 lengths";
+  EXPECT_GE(f.stats().shared_compiles, 35);
+  std::filesystem::remove_all(fresh);
+}
+
 // Every op case whose eager run works on the GPU, all of them in one compiled program per
 // dtype, against eager CUDA case by case.
 TEST_F(CudaCompile, EveryOpCaseMatchesEagerCuda) {
