@@ -16,6 +16,7 @@
 #include "compiler/compiled_graph.h"
 #include "compiler/families.h"
 #include "compiler/lower.h"
+#include "compiler/toolchain.h"
 #include "compiler/toolchain_cuda.h"
 #include "core/logs.h"
 #include "core/make_tensor.h"
@@ -123,7 +124,7 @@ void CudaCompiledGraph::build(bool defer_first) {
   for (const kir::Kernel& k : kernels) symbols_.push_back(k.size_symbols());
   // Kernels that differ only in the names of their values (a model's layers) are one function.
   std::map<std::string, size_t> distinct;  // canonical text -> index in `texts`
-  std::vector<std::string> texts;
+  std::vector<std::string> texts, names;
   std::vector<size_t> function_of(kernels.size());
   for (size_t k = 0; k < kernels.size(); ++k) {
     kir::Kernel named = kernels[k];
@@ -131,9 +132,13 @@ void CudaCompiledGraph::build(bool defer_first) {
     std::ostringstream os;
     launches_.push_back(render_cuda_kernel(os, named));
     const std::string text = os.str();
-    auto [it, fresh] = distinct.emplace(canonical_names(kir::strip_comments(text)), texts.size());
-    if (fresh)
-      texts.push_back(replace_all(text, "ember_kernel_fn", "kernel_" + std::to_string(texts.size())));
+    const std::string canonical = canonical_names(kir::strip_comments(text));
+    auto [it, fresh] = distinct.emplace(canonical, texts.size());
+    if (fresh) {
+      // Named by its content: the same kernel has the same name in every graph.
+      names.push_back("ember_" + cache_entry::key(canonical).substr(0, 16));
+      texts.push_back(replace_all(text, "ember_kernel_fn", names.back()));
+    }
     function_of[k] = it->second;
   }
   // The distinct kernels in modules built side by side (NVRTC builds one program per thread),
@@ -154,7 +159,7 @@ void CudaCompiledGraph::build(bool defer_first) {
   for (auto& f : built) modules_.push_back(f.get());
   for (size_t k = 0; k < kernels.size(); ++k) {
     const size_t u = function_of[k];
-    kernels_.push_back(modules_[module_of[u]]->kernel("kernel_" + std::to_string(u)));
+    kernels_.push_back(modules_[module_of[u]]->kernel(names[u]));
   }
   for (const std::string& src : sources) source_ += src;
   static const bool output_code = log_category_enabled("output_code");
