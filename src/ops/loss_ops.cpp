@@ -19,20 +19,22 @@ MetaList infer_target_weights(std::span<const Tensor> in, const Attrs& a) {
 
 // loss = mean over counted rows of lse - logit[target], so
 //   dlogits = (softmax(logits) - onehot(target)) * g / count on counted rows, 0 on ignored ones.
-// target_weights holds onehot / count (zero rows where ignored); its row sums are the per-row
-// factor 1/count or 0 for the softmax term, and when nothing is counted the grad is all zeros.
+// Written with pointwise ops and a comparison against the class index (no one-hot or
+// probability tensor of its own), so a compiled backward computes it in one fused pass over the
+// logits. When nothing is counted the grad is all zeros.
 std::vector<Tensor> grad_cross_entropy(const GradCtx& c) {
   const Tensor& g = c.grads[0];
   if (!g.defined() || !c.needs_grad[0]) return {Tensor(), Tensor()};
   const Tensor& logits = c.inputs[0];
+  const Tensor& targets = c.inputs[1];
   const Tensor& lse = c.outputs[1];
-  Attrs a;
-  a.start = logits.sizes()[1];
-  a.end = c.attrs.end;
-  a.dtype = lse.dtype();
-  Tensor weights = dispatch1(OpId::target_weights, {c.inputs[1]}, a);
-  Tensor probs = (logits - lse.unsqueeze(1)).exp();
-  return {(probs * weights.sum({1}, true) - weights) * g, Tensor()};
+  TensorOptions ids(DType::Int64);
+  ids.device = logits.device();
+  const Tensor counted = targets.ne(double(c.attrs.end)).unsqueeze(1).to(lse.dtype());
+  const Tensor scale = counted * (g / counted.sum().clamp(1.0, std::nullopt));
+  const Tensor onehot = targets.unsqueeze(1).eq(arange(logits.sizes()[1], ids));
+  const Tensor probs = (logits - lse.unsqueeze(1)).exp();
+  return {(probs - 1.0).where(onehot, probs) * scale, Tensor()};
 }
 }  // namespace
 
