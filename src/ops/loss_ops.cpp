@@ -1,4 +1,4 @@
-// Cross entropy: shape rules, grad and front end, and the target_weights op its grad uses.
+// Cross entropy: shape rules, grad and front end.
 #include "kernels/cpu/rowwise.h"
 #include "ops/frontend.h"
 
@@ -11,11 +11,6 @@ MetaList infer_cross_entropy(std::span<const Tensor> in, const Attrs&) {
           TensorMeta{{logits.sizes()[0]}, {}, 0, stats_dtype(logits.dtype())}};
 }
 
-MetaList infer_target_weights(std::span<const Tensor> in, const Attrs& a) {
-  Shape s = in[0].sizes();
-  s.push_back(a.start);
-  return {TensorMeta{s, {}, 0, a.dtype}};
-}
 
 // loss = mean over counted rows of lse - logit[target], so
 //   dlogits = (softmax(logits) - onehot(target)) * g / count on counted rows, 0 on ignored ones.
@@ -40,7 +35,6 @@ std::vector<Tensor> grad_cross_entropy(const GradCtx& c) {
 
 const OpImpl op_impl_cross_entropy{infer_cross_entropy, cpu::cross_entropy, grad_cross_entropy,
                                    0b11, 0b10};
-const OpImpl op_impl_target_weights{infer_target_weights, cpu::target_weights, nullptr};
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ignore_index) {
   EMBER_CHECK(logits_in.defined() && targets.defined(), "cross_entropy: undefined tensor argument");

@@ -1,5 +1,4 @@
-// Op cases: row-wise ops of networks: softmax, log_softmax, layer_norm, cross_entropy, and the
-// target_weights op of the cross_entropy grad.
+// Op cases: row-wise ops of networks: softmax, log_softmax, layer_norm, cross_entropy.
 #include <algorithm>
 #include <limits>
 
@@ -239,35 +238,6 @@ void add_cross_entropy_cases(std::vector<OpCase>& cases) {
   cases.push_back(std::move(big));
 }
 
-// target_weights for each float dtype; the dtype comes in as a 0-dim tensor of that dtype.
-void add_target_weights_cases(std::vector<OpCase>& cases) {
-  OpCase c;
-  c.name = "target_weights";
-  c.covers = {OpId::target_weights};
-  c.shapes = {{{6}}, {{2, 3}}, {{0}}, {{}}, {{300}}};
-  const int64_t classes = 5, ignore = -1;
-  c.make_inputs = [=](const Shapes& s, DType t) {
-    return Inputs{make_targets(s[0], classes, ignore), zeros({}, t)};
-  };
-  c.run = [=](const Inputs& in) {
-    Attrs a;
-    a.start = classes;
-    a.end = ignore;
-    a.dtype = in[1].dtype();
-    return Inputs{dispatch1(OpId::target_weights, {in[0]}, a)};
-  };
-  c.reference = [=](const std::vector<Ref>& r) {
-    Shape s = r[0].shape;
-    s.push_back(classes);
-    Ref out(s, 0.0);
-    double count = 0;
-    for (double t : r[0].v) count += t != ignore;
-    for (int64_t i = 0; i < r[0].numel(); ++i)
-      if (r[0].v[i] != ignore) out.v[i * classes + int64_t(r[0].v[i])] = 1 / count;
-    return std::vector<Ref>{out};
-  };
-  cases.push_back(std::move(c));
-}
 
 }  // namespace
 
@@ -278,7 +248,6 @@ EMBER_OP_CASES(nn_ops) {
   add_layer_norm_cases(cases);
   add_layer_norm_backward_cases(cases);
   add_cross_entropy_cases(cases);
-  add_target_weights_cases(cases);
   return cases;
 }
 

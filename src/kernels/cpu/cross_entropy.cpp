@@ -1,7 +1,6 @@
 // Cross entropy of logits [N, C] against class targets [N], fused: per row, the max-subtracted
 // logsumexp and the loss lse - logit[target] in one task; then the mean over non-ignored rows,
-// summed in order (in double) so the result does not depend on the thread count. Also the
-// target_weights op that its grad is built on.
+// summed in order (in double) so the result does not depend on the thread count.
 #include <cmath>
 #include <vector>
 
@@ -60,24 +59,5 @@ void cross_entropy(std::span<const Tensor> in, std::span<Tensor> out, const Attr
               [&]<class T>() { *static_cast<T*>(out[0].impl()->data()) = T(compute_t<T>(loss)); });
 }
 
-void target_weights(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-  const Tensor targets = packed(in[0]);
-  const int64_t rows = targets.numel(), classes = a.start, ignore = a.end;
-  const int64_t* t = static_cast<const int64_t*>(targets.impl()->data());
-  check_targets(t, rows, classes, ignore);
-  int64_t count = 0;
-  for (int64_t r = 0; r < rows; ++r) count += t[r] != ignore;
-  const double weight = count > 0 ? 1.0 / double(count) : 0.0;
-  visit_float(out[0].dtype(), "target_weights", [&]<class T>() {
-    T* o = static_cast<T*>(out[0].impl()->data());
-    const T zero = T(compute_t<T>(0)), w = T(compute_t<T>(weight));
-#pragma omp parallel for schedule(static) if (use_threads(rows * classes) && rows > 1)
-    for (int64_t r = 0; r < rows; ++r) {
-      T* row = o + r * classes;
-      for (int64_t c = 0; c < classes; ++c) row[c] = zero;
-      if (t[r] != ignore) row[t[r]] = w;
-    }
-  });
-}
 
 }  // namespace ember::cpu

@@ -1,5 +1,5 @@
 // CPU kernels of the row-wise ops (signature: KernelFn): softmax, log_softmax, layer_norm,
-// cross_entropy and its target_weights helper. Attrs: see ops/defs/reduction.def.
+// cross_entropy. Attrs: see ops/defs/reduction.def.
 #pragma once
 #include "ops/op_impl.h"
 
@@ -10,6 +10,5 @@ void log_softmax(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
 void layer_norm(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void layer_norm_backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void cross_entropy(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
-void target_weights(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 
 }  // namespace ember::cpu

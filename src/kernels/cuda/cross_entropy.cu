@@ -1,14 +1,11 @@
-// CUDA cross entropy of logits [N, C] against class targets [N], and the target_weights op its
-// grad is built on. Cross entropy: a block a row (grid-stride over rows) folds the row's max,
+// CUDA cross entropy of logits [N, C] against class targets [N]: a block a row (grid-stride over rows) folds the row's max,
 // then the sum of exp(x - max), through block reductions, and writes the row's logsumexp and
 // its loss lse - logit[target] (in double) to a scratch row; then one block sums the losses of
 // the non-ignored rows in double and divides by their count (nan when there are none). The
 // formulas and types are the CPU kernel's: float for float32 and the half types, double for
 // float64; a NaN max propagates. Logits and targets are read through their strides.
-// target_weights: one block counts the non-ignored targets, then every element of [..., C] is
-// 1/count at its row's target class and 0 elsewhere. A target neither in [0, C) nor equal to
-// ignore_index is recorded as a fault (fault.cuh) under cross_entropy's name, as the CPU kernel
-// names it, and its row does not read the logits.
+// A target neither in [0, C) nor equal to ignore_index is recorded as a fault (fault.cuh) under
+// cross_entropy's name, as the CPU kernel names it, and its row does not read the logits.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -155,77 +152,10 @@ void cross_entropy(In in, Out out, const Attrs& a) {
   });
 }
 
-// One block: the number of targets that are not ignore_index; faults for targets out of range.
-__global__ void count_targets(const int64_t* t, int64_t rows, int64_t classes, int64_t ignore,
-                              int64_t* count, Fault* slot) {
-  int64_t n = 0;
-  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
-    const int64_t target = t[r];
-    if (bad_target(target, classes, ignore))
-      report_fault(slot, FaultKind::TargetOutOfRange, int32_t(OpId::cross_entropy), target,
-                   classes, r);
-    n += target != ignore;
-  }
-  n = block_reduce(n, SumOp{});
-  if (threadIdx.x == 0) *count = n;
-}
-
-template <class T>
-__global__ void target_weights_kernel(const int64_t* t, const int64_t* count, T* o, int64_t rows,
-                                      int64_t classes, int64_t ignore) {
-  using C = compute_t<T>;
-  const int64_t c = *count;
-  const C w = C(c > 0 ? 1.0 / double(c) : 0.0);
-  const int64_t n = rows * classes, step = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
-    const int64_t target = t[i / classes];
-    store(o + i, target != ignore && target == i % classes ? w : C(0));
-  }
-}
-
-void target_weights(In in, Out out, const Attrs& a) {
-  const Tensor& o = out[0];
-  const int64_t classes = a.start, ignore = a.end;
-  const int64_t rows = in[0].numel(), n = o.numel();
-  if (n == 0) return;
-  EMBER_CHECK(in[0].dtype() == DType::Int64, "target_weights: targets must be int64, got ",
-              dtype_name(in[0].dtype()));
-  const Tensor targets = in[0].contiguous();
-  // The kernel writes rows of C elements: through a contiguous buffer when o is a view.
-  const Tensor buf = o.is_contiguous() ? o : make_tensor(o.sizes(), o.dtype(), o.device());
-  const int device = o.device().index;
-  detail::use_device(device);
-  cudaStream_t stream = detail::stream(device);
-  const Tensor count = make_tensor({1}, DType::Int64, o.device());
-  const int64_t* tp = static_cast<const int64_t*>(targets.impl()->data());
-  int64_t* cp = static_cast<int64_t*>(count.impl()->data());
-  count_targets<<<1, 512, 0, stream>>>(tp, rows, classes, ignore, cp, detail::fault_slot(device));
-  detail::check(cudaGetLastError(), "target_weights");
-  visit<Kinds::Float>(o.dtype(), "target_weights", [&]<class T>() {
-    static const int max_blocks = [] {
-      int sms = 0;
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-      return (sms > 0 ? sms : 80) * 32;
-    }();
-    constexpr int kThreads = 256;
-    const int64_t want = (n + kThreads - 1) / kThreads;
-    const int blocks = int(want < max_blocks ? want : max_blocks);
-    target_weights_kernel<T><<<blocks, kThreads, 0, stream>>>(
-        tp, cp, static_cast<T*>(buf.impl()->data()), rows, classes, ignore);
-    detail::check(cudaGetLastError(), "target_weights");
-  });
-  if (buf.impl() != o.impl()) {
-    Tensor src[1] = {buf};
-    Tensor dst[1] = {o};
-    device_kernel(OpId::clone, o.device())(In(src, 1), Out(dst, 1), Attrs{});
-  }
-}
-
 }  // namespace
 
 void register_losses(KernelTable& t) {
   t[OpId::cross_entropy] = cross_entropy;
-  t[OpId::target_weights] = target_weights;
 }
 
 }  // namespace ember::cuda
