@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds ember with its CUDA backend and runs every test, the GPU tests included, on a machine
 # with an NVIDIA GPU. Usage: scripts/test-gpu.sh [gtest filter]. With OUT set, the report goes
-# to $OUT/gpu-tests.json; with EMBER_MEMCHECK=1 the CUDA tests run again under memcheck. No GPU
+# to $OUT/gpu-tests.json; with EMBER_MEMCHECK=1 the CUDA tests run again under memcheck;
+# TARGETS=ember-tests builds the test binary alone (a shorter build on a fresh machine). No GPU
 # (or no CUDA toolkit) is a failure here, never a pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +26,8 @@ else
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_REQUIRE_CUDA=ON >/dev/null
-ninja -C build-gpu  # the library, the tests, ember-bench (bench/compare_torch.py runs it) and ember-gpt
+# By default the library, the tests, ember-bench (bench/compare_torch.py runs it) and ember-gpt.
+ninja -C build-gpu ${TARGETS:-}
 echo "[test-gpu] running the test suite${1:+ ($1)}"
 ./build-gpu/tests/ember-tests --gtest_brief=1 ${1:+--gtest_filter=$1} \
   ${OUT:+--gtest_output=json:$OUT/gpu-tests.json}

@@ -182,6 +182,11 @@ class CausalSelfAttention : public Module {
   // Multi-head causal self-attention over [B, T, C] (n_embd divisible by n_head, else Error).
   explicit CausalSelfAttention(const GPTConfig& c);
   Tensor forward(const Tensor& x) const;  // [B, T, C] -> [B, T, C]
+  // The same in eval mode for x at positions pos .. pos + T - 1 of a sequence whose earlier keys
+  // and values are in k_cache and v_cache ([B, n_head, block, head]; allocated here, in the
+  // dtype and on the device of the keys, when undefined), to which x's are written.
+  Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos,
+                        int64_t block) const;
   std::shared_ptr<Linear> c_attn, c_proj;
   std::shared_ptr<Dropout> attn_dropout, resid_dropout;
   int64_t n_head, n_embd;
@@ -203,9 +208,20 @@ class Block : public Module {
   // A pre-norm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
   explicit Block(const GPTConfig& c);
   Tensor forward(const Tensor& x) const;
+  // forward in eval mode with the attention's keys and values cached (CausalSelfAttention).
+  Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos,
+                        int64_t block) const;
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<MLP> mlp;
+};
+
+// The keys and values of every layer of a GPT for decoding token by token
+// (GPT::forward_cached): per layer [B, n_head, block_size, head_size], allocated by the first
+// call; positions 0 .. length - 1 are filled.
+struct KVCache {
+  std::vector<Tensor> k, v;
+  int64_t length = 0;
 };
 
 // nanoGPT's GPT: token + position embeddings, pre-norm blocks, final norm, a head tied to the
@@ -218,9 +234,15 @@ class GPT : public Module {
   Tensor forward(const Tensor& idx) const;
   // Mean cross entropy of the logits against targets [B, T].
   Tensor loss(const Tensor& idx, const Tensor& targets) const;
+  // Logits [B, T, vocab] of idx [B, T] at positions cache.length .. cache.length + T - 1 (eval
+  // mode), the earlier positions' keys and values read from the cache, idx's appended to it.
+  // The positions must fit in block_size; a batch other than the cache's is an error.
+  Tensor forward_cached(const Tensor& idx, KVCache& cache) const;
   // Appends max_new_tokens sampled tokens to idx [B, T] (eval mode, no grad). `logits_of`,
   // when given, computes the logits of a context in place of forward (a compiled forward:
-  // the context grows to block_size, then slides).
+  // the context grows to block_size, then slides). Without it, the context's keys and values
+  // are cached (forward_cached): each new token costs one position's work until the context
+  // reaches block_size; past it, the window slides and every step runs the whole window.
   Tensor generate(const Tensor& idx, int64_t max_new_tokens, double temperature = 1.0,
                   int64_t top_k = 0,
                   const std::function<Tensor(const Tensor&)>& logits_of = nullptr);

@@ -32,6 +32,39 @@ Tensor CausalSelfAttention::forward(const Tensor& x) const {
   return resid_dropout->forward(c_proj->forward(y));
 }
 
+Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache,
+                                           int64_t pos, int64_t block) const {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / n_head;
+  std::vector<Tensor> qkv = c_attn->forward(x).split(n_embd, 2);
+  auto heads = [&](const Tensor& t) { return t.view({B, T, n_head, hs}).transpose(1, 2); };
+  Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+  if (!k_cache.defined()) {
+    TensorOptions o(k.dtype());
+    o.device = k.device();
+    k_cache = zeros({B, n_head, block, hs}, o);
+    v_cache = zeros({B, n_head, block, hs}, o);
+  }
+  EMBER_CHECK(k_cache.size(0) == B, "GPT: a key/value cache of batch ", k_cache.size(0),
+              " cannot serve a batch of ", B, "; start a new KVCache");
+  k_cache.slice(2, pos, pos + T).copy_(k);
+  v_cache.slice(2, pos, pos + T).copy_(v);
+  const Tensor keys = k_cache.slice(2, 0, pos + T), values = v_cache.slice(2, 0, pos + T);
+  Tensor y;
+  if (pos == 0 || T == 1) {
+    // A first chunk attends causally; one new query sees every cached key.
+    y = scaled_dot_product_attention(q, keys, values, /*is_causal=*/pos == 0, 0.0);
+  } else {
+    // Queries at pos .. pos + T - 1 see the keys up to their own position.
+    TensorOptions o(q.dtype());
+    o.device = q.device();
+    Tensor att = matmul(q, keys.transpose(-2, -1)) * (1.0 / std::sqrt(double(hs)));
+    att = (att + full({T, pos + T}, -INFINITY, o).triu(pos + 1)).softmax(-1);
+    y = matmul(att, values);
+  }
+  y = y.transpose(1, 2).contiguous().view({B, T, C});
+  return c_proj->forward(y);
+}
+
 MLP::MLP(const GPTConfig& c) : Module("MLP") {
   c_fc = register_module("c_fc", std::make_shared<Linear>(c.n_embd, 4 * c.n_embd, c.bias));
   gelu = register_module("gelu", std::make_shared<GELU>(false));
@@ -52,6 +85,12 @@ Block::Block(const GPTConfig& c) : Module("Block") {
 
 Tensor Block::forward(const Tensor& x) const {
   Tensor h = x + attn->forward(ln_1->forward(x));
+  return h + mlp->forward(ln_2->forward(h));
+}
+
+Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos,
+                             int64_t block) const {
+  Tensor h = x + attn->forward_cached(ln_1->forward(x), k_cache, v_cache, pos, block);
   return h + mlp->forward(ln_2->forward(h));
 }
 
@@ -100,6 +139,28 @@ Tensor GPT::forward(const Tensor& idx) const {
   return lm_head->forward(ln_f->forward(x));
 }
 
+Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) const {
+  EMBER_CHECK(idx.dim() == 2, "GPT: idx must be [batch, time], got shape ", idx.shape_str());
+  EMBER_CHECK(idx.dtype() == DType::Int64 || idx.dtype() == DType::Int32,
+              "GPT: idx must hold integer token ids, got ", dtype_name(idx.dtype()));
+  EMBER_CHECK(!is_training(), "GPT::forward_cached runs in eval mode (call eval() first)");
+  const int64_t T = idx.size(1), pos = cache.length;
+  EMBER_CHECK(T > 0 && pos + T <= config.block_size, "GPT: positions ", pos, " to ", pos + T - 1,
+              " do not fit the block size ", config.block_size, " (", pos,
+              " cached); start a new KVCache for a new context");
+  if (cache.k.empty()) {
+    cache.k.resize(h.size());
+    cache.v.resize(h.size());
+  }
+  TensorOptions pos_opts(DType::Int64);
+  pos_opts.device = idx.device();
+  Tensor x = wte->forward(idx) + wpe->forward(arange(double(pos), double(pos + T), 1, pos_opts));
+  for (size_t i = 0; i < h.size(); ++i)
+    x = h[i]->forward_cached(x, cache.k[i], cache.v[i], pos, config.block_size);
+  cache.length = pos + T;
+  return lm_head->forward(ln_f->forward(x));
+}
+
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets) const {
   Tensor logits = forward(idx);
   return cross_entropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}), -1);
@@ -112,10 +173,20 @@ Tensor GPT::generate(const Tensor& idx, int64_t max_new_tokens, double temperatu
   bool was_training = is_training();
   eval();
   Tensor seq = idx;
+  KVCache cache;
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     int64_t T = seq.size(1);
     Tensor cond = T <= config.block_size ? seq : seq.slice(1, T - config.block_size, T);
-    Tensor logits = (logits_of ? logits_of(cond) : forward(cond)).select(1, -1) / temperature;
+    Tensor logits;
+    if (logits_of) {
+      logits = logits_of(cond);
+    } else if (T <= config.block_size && cache.length == T - 1) {
+      logits = forward_cached(seq.slice(1, T - 1, T), cache);  // the newest token alone
+    } else {
+      cache.length = 0;  // a new context, or a window that slid: every position again
+      logits = forward_cached(cond, cache);
+    }
+    logits = logits.select(1, -1) / temperature;
     if (top_k > 0) {
       int64_t k = std::min(top_k, logits.size(-1));
       Tensor kth = logits.topk(k, -1).first.slice(1, k - 1, k);  // [B, 1]
