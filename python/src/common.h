@@ -46,5 +46,6 @@ void bind_factories(nb::module_& m);
 void bind_functions(nb::module_& m);
 void bind_interop(nb::module_& m, nb::class_<Tensor>& cls);
 void bind_autograd(nb::module_& m, nb::class_<Tensor>& cls);
+void bind_compile(nb::module_& m);
 
 }  // namespace ember::python

@@ -16,4 +16,5 @@ NB_MODULE(_ember, m) {
   bind_interop(m, cls);
   bind_factories(m);
   bind_functions(m);
+  bind_compile(m);
 }
