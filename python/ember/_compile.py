@@ -25,12 +25,12 @@ class CompiledFunction:
         code = getattr(fn, "__code__", None)
         where = f" at {code.co_filename}:{code.co_firstlineno}" if code else ""
         name = getattr(fn, "__qualname__", type(fn).__name__) + where
-        self._impl = _CompiledFunction(fn, backend, fullgraph, dynamic, recompile_limit, name)
+        self._impl = _CompiledFunction(backend, fullgraph, dynamic, recompile_limit, name)
         self._orig = fn
         _functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
-        return self._impl(*args, **kwargs)
+        return self._impl.call(self._orig, args, kwargs)
 
     def stats(self):
         return self._impl.stats()
@@ -39,7 +39,7 @@ class CompiledFunction:
         return self._impl.explain()
 
     def would_hit(self, *args, **kwargs):
-        return self._impl.would_hit(*args, **kwargs)
+        return self._impl.would_hit(args, kwargs)
 
 
 def compile(fn=None, *, fullgraph=False, dynamic=None, backend="compiler", mode=None,

@@ -103,20 +103,22 @@ nb::dict stats_dict(const CompileStats& s) {
   return d;
 }
 
-// One compiled Python callable: the function and the C++ core holding its cache.
+// The C++ core holding one compiled Python callable's cache. The function itself stays with
+// the Python wrapper (python/ember/_compile.py), which passes it on every call: a reference
+// held here would hide a cycle (function -> globals -> wrapper -> function) from Python's GC.
 class PyCompiled {
  public:
-  PyCompiled(nb::object fn, CompileOptions opts)
-      : fn_(std::move(fn)), name_(opts.name),
+  explicit PyCompiled(CompileOptions opts)
+      : name_(opts.name),
         core_(std::make_unique<detail::CompiledCore>(std::move(opts),
                                                      ember::SourceLocation::current())) {}
 
-  nb::object call(nb::args args, nb::kwargs kwargs) {
-    if (!core_->enabled()) return fn_(*args, **kwargs);
+  nb::object call(nb::handle fn, nb::tuple args, nb::dict kwargs) {
+    if (!core_->enabled()) return nb::borrow(fn)(*args, **kwargs);
     CallFrame frame = flatten_call(args, kwargs);
     std::optional<nb::object> result;
     core_->call(frame, [&](CallFrame& f) {
-      result = fn_(*args, **kwargs);
+      result = nb::borrow(fn)(*args, **kwargs);
       f.outputs.clear();
       f.out_lengths.clear();
       flatten_result(f, *result, name_);
@@ -126,15 +128,14 @@ class PyCompiled {
     return rebuild_result(frame, pos, code);
   }
 
-  bool would_hit(nb::args args, nb::kwargs kwargs) const {
+  bool would_hit(nb::tuple args, nb::dict kwargs) const {
     return core_->would_hit(flatten_call(args, kwargs));
   }
   nb::dict stats() const { return stats_dict(core_->stats()); }
   std::string explain() const { return core_->explain().str(); }
-  const nb::object& fn() const { return fn_; }
 
  private:
-  CallFrame flatten_call(const nb::args& args, const nb::kwargs& kwargs) const {
+  CallFrame flatten_call(const nb::tuple& args, const nb::dict& kwargs) const {
     CallFrame frame;
     for (nb::handle a : args) flatten_arg(frame, a, name_.c_str());
     // Keywords in the caller's order: the name is guarded with the value.
@@ -146,7 +147,6 @@ class PyCompiled {
     return frame;
   }
 
-  nb::object fn_;
   std::string name_;
   std::unique_ptr<detail::CompiledCore> core_;
 };
@@ -156,7 +156,7 @@ class PyCompiled {
 void bind_compile(nb::module_& m) {
   nb::class_<PyCompiled>(m, "_CompiledFunction")
       .def("__init__",
-           [](PyCompiled* self, nb::object fn, const std::string& backend, bool fullgraph,
+           [](PyCompiled* self, const std::string& backend, bool fullgraph,
               std::optional<bool> dynamic, int recompile_limit, const std::string& name) {
              CompileOptions opts;
              if (backend != "compiler" && backend != "eager")
@@ -167,17 +167,17 @@ void bind_compile(nb::module_& m) {
              opts.dynamic = dynamic;
              opts.recompile_limit = recompile_limit;
              opts.name = name;
-             new (self) PyCompiled(std::move(fn), std::move(opts));
+             new (self) PyCompiled(std::move(opts));
            },
-           nb::arg("fn"), nb::arg("backend"), nb::arg("fullgraph"), nb::arg("dynamic").none(),
+           nb::arg("backend"), nb::arg("fullgraph"), nb::arg("dynamic").none(),
            nb::arg("recompile_limit"), nb::arg("name"))
-      .def("__call__", &PyCompiled::call)
+      .def("call", &PyCompiled::call, nb::arg("fn"), nb::arg("args"), nb::arg("kwargs"),
+           "Runs fn(*args, **kwargs) through the cache.")
       .def("would_hit", &PyCompiled::would_hit,
            "Whether a call with these arguments would be served from the cache.")
       .def("stats", &PyCompiled::stats, "The compile counters (calls, traces, recompiles ...).")
       .def("explain", &PyCompiled::explain,
-           "What was captured: graphs, ops, graph breaks, recompile reasons.")
-      .def_prop_ro("fn", &PyCompiled::fn);
+           "What was captured: graphs, ops, graph breaks, recompile reasons.");
   m.def("reset_compile_caches", &reset_compile_caches,
         "Drops every compiled segment shared between callables.");
 }
