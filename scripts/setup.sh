@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what ember needs and is missing (Debian 12, as root): compilers, CMake, Ninja,
-# OpenBLAS (OpenMP build), GoogleTest, CLI11, nlohmann-json, and Python's safetensors
-# (used by the interoperability tests).
+# OpenBLAS (OpenMP build), GoogleTest, CLI11, nlohmann-json, Python's headers, and Python's
+# safetensors and numpy (used by the interoperability tests), nanobind, scikit-build-core and
+# pytest (the Python package and its tests).
 set -euo pipefail
 
 APT_PACKAGES=(g++ cmake ninja-build pkg-config libopenblas-openmp-dev libgtest-dev
-              libcli11-dev nlohmann-json3-dev python3 python3-pip ccache)
+              libcli11-dev nlohmann-json3-dev python3 python3-dev python3-pip ccache)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -19,8 +20,14 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if ! python3 -c "import safetensors, numpy" >/dev/null 2>&1; then
-  echo "[setup] installing python packages: safetensors numpy"
-  python3 -m pip install -q safetensors numpy 2>/dev/null ||
-    python3 -m pip install -q --break-system-packages safetensors numpy
+PY_PACKAGES=(safetensors numpy nanobind scikit-build-core pytest)
+PY_MODULES=(safetensors numpy nanobind scikit_build_core pytest)
+py_missing=()
+for i in "${!PY_MODULES[@]}"; do
+  python3 -c "import ${PY_MODULES[$i]}" >/dev/null 2>&1 || py_missing+=("${PY_PACKAGES[$i]}")
+done
+if ((${#py_missing[@]})); then
+  echo "[setup] installing python packages: ${py_missing[*]}"
+  python3 -m pip install -q "${py_missing[@]}" 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages "${py_missing[@]}"
 fi
