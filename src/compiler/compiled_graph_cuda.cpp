@@ -186,6 +186,12 @@ void CudaCompiledGraph::run_node(const graph::Node& n, std::vector<Tensor>& env)
 
 void CudaCompiledGraph::run_kernel(int kernel, std::vector<Tensor>& env) const {
   const FusionGroup& grp = plan_.groups[size_t(kernel)];
+  const CudaLaunch& l = launches_[size_t(kernel)];
+  // A row kernel takes a block per row: more rows than a grid holds run eagerly.
+  if (l.rows && l.work.eval(dims_) > 0x7fffffff) {
+    run_group_eagerly(grp, env);
+    return;
+  }
   std::vector<void*> ptrs;
   for (const graph::Value* v : grp.inputs) {
     const Tensor& t = env[size_t(v->id)];
@@ -210,7 +216,6 @@ void CudaCompiledGraph::run_kernel(int kernel, std::vector<Tensor>& env) const {
   for (void*& p : ptrs) args.push_back(&p);
   for (int sym : symbols_[size_t(kernel)])
     args.push_back(const_cast<int64_t*>(&dims_[size_t(sym)]));
-  const CudaLaunch& l = launches_[size_t(kernel)];
   const unsigned grid = cuda_grid(l, dims_, sms_);
   if (grid > 0)
     device_code::launch(kernels_[size_t(kernel)], device_.index, grid, unsigned(l.block),
