@@ -5,17 +5,36 @@ src/capture; see docs/compiling.md). What a replay assumes, from Python:
 - Guarded (a change traces again): each tensor argument's dtype, shape, strides, device and
   requires_grad; every Python number, bool, string, None and dtype argument by value (and the
   lengths of tuples/lists of arguments); keyword names; grad mode and the default dtype.
-- Not guarded yet: Python globals and closure variables that are not tensors (a changed
-  global number is replayed with its old value: pass it as an argument), and Python control
-  flow on anything but the arguments.
+- Python numbers, bools, strings and None that the function reads from its globals (the names
+  its code, and the code of functions and comprehensions nested in it, loads) or from its
+  closure are guarded by value too: a changed global or captured number traces again instead
+  of replaying the old value. Other objects read that way (modules, functions, lists) are
+  guarded only by being some object that is not such a scalar.
+- Not guarded: what the function reads through attributes or containers (`cfg.lr`,
+  `params["scale"]`), and Python control flow on anything but the arguments and the values
+  above.
 - Tensors the function reads from globals or closures are read again on replay (their current
   contents); rebinding such a global to a new tensor while the old one stays alive elsewhere is
   not seen.
 """
 import functools as _functools
 import inspect as _inspect
+import types as _types
 
 from ._ember import _CompiledFunction
+
+
+_SCALARS = (bool, int, float, str, type(None))
+_OTHER = "<not a Python scalar>"  # what a global or captured value that is no scalar reads as
+
+
+def _loaded_names(code):
+    """The global names `code` and the code nested in it may load."""
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, _types.CodeType):
+            names |= _loaded_names(c)
+    return names
 
 
 class CompiledFunction:
@@ -27,10 +46,33 @@ class CompiledFunction:
         name = getattr(fn, "__qualname__", type(fn).__name__) + where
         self._impl = _CompiledFunction(backend, fullgraph, dynamic, recompile_limit, name)
         self._orig = fn
+        # The globals and closure cells whose scalar values are guarded (module docstring).
+        self._globals = getattr(fn, "__globals__", None) if code else None
+        self._names = sorted(_loaded_names(code)) if code else []
+        self._cells = [c for c in (getattr(fn, "__closure__", None) or ())]
+        orig = fn
+        self._with_guards = lambda _guarded, *a, **k: orig(*a, **k)
         _functools.update_wrapper(self, fn)
 
+    def _guarded(self):
+        vals = []
+        g = self._globals
+        if g is not None:
+            for n in self._names:
+                v = g.get(n, _OTHER)
+                vals.append(v if isinstance(v, _SCALARS) else _OTHER)
+        for c in self._cells:
+            try:
+                v = c.cell_contents
+            except ValueError:  # a cell not yet bound
+                v = _OTHER
+            vals.append(v if isinstance(v, _SCALARS) else _OTHER)
+        return tuple(vals)
+
     def __call__(self, *args, **kwargs):
-        return self._impl.call(self._orig, args, kwargs)
+        if not self._names and not self._cells:
+            return self._impl.call(self._orig, args, kwargs)
+        return self._impl.call(self._with_guards, (self._guarded(),) + args, kwargs)
 
     def stats(self):
         return self._impl.stats()
@@ -39,7 +81,9 @@ class CompiledFunction:
         return self._impl.explain()
 
     def would_hit(self, *args, **kwargs):
-        return self._impl.would_hit(args, kwargs)
+        if not self._names and not self._cells:
+            return self._impl.would_hit(args, kwargs)
+        return self._impl.would_hit((self._guarded(),) + args, kwargs)
 
 
 def compile(fn=None, *, fullgraph=False, dynamic=None, backend="compiler", mode=None,

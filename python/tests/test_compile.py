@@ -53,6 +53,40 @@ def test_python_scalar_arguments_are_guarded():
     assert not cf.would_hit(ember.ones(4), 2.0)  # shapes are guarded too
 
 
+SCALE = 2.0
+
+
+def test_changed_globals_and_captured_numbers_trace_again():
+    global SCALE
+
+    def f(x):
+        return x * SCALE
+
+    cf = ember.compile(f, backend="eager")
+    x = ember.ones(3)
+    try:
+        assert cf(x).tolist() == [2.0] * 3
+        assert cf(x).tolist() == [2.0] * 3
+        assert cf.stats()["traces"] == 1
+        SCALE = 3.0  # a stale replay would give 2.0
+        assert not cf.would_hit(x)
+        assert cf(x).tolist() == [3.0] * 3
+        assert cf.stats()["traces"] == 2 and cf.would_hit(x)
+    finally:
+        SCALE = 2.0
+
+    shift = 1.0
+
+    def g(x):
+        return x + shift
+
+    cg = ember.compile(g, backend="eager")
+    assert cg(x).tolist() == [2.0] * 3
+    shift = 5.0  # rebinding the captured variable changes the closure cell
+    assert cg(x).tolist() == [6.0] * 3
+    assert cg.stats()["traces"] == 2
+
+
 def test_structured_results_and_arguments():
     @ember.compile(backend="eager")
     def f(pair, n):
