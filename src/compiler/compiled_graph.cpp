@@ -63,63 +63,12 @@ bool own_gemm_step(const graph::Node& n) {
          n.inputs[1]->meta.sizes.size() == 2;
 }
 
-std::string static_reason(const graph::Graph& g) {
-  for (const auto& n : g.nodes())
-    if (graph::is_random(n->op) || n->skipped_draws) return "the graph draws random numbers";
-  return "";
-}
-
 }  // namespace
-
-std::vector<Tensor> bind_inputs(const graph::Graph& g, const std::vector<Tensor>& inputs) {
-  const auto& gin = g.inputs();
-  EMBER_CHECK(inputs.size() == gin.size(), "compiler: expected ", gin.size(),
-              " input tensors, got ", inputs.size());
-  std::vector<Tensor> env(g.values().size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const graph::Value& v = *gin[i];
-    EMBER_CHECK(inputs[i].defined() && inputs[i].sizes() == v.meta.sizes &&
-                    inputs[i].dtype() == v.meta.dtype,
-                "compiler: input ", i, " does not match the captured ", value_type_str(v),
-                "; capture again for these inputs");
-    env[size_t(v.id)] = inputs[i];
-  }
-  return env;
-}
-
-bool run_captured_view(const graph::Node& n, std::vector<Tensor>& env) {
-  if (op_info(n.op).kind != OpKind::View || n.inputs.size() != 1) return false;
-  const graph::Value& in = *n.inputs[0];
-  const Tensor& t = env[size_t(in.id)];
-  if (!t.defined() || t.is_symbolic() || t.sizes() != in.meta.sizes ||
-      t.strides() != in.meta.strides || t.storage_offset() != in.meta.offset ||
-      t.dtype() != in.meta.dtype)
-    return false;
-  for (const graph::Value* o : n.outputs)
-    env[size_t(o->id)] = make_view(t, o->meta.sizes, o->meta.strides, o->meta.offset);
-  return true;
-}
-
-std::vector<Tensor> finish_run(const graph::Graph& g, const std::vector<Tensor>& inputs,
-                               const std::vector<Tensor>& env) {
-  std::vector<Tensor> results;
-  for (const graph::Value* v : g.outputs())
-    results.push_back(env[size_t(v->id)]);  // outputs are never released
-  // Write-backs into the inputs, after everything has read them (those written in place are
-  // already there).
-  for (const graph::Mutation& m : g.mutations()) {
-    if (m.value == m.target) continue;
-    const Tensor& target = inputs[size_t(m.target->input_index)];
-    const Tensor& value = env[size_t(m.value->id)];
-    if (value.impl() != target.impl()) Tensor(target).copy_(value);
-  }
-  return results;
-}
 
 // 16-bit float graphs compile their matmuls and row ops widened to float32 (widen.h).
 CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g)
     : g_(widen_16bit(std::move(g))) {
-  eager_reason_ = static_reason(*g_);
+  eager_reason_ = interpretation_reason(*g_);
   if (!eager_reason_.empty()) {
     log(logs().decisions, "compiler", "graph runs through eager interpretation: " + eager_reason_);
     return;
@@ -225,7 +174,7 @@ void CompiledGraph::build(bool defer_first) {
   FamilyLookup family =
       family_kernels(lowered_, dims_, g_->dynamic_sizes(), g_->static_dims());
   if (!family.kernels && defer_first && family.first) {
-    state_.store(kDeferred, std::memory_order_release);
+    deferred_.defer();
     log(logs().decisions, "compiler",
         "the first graph of its form at varying sizes: its first call runs through eager "
         "interpretation, its kernels are built with the next size's");
@@ -253,7 +202,7 @@ void CompiledGraph::build(bool defer_first) {
   }
   for (size_t b = 0; b < batches_.size(); ++b)
     batches_[b].fn = reinterpret_cast<KernelFn>(lib_->symbol(batch_name(b)));
-  state_.store(kBuilt, std::memory_order_release);
+  deferred_.built();
 }
 
 std::vector<std::pair<std::string, DType>> CompiledGraph::eager_ops() const {
@@ -275,12 +224,7 @@ void CompiledGraph::run_group_eagerly(const FusionGroup& grp, std::vector<Tensor
       nodes.push_back(grp.out_copy);
     }
   }
-  for (const graph::Node* n : nodes) {
-    std::vector<Tensor> ins;
-    for (const graph::Value* v : n->inputs) ins.push_back(env[size_t(v->id)]);
-    std::vector<Tensor> outs = dispatch(n->op, std::move(ins), n->attrs);
-    for (size_t j = 0; j < outs.size(); ++j) env[size_t(n->outputs[j]->id)] = std::move(outs[j]);
-  }
+  for (const graph::Node* n : nodes) dispatch_node(*n, env);
 }
 
 std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs) const {
@@ -294,26 +238,12 @@ std::vector<Tensor> CompiledGraph::run_consuming(std::vector<Tensor>&& inputs) c
 std::vector<Tensor> CompiledGraph::execute(const std::vector<Tensor>& inputs,
                                            std::vector<Tensor>* owned) const {
   if (!eager_reason_.empty()) return g_->interpret(inputs);
-  if (state_.load(std::memory_order_acquire) != kBuilt) {
-    // A deferred graph (build): interpreted at its first call, built at its next.
-    std::unique_lock<std::mutex> lock(build_mu_);
-    if (state_.load(std::memory_order_relaxed) == kDeferred) {
-      state_.store(kDeferredRan, std::memory_order_relaxed);
-      lock.unlock();
-      return g_->interpret(inputs);
-    }
-    if (state_.load(std::memory_order_relaxed) == kDeferredRan)
-      const_cast<CompiledGraph*>(this)->build(/*defer_first=*/false);
-  }
-  if (is_grad_enabled()) {
-    for (const Tensor& t : inputs) {
-      if (t.defined() && t.requires_grad()) {
-        // Autograd records per op: the eager interpretation does that (correct, not faster).
-        log(logs().decisions, "compiler",
-            "inputs require grad with grad mode on: running through eager interpretation");
-        return g_->interpret(inputs);
-      }
-    }
+  if (deferred_.interpret_now([&] { const_cast<CompiledGraph*>(this)->build(false); }))
+    return g_->interpret(inputs);
+  if (records_grad(inputs)) {
+    log(logs().decisions, "compiler",
+        "inputs require grad with grad mode on: running through eager interpretation");
+    return g_->interpret(inputs);
   }
   std::vector<Tensor> env = bind_inputs(*g_, inputs);
   std::call_once(constants_once_, [&] {
@@ -401,11 +331,7 @@ void CompiledGraph::run_node(const graph::Node& n, std::vector<Tensor>& env) con
     env[size_t(n.outputs[0]->id)] = std::move(out);
     return;
   }
-  if (run_captured_view(n, env)) return;
-  std::vector<Tensor> ins;
-  for (const graph::Value* v : n.inputs) ins.push_back(env[size_t(v->id)]);
-  std::vector<Tensor> outs = dispatch(n.op, std::move(ins), n.attrs);
-  for (size_t j = 0; j < outs.size(); ++j) env[size_t(n.outputs[j]->id)] = std::move(outs[j]);
+  if (!run_captured_view(n, env)) dispatch_node(n, env);
 }
 
 void CompiledGraph::run_pair(const Step& a, const Step& b, std::vector<Tensor>& env) const {

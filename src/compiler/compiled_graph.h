@@ -10,6 +10,7 @@
 #include "capture/capture.h"
 #include "compiler/codegen_cpp.h"
 #include "compiler/families.h"
+#include "compiler/graph_run.h"
 #include "compiler/lower.h"
 #include "compiler/render_cpp.h"
 #include "compiler/memory_plan.h"
@@ -33,7 +34,7 @@ class CompiledGraph : public capture::Runnable {
   // Whether the kernels are its family's over symbolic sizes (families.h), shared with graphs
   // of the same program at other sizes.
   bool shares_compiled_code() const override { return shared_; }
-  bool defers_build() const override { return state_.load() != kBuilt; }
+  bool defers_build() const override { return deferred_.pending(); }
   const std::string& source() const { return source_; }
   // Why the graph always runs through eager interpretation ("" when it does not).
   const std::string& eager_reason() const { return eager_reason_; }
@@ -74,11 +75,9 @@ class CompiledGraph : public capture::Runnable {
 
   // Generates, builds and loads the kernels (families.h decides: shared over symbolic sizes
   // or this graph's own); with defer_first, the first graph of its form at varying sizes
-  // builds nothing (state kDeferred) until its second call.
+  // builds nothing until its second call.
   void build(bool defer_first);
-  enum State : int { kBuilt, kDeferred, kDeferredRan };
-  mutable std::atomic<int> state_{kBuilt};
-  mutable std::mutex build_mu_;
+  DeferredBuild deferred_;
 
   std::shared_ptr<const graph::Graph> g_;
   FusionPlan plan_;
@@ -121,16 +120,5 @@ class CompiledGraph : public capture::Runnable {
 };
 
 std::unique_ptr<capture::Backend> make_compiler_backend();
-
-// Shared by the compiled graphs of every device. A run's environment (a tensor per value id)
-// with the inputs checked against the captured ones and bound.
-std::vector<Tensor> bind_inputs(const graph::Graph& g, const std::vector<Tensor>& inputs);
-// A view of a tensor laid out as when captured is the captured view: made directly, without
-// the dispatcher's shape rules (a backward graph has a hundred views, ~2 us each otherwise).
-// False when n is not such a view.
-bool run_captured_view(const graph::Node& n, std::vector<Tensor>& env);
-// The graph's outputs, after the write-backs into the inputs.
-std::vector<Tensor> finish_run(const graph::Graph& g, const std::vector<Tensor>& inputs,
-                               const std::vector<Tensor>& env);
 
 }  // namespace ember::compiler

@@ -13,7 +13,6 @@
 #include <thread>
 
 #include "compiler/codegen_util.h"
-#include "compiler/compiled_graph.h"
 #include "compiler/families.h"
 #include "compiler/lower.h"
 #include "compiler/toolchain.h"
@@ -60,8 +59,7 @@ bool cuda_compilable(const graph::Graph& g, Device* device, std::string* why) {
 
 CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Device device)
     : g_(std::move(g)), device_(device) {
-  for (const auto& n : g_->nodes())
-    if (graph::is_random(n->op) || n->skipped_draws) eager_reason_ = "the graph draws random numbers";
+  eager_reason_ = interpretation_reason(*g_);
   if (!eager_reason_.empty()) {
     log_decision("graph runs through eager interpretation: " + eager_reason_);
     return;
@@ -107,7 +105,7 @@ void CudaCompiledGraph::build(bool defer_first) {
   const auto t0 = std::chrono::steady_clock::now();
   FamilyLookup family = family_kernels(lowered_, dims_, g_->dynamic_sizes(), g_->static_dims());
   if (!family.kernels && defer_first && family.first) {
-    state_.store(kDeferred, std::memory_order_release);
+    deferred_.defer();
     log_decision("the first graph of its form at varying sizes: its first call runs through "
                  "eager interpretation, its kernels are built with the next size's");
     return;
@@ -120,7 +118,6 @@ void CudaCompiledGraph::build(bool defer_first) {
   launches_.clear();
   kernels_.clear();
   modules_.clear();
-  source_.clear();
   for (const kir::Kernel& k : kernels) symbols_.push_back(k.size_symbols());
   // Kernels that differ only in the names of their values (a model's layers) are one function.
   std::map<std::string, size_t> distinct;  // canonical text -> index in `texts`
@@ -161,12 +158,12 @@ void CudaCompiledGraph::build(bool defer_first) {
     const size_t u = function_of[k];
     kernels_.push_back(modules_[module_of[u]]->kernel(names[u]));
   }
-  for (const std::string& src : sources) source_ += src;
   static const bool output_code = log_category_enabled("output_code");
-  if (output_code) std::fprintf(stderr, "[ember:output_code]\n%s\n", source_.c_str());
+  if (output_code)
+    for (const std::string& src : sources) std::fprintf(stderr, "[ember:output_code]\n%s\n", src.c_str());
   const double s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  state_.store(kBuilt, std::memory_order_release);
+  deferred_.built();
   log_decision(std::to_string(kernels.size()) + " CUDA kernel(s), " +
                std::to_string(texts.size()) + " distinct, in " + std::to_string(modules) +
                " module(s), built or loaded in " + std::to_string(s) + " s");
@@ -177,18 +174,15 @@ void CudaCompiledGraph::run_group_eagerly(const FusionGroup& grp, std::vector<Te
 }
 
 void CudaCompiledGraph::run_node(const graph::Node& n, std::vector<Tensor>& env) const {
-  if (run_captured_view(n, env)) return;
-  std::vector<Tensor> ins;
-  for (const graph::Value* v : n.inputs) ins.push_back(env[size_t(v->id)]);
-  std::vector<Tensor> outs = dispatch(n.op, std::move(ins), n.attrs);
-  for (size_t j = 0; j < outs.size(); ++j) env[size_t(n.outputs[j]->id)] = std::move(outs[j]);
+  if (!run_captured_view(n, env)) dispatch_node(n, env);
 }
 
 void CudaCompiledGraph::run_kernel(int kernel, std::vector<Tensor>& env) const {
   const FusionGroup& grp = plan_.groups[size_t(kernel)];
   const CudaLaunch& l = launches_[size_t(kernel)];
+  const int64_t work = l.work.eval(dims_);
   // A row kernel takes a block per row: more rows than a grid holds run eagerly.
-  if (l.rows && l.work.eval(dims_) > 0x7fffffff) {
+  if (l.rows && work > 0x7fffffff) {
     run_group_eagerly(grp, env);
     return;
   }
@@ -216,7 +210,7 @@ void CudaCompiledGraph::run_kernel(int kernel, std::vector<Tensor>& env) const {
   for (void*& p : ptrs) args.push_back(&p);
   for (int sym : symbols_[size_t(kernel)])
     args.push_back(const_cast<int64_t*>(&dims_[size_t(sym)]));
-  const unsigned grid = cuda_grid(l, dims_, sms_);
+  const unsigned grid = cuda_grid(l, work, sms_);
   if (grid > 0)
     device_code::launch(kernels_[size_t(kernel)], device_.index, grid, unsigned(l.block),
                         args.data(), "generated CUDA kernel launch");
@@ -236,23 +230,12 @@ std::vector<Tensor> CudaCompiledGraph::run_consuming(std::vector<Tensor>&& input
 std::vector<Tensor> CudaCompiledGraph::execute(const std::vector<Tensor>& inputs,
                                                std::vector<Tensor>* owned) const {
   if (!eager_reason_.empty()) return g_->interpret(inputs);
-  if (state_.load(std::memory_order_acquire) != kBuilt) {
-    // A deferred graph (build): interpreted at its first call, built at its next.
-    std::unique_lock<std::mutex> lock(build_mu_);
-    if (state_.load(std::memory_order_relaxed) == kDeferred) {
-      state_.store(kDeferredRan, std::memory_order_relaxed);
-      lock.unlock();
-      return g_->interpret(inputs);
-    }
-    if (state_.load(std::memory_order_relaxed) == kDeferredRan)
-      const_cast<CudaCompiledGraph*>(this)->build(/*defer_first=*/false);
+  if (deferred_.interpret_now([&] { const_cast<CudaCompiledGraph*>(this)->build(false); }))
+    return g_->interpret(inputs);
+  if (records_grad(inputs)) {
+    log_decision("inputs require grad with grad mode on: running through eager interpretation");
+    return g_->interpret(inputs);
   }
-  if (is_grad_enabled())
-    for (const Tensor& t : inputs)
-      if (t.defined() && t.requires_grad()) {
-        log_decision("inputs require grad with grad mode on: running through eager interpretation");
-        return g_->interpret(inputs);
-      }
   std::vector<Tensor> env = bind_inputs(*g_, inputs);
   if (owned) owned->clear();
   for (size_t s = 0; s < steps_.size(); ++s) {

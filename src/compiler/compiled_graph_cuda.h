@@ -3,13 +3,12 @@
 // through the dispatcher (matmuls on cuBLAS, attention on its fused kernels, everything the
 // plan leaves out). Kernels launch on the device's stream in graph order, as eager ops do.
 #pragma once
-#include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "capture/capture.h"
+#include "compiler/graph_run.h"
 #include "compiler/kernel_ir.h"
 #include "compiler/pointwise_fusion.h"
 #include "compiler/render_cuda.h"
@@ -24,12 +23,7 @@ class CudaCompiledGraph : public capture::Runnable {
   std::vector<Tensor> run_consuming(std::vector<Tensor>&& inputs) const override;
 
   bool shares_compiled_code() const override { return shared_; }
-  bool defers_build() const override { return state_.load() != kBuilt; }
-
-  size_t kernel_count() const { return plan_.groups.size(); }
-  const std::string& source() const { return source_; }
-  // Why the graph always runs through eager interpretation ("" when it does not).
-  const std::string& eager_reason() const { return eager_reason_; }
+  bool defers_build() const override { return deferred_.pending(); }
 
  private:
   struct Step {
@@ -46,15 +40,13 @@ class CudaCompiledGraph : public capture::Runnable {
   // own. With defer_first, the first graph of its form at varying sizes builds nothing (its
   // first call is interpreted) until its second call, as on the CPU (compiled_graph.h).
   void build(bool defer_first);
-  enum State : int { kBuilt, kDeferred, kDeferredRan };
-  mutable std::atomic<int> state_{kBuilt};
-  mutable std::mutex build_mu_;
+  DeferredBuild deferred_;
   bool shared_ = false;
 
   std::shared_ptr<const graph::Graph> g_;
   Device device_;
   FusionPlan plan_;
-  std::string source_, eager_reason_;
+  std::string eager_reason_;
   std::vector<kir::Kernel> lowered_;
   std::vector<CudaLaunch> launches_;
   std::vector<std::shared_ptr<const device_code::Module>> modules_;

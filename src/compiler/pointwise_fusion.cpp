@@ -13,11 +13,6 @@ namespace ember::compiler {
 
 namespace {
 
-// The device plan_fusion plans for: kernels fuse only values on it. (The predicates below are
-// also asked outside a plan, for the CPU.)
-thread_local Device g_target = kCPU;
-const Device& target() { return g_target; }
-
 // Each op computes in its output dtype from inputs of that dtype, but for the comparisons (two
 // inputs of one dtype, a bool result) and where (a bool condition); see dtypes_fit.
 const FusedOpInfo* table_entry(OpId op) {
@@ -96,13 +91,13 @@ bool mixes_dtypes(const graph::Node& n) {
 // slice_backward along the last dim: zeros but for the incoming grad's columns, which a
 // fused kernel computes per column (a select), so a sum of such grads (the backward of a split)
 // becomes one pass instead of zero-filled buffers, copies and adds.
-bool fusable_slice_backward(const graph::Node& n) {
+bool fusable_slice_backward(const graph::Node& n, const Device& target) {
   if (n.op != OpId::slice_backward) return false;
   const graph::Value& g = *n.inputs[0];
   const graph::Value& out = *n.outputs[0];
   const Shape& os = out.meta.sizes;
   if (os.empty() || n.attrs.dim != int64_t(os.size()) - 1 || n.attrs.step < 1) return false;
-  if (!supported_dtype(out.meta.dtype) || out.device != target() || g.device != target()) return false;
+  if (!supported_dtype(out.meta.dtype) || out.device != target || g.device != target) return false;
   if (g.meta.dtype != out.meta.dtype || g.meta.sizes.size() != os.size()) return false;
   for (size_t d = 0; d + 1 < os.size(); ++d)
     if (g.meta.sizes[d] != os[d]) return false;
@@ -111,28 +106,29 @@ bool fusable_slice_backward(const graph::Node& n) {
 
 // A cast to a floating dtype from any non-bool one, same shape: a conversion in the loop. (To
 // integers or bool the eager conversions' out-of-range behaviour is left to the eager kernel.)
-bool fusable_cast(const graph::Node& n) {
+bool fusable_cast(const graph::Node& n, const Device& target) {
   if (n.op != OpId::cast || n.inputs.size() != 1) return false;
   const graph::Value& in = *n.inputs[0];
   const graph::Value& out = *n.outputs[0];
   if (!is_floating(out.meta.dtype) || !supported_dtype(out.meta.dtype)) return false;
-  if (!supported_dtype(in.meta.dtype) || in.device != target() || out.device != target()) return false;
+  if (!supported_dtype(in.meta.dtype) || in.device != target || out.device != target) return false;
   if (in.meta.sizes != out.meta.sizes) return false;
   return out.meta.offset == 0 && out.meta.strides == contiguous_strides(out.meta.sizes);
 }
 
-bool can_fuse(const graph::Node& n) {
-  if (fusable_slice_backward(n)) return true;
-  if (fusable_cast(n)) return true;
+// Kernels fuse only values on `target`, the device the plan is for.
+bool can_fuse(const graph::Node& n, const Device& target) {
+  if (fusable_slice_backward(n, target)) return true;
+  if (fusable_cast(n, target)) return true;
   const OpInfo& info = op_info(n.op);
   if (info.kind != OpKind::Pointwise || !info.has(kFusable)) return false;
   if (!fused_op_info(n) || n.outputs.size() != 1) return false;
   const graph::Value& out = *n.outputs[0];
-  if (!supported_dtype(out.meta.dtype) || out.device != target()) return false;
+  if (!supported_dtype(out.meta.dtype) || out.device != target) return false;
   if (out.meta.offset != 0 || out.meta.strides != contiguous_strides(out.meta.sizes)) return false;
   if (!dtypes_fit(n)) return false;
   for (const graph::Value* v : n.inputs) {
-    if (v->device != target()) return false;
+    if (v->device != target) return false;
     // Inputs broadcast to the output: right-aligned, each dim equal or 1.
     if (v->meta.sizes.size() > out.meta.sizes.size()) return false;
     const size_t lead = out.meta.sizes.size() - v->meta.sizes.size();
@@ -379,7 +375,7 @@ bool contiguous(const graph::Value& v) {
   return v.meta.offset == 0 && v.meta.strides == contiguous_strides(v.meta.sizes);
 }
 
-bool can_fuse_row(const graph::Node& n) {
+bool can_fuse_row(const graph::Node& n, const Device& target) {
   if (!has_row_decomposition(n)) return false;  // the table says which ops are row ops
   const graph::Value& x = *n.inputs[0];
   const graph::Value& out = *n.outputs[0];
@@ -387,7 +383,7 @@ bool can_fuse_row(const graph::Node& n) {
   const Shape& s = x.meta.sizes;
   // x itself may be strided: generated code reads it through index arithmetic.
   if ((t != DType::Float32 && t != DType::Float64) || x.meta.dtype != t) return false;
-  if (x.device != target() || out.device != target() || s.empty() || shape_numel(s) == 0)
+  if (x.device != target || out.device != target || s.empty() || shape_numel(s) == 0)
     return false;
   if (!contiguous(out)) return false;
   const int64_t last = int64_t(s.size()) - 1;
@@ -398,7 +394,7 @@ bool can_fuse_row(const graph::Node& n) {
   if (n.attrs.shape.size() != 1 || n.attrs.shape[0] != s.back()) return false;
   for (size_t k = 1; k < n.inputs.size(); ++k) {
     const graph::Value& p = *n.inputs[k];
-    if (p.meta.dtype != t || p.device != target() || p.meta.sizes != Shape{s.back()} || !contiguous(p))
+    if (p.meta.dtype != t || p.device != target || p.meta.sizes != Shape{s.back()} || !contiguous(p))
       return false;
   }
   for (size_t k = 1; k < n.outputs.size(); ++k)
@@ -441,11 +437,6 @@ bool can_fuse_columns(const graph::Node& n) {
 }
 
 FusionPlan plan_fusion(const graph::Graph& g, Device device) {
-  struct TargetScope {
-    Device saved = g_target;
-    explicit TargetScope(Device d) { g_target = d; }
-    ~TargetScope() { g_target = saved; }
-  } scope(device);
   const auto& nodes = g.nodes();
   std::vector<int> uses(g.values().size(), 0);
   for (const auto& n : nodes)
@@ -476,8 +467,8 @@ FusionPlan plan_fusion(const graph::Graph& g, Device device) {
       plan.groups.push_back(std::move(group));
       continue;
     }
-    const bool row = can_fuse_row(n);
-    if (!row && !can_fuse(n)) continue;
+    const bool row = can_fuse_row(n, device);
+    if (!row && !can_fuse(n, device)) continue;
     FusionGroup group;
     if (row) {
       group.row = &n;

@@ -104,9 +104,9 @@ struct FusionGroup {
 };
 
 // Whether n is a row op the compiler generates: softmax, log_softmax or layer_norm over the
-// last dim of a float32/float64 CPU tensor (layer_norm's weight and bias contiguous, of x's
-// dtype); decompositions.h says how each decomposes.
-bool can_fuse_row(const graph::Node& n);
+// last dim of a float32/float64 tensor on `target` (layer_norm's weight and bias contiguous, of
+// x's dtype); decompositions.h says how each decomposes.
+bool can_fuse_row(const graph::Node& n, const Device& target);
 // Whether v is laid out contiguously from its buffer's start.
 bool contiguous(const graph::Value& v);
 // Whether n is a column reduction the compiler generates (FusionGroup::col).

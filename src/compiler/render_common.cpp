@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "compiler/codegen_util.h"
+#include "compiler/render_cpp.h"
 #include "ember/error.h"
 
 namespace ember::compiler {
@@ -112,6 +113,41 @@ void emit_pointwise_body(std::ostringstream& os, const kir::Kernel& k, const std
         EMBER_FAIL("compiler: ", k.name, ": a row statement in an elementwise kernel");
     }
   }
+}
+
+RowOffsets::RowOffsets(const kir::Kernel& k) : k_(k) {
+  for (const std::vector<Stmt>* list : {&k.rows->pre, &k.rows->out})
+    for (const Stmt& s : *list)
+      if (s.kind == Stmt::Kind::Load && !k.uniform(s)) position(s);
+}
+
+size_t RowOffsets::position(const Stmt& load) {
+  for (size_t p = 0; p < entries.size(); ++p)
+    if (entries[p].index == load.index) return p;
+  const CppRowOffset o = cpp_row_offset(k_, load.index);
+  entries.push_back({load.index, o.row, o.col});
+  return entries.size() - 1;
+}
+
+std::string RowOffsets::base(size_t p) const {
+  return entries[p].row.empty() ? std::string("0") : std::string("b").append(std::to_string(p));
+}
+
+std::string RowOffsets::offset(const Stmt& load) {
+  const size_t p = position(load);
+  const std::string& col = entries[p].col;
+  if (entries[p].row.empty()) return col.empty() ? std::string("0") : col;
+  return col.empty() ? base(p) : base(p) + " + " + col;
+}
+
+void emit_uniform_row_loads(std::ostringstream& os, const kir::Kernel& k, const char* T) {
+  std::vector<std::string> hoisted;
+  for (const std::vector<Stmt>* list : {&k.rows->pre, &k.rows->out})
+    for (const Stmt& s : *list)
+      if (k.uniform(s) && std::find(hoisted.begin(), hoisted.end(), s.out) == hoisted.end()) {
+        hoisted.push_back(s.out);
+        os << "  const " << T << " " << s.out << " = in" << s.buffer << "[0];\n";
+      }
 }
 
 bool reads_value(const std::vector<Stmt>& stmts, const std::string& value,

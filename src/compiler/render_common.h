@@ -39,6 +39,29 @@ void emit_pointwise_body(std::ostringstream& os, const kir::Kernel& k, const std
 bool reads_value(const std::vector<kir::Stmt>& stmts, const std::string& value,
                  const std::string& name);
 
+// A row kernel's load offsets: one entry per distinct index, its row part a base b<p> computed
+// once per row and its column part a term in j (render_cpp.h, cpp_row_offset). Built from the
+// loads of the program's pre and out statements; others are added as they are asked for.
+struct RowOffsets {
+  struct Entry {
+    kir::Index index;
+    std::string row, col;  // as cpp_row_offset spells them ("" when zero)
+  };
+  explicit RowOffsets(const kir::Kernel& k);
+  size_t position(const kir::Stmt& load);
+  // "b<p> + <col>", "b<p>", "<col>" or "0".
+  std::string offset(const kir::Stmt& load);
+  // "b<p>" when entry p has a row part, else "0".
+  std::string base(size_t p) const;
+  std::vector<Entry> entries;
+
+ private:
+  const kir::Kernel& k_;
+};
+
+// Declares a row kernel's one-element inputs once, at its start: `const T v = in<b>[0];`.
+void emit_uniform_row_loads(std::ostringstream& os, const kir::Kernel& k, const char* T);
+
 // A row kernel's statements (kir::RowProgram) as lines at column j (or, in the output of a row
 // reduction, at row r): loads at their offsets (`offset(stmt)`), kept values where the pass
 // finds them (`kept_at`), the store to `store_to`. Every value has the row's element type.

@@ -136,14 +136,7 @@ void render_cpp_rows(std::ostringstream& os, const kir::Kernel& k) {
       os << "  " << T << "* __restrict stat" << b << " = static_cast<" << T << "*>(args[" << b
          << "]);  // " << buf.about << "\n";
   }
-  // One-element inputs: loaded once.
-  std::vector<std::string> hoisted;
-  for (const std::vector<kir::Stmt>* list : {&rp.pre, &rp.out})
-    for (const kir::Stmt& s : *list)
-      if (k.uniform(s) && std::find(hoisted.begin(), hoisted.end(), s.out) == hoisted.end()) {
-        hoisted.push_back(s.out);
-        os << "  const " << T << " " << s.out << " = in" << s.buffer << "[0];\n";
-      }
+  emit_uniform_row_loads(os, k, T);
   const std::vector<int> symbols = k.size_symbols();
   if (!symbols.empty()) {
     os << "  const int64_t* __restrict sizes = static_cast<const int64_t*>(args["
@@ -164,31 +157,12 @@ void render_cpp_rows(std::ostringstream& os, const kir::Kernel& k) {
   const int64_t block = 256 / esize;  // elements in a block of the streamed last pass
   const bool large = fixed && rows > 1 && rows * row_bytes >= cpu::kStreamBytes;
   const bool stream = large && row_output && row_bytes % 256 == 0 && row_bytes <= kRowBufferBytes;
-  // Each load's offset: a per-row base b<k> and a column term, one per distinct offset.
-  struct Offset {
-    kir::Index index;
-    CppRowOffset text;
+  // Each load's offset: a per-row base b<p> and a column term, one per distinct offset.
+  RowOffsets offsets(k);
+  auto offset_of = [&](const kir::Stmt& s) -> const RowOffsets::Entry& {
+    return offsets.entries[offsets.position(s)];
   };
-  std::vector<Offset> offsets;
-  auto position = [&](const kir::Stmt& s) {
-    for (size_t p = 0; p < offsets.size(); ++p)
-      if (offsets[p].index == s.index) return p;
-    offsets.push_back({s.index, cpp_row_offset(k, s.index)});
-    return offsets.size() - 1;
-  };
-  auto offset_of = [&](const kir::Stmt& s) -> const CppRowOffset& {
-    return offsets[position(s)].text;
-  };
-  for (const std::vector<kir::Stmt>* list : {&rp.pre, &rp.out})
-    for (const kir::Stmt& s : *list)
-      if (s.kind == kir::Stmt::Kind::Load && !k.uniform(s)) offset_of(s);
-  auto offset = [&](const kir::Stmt& s) {
-    const size_t p = position(s);
-    const CppRowOffset& o = offsets[p].text;
-    const std::string base = o.row.empty() ? "" : std::string("b").append(std::to_string(p));
-    if (base.empty()) return o.col.empty() ? std::string("0") : o.col;
-    return o.col.empty() ? base : base + " + " + o.col;
-  };
+  auto offset = [&](const kir::Stmt& s) { return offsets.offset(s); };
   // Where later passes read the row op's input: straight from a unit-stride group input when
   // nothing is computed before the row op (as the eager kernels do), else from the row, which
   // the first pass fills.
@@ -200,7 +174,7 @@ void render_cpp_rows(std::ostringstream& os, const kir::Kernel& k) {
   for (const kir::Stmt& s : rp.pre)
     if (no_producers && s.out == rp.input && !k.uniform(s) && offset_of(s).col == "j") {
       src = "src";
-      const CppRowOffset& o = offset_of(s);
+      const RowOffsets::Entry& o = offset_of(s);
       src_decl = "    const " + std::string(T) + "* __restrict src = in" +
                  std::to_string(s.buffer) + " + " + (o.row.empty() ? "0" : o.row) + ";\n";
     }
@@ -209,7 +183,7 @@ void render_cpp_rows(std::ostringstream& os, const kir::Kernel& k) {
   std::vector<std::pair<int, std::string>> fetched;  // buffer, its row offset
   for (const kir::Stmt& s : rp.pre)
     if (s.kind == kir::Stmt::Kind::Load && !k.uniform(s) && (src == "row" || s.out == rp.input)) {
-      const CppRowOffset& o = offset_of(s);
+      const RowOffsets::Entry& o = offset_of(s);
       if (o.col == "j" && !o.row.empty()) fetched.push_back({s.buffer, o.row});
     }
   // Pipelined rows (inputs fetched ahead, reduced in blocks): each thread takes a contiguous
@@ -246,9 +220,9 @@ void render_cpp_rows(std::ostringstream& os, const kir::Kernel& k) {
               << (pipelined ? "rowbuf[r & 1];  // built in cache, then streamed out\n"
                   : stream  ? "rowbuf;  // built in cache, then streamed out\n"
                             : "out + r * n;  // built in place, in cache\n");
-  for (size_t p = 0; p < offsets.size(); ++p)
-    if (!offsets[p].text.row.empty())
-      row_scope << "    const int64_t b" << p << " = " << offsets[p].text.row << ";\n";
+  for (size_t p = 0; p < offsets.entries.size(); ++p)
+    if (!offsets.entries[p].row.empty())
+      row_scope << "    const int64_t b" << p << " = " << offsets.entries[p].row << ";\n";
   row_scope << src_decl;
   std::ostringstream rowbody;
   std::swap(os, rowbody);

@@ -58,19 +58,9 @@ CudaLaunch render_cuda_kernel(std::ostringstream& os, const kir::Kernel& k) {
   return k.rows ? render_cuda_rows(os, k) : render_cuda_elementwise(os, k);
 }
 
-std::string generate_cuda(const std::vector<const kir::Kernel*>& kernels,
-                          std::vector<CudaLaunch>* launches) {
-  std::ostringstream os;
-  os << cuda_prelude();
-  launches->clear();
-  for (const kir::Kernel* k : kernels) launches->push_back(render_cuda_kernel(os, *k));
-  return os.str();
-}
-
-unsigned cuda_grid(const CudaLaunch& l, std::span<const int64_t> values, int sms) {
-  const int64_t work = l.work.eval(values);
+unsigned cuda_grid(const CudaLaunch& l, int64_t work, int sms) {
   if (work <= 0) return 0;
-  if (l.rows) return unsigned(std::min<int64_t>(work, 0x7fffffff));
+  if (l.rows) return unsigned(work);  // at most 2^31 - 1 rows: the caller runs more eagerly
   // A grid-stride loop: enough blocks to fill every multiprocessor (2048 threads each), no more.
   const int64_t per_block = int64_t(l.block) * l.vector;
   const int64_t blocks = (work + per_block - 1) / per_block;

@@ -5,7 +5,6 @@
 // reductions. Parameters: the kernel's buffers in order, then the values of its size symbols
 // (int64, in Kernel::size_symbols() order), so one binary serves every size.
 #pragma once
-#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -30,13 +29,8 @@ CudaLaunch render_cuda_rows(std::ostringstream& os, const kir::Kernel& k);
 // Either, by the kernel's kind (elementwise or row; others raise an Error).
 CudaLaunch render_cuda_kernel(std::ostringstream& os, const kir::Kernel& k);
 
-// A whole translation unit: the prelude, then each kernel (elementwise or row; kernels[i]'s
-// launch in launches[i]).
-std::string generate_cuda(const std::vector<const kir::Kernel*>& kernels,
-                          std::vector<CudaLaunch>* launches);
-
-// The grid of a launch when the size symbols have `values` (symbol i at [i]), on a GPU with
-// `sms` multiprocessors; 0 when there is no work.
-unsigned cuda_grid(const CudaLaunch& l, std::span<const int64_t> values, int sms);
+// The grid of a launch of `work` (CudaLaunch::work at the call's sizes) on a GPU with `sms`
+// multiprocessors; 0 when there is no work.
+unsigned cuda_grid(const CudaLaunch& l, int64_t work, int sms);
 
 }  // namespace ember::compiler

@@ -68,34 +68,13 @@ CudaLaunch render_cuda_rows(std::ostringstream& os, const kir::Kernel& k) {
      << "  const int64_t n = " << n_expr.str(loop_names) << ";\n"
      << "  const int64_t r = blockIdx.x;\n"
      << "  const int tid = threadIdx.x;\n";
-  std::vector<std::string> hoisted;
-  for (const std::vector<kir::Stmt>* list : {&rp.pre, &rp.out})
-    for (const kir::Stmt& s : *list)
-      if (k.uniform(s) && std::find(hoisted.begin(), hoisted.end(), s.out) == hoisted.end()) {
-        hoisted.push_back(s.out);
-        os << "  const " << T << " " << s.out << " = in" << s.buffer << "[0];\n";
-      }
+  emit_uniform_row_loads(os, k, T);
   // Each load's offset: a row base b<p>, computed once, and a column term.
-  std::vector<std::pair<kir::Index, CppRowOffset>> offsets;
-  auto position = [&](const kir::Stmt& s) {
-    for (size_t p = 0; p < offsets.size(); ++p)
-      if (offsets[p].first == s.index) return p;
-    offsets.push_back({s.index, cpp_row_offset(k, s.index)});
-    return offsets.size() - 1;
-  };
-  for (const std::vector<kir::Stmt>* list : {&rp.pre, &rp.out})
-    for (const kir::Stmt& s : *list)
-      if (s.kind == kir::Stmt::Kind::Load && !k.uniform(s)) position(s);
-  for (size_t p = 0; p < offsets.size(); ++p)
-    if (!offsets[p].second.row.empty())
-      os << "  const int64_t b" << p << " = " << offsets[p].second.row << ";\n";
-  auto offset = [&](const kir::Stmt& s) {
-    const size_t p = position(s);
-    const CppRowOffset& o = offsets[p].second;
-    const std::string base = o.row.empty() ? "" : std::string("b").append(std::to_string(p));
-    if (base.empty()) return o.col.empty() ? std::string("0") : o.col;
-    return o.col.empty() ? base : base + " + " + o.col;
-  };
+  RowOffsets offsets(k);
+  for (size_t p = 0; p < offsets.entries.size(); ++p)
+    if (!offsets.entries[p].row.empty())
+      os << "  const int64_t b" << p << " = " << offsets.entries[p].row << ";\n";
+  auto offset = [&](const kir::Stmt& s) { return offsets.offset(s); };
   // The step whose values are kept (read back by Kept statements), if any.
   const kir::RowStep* keeper = nullptr;
   for (const kir::RowStep& st : rp.steps)
@@ -108,12 +87,9 @@ CudaLaunch render_cuda_rows(std::ostringstream& os, const kir::Kernel& k) {
   const int V = 16 / int(dtype_size(dt));
   const bool vectors = K && K % V == 0 && n_expr.constant() % V == 0;
   std::vector<size_t> along;  // offsets read along the row: vector loads
-  for (size_t p = 0; p < offsets.size(); ++p)
-    if (offsets[p].second.col == "j") along.push_back(p);
+  for (size_t p = 0; p < offsets.entries.size(); ++p)
+    if (offsets.entries[p].col == "j") along.push_back(p);
   const std::string vec = "ember_vec<" + std::string(T) + ", " + std::to_string(V) + ">";
-  auto base_of = [&](size_t p) {
-    return offsets[p].second.row.empty() ? std::string("0") : "b" + std::to_string(p);
-  };
   // The passes over the row, with scalar or vector accesses.
   auto emit_passes = [&](bool vec_mode, const std::string& ind) {
     const std::string slot = vec_mode ? "cu" : "c";
@@ -144,12 +120,12 @@ CudaLaunch render_cuda_rows(std::ostringstream& os, const kir::Kernel& k) {
         for (const kir::Stmt& st : *list)
           if (st.kind == kir::Stmt::Kind::Load && !k.uniform(st))
             for (size_t p : along)
-              if (offsets[p].first == st.index &&
+              if (offsets.entries[p].index == st.index &&
                   std::find(used.begin(), used.end(), std::make_pair(st.buffer, p)) == used.end())
                 used.push_back({st.buffer, p});
       for (const auto& [buffer, p] : used)
         os << ind << "    const " << vec << " L" << buffer << "_" << p
-           << " = *reinterpret_cast<const " << vec << "*>(in" << buffer << " + " << base_of(p)
+           << " = *reinterpret_cast<const " << vec << "*>(in" << buffer << " + " << offsets.base(p)
            << " + jv);\n";
       if (store) os << ind << "    " << vec << " o;\n";
       os << "#pragma unroll\n"
@@ -164,7 +140,7 @@ CudaLaunch render_cuda_rows(std::ostringstream& os, const kir::Kernel& k) {
     if (vec_mode)
       spell.element = [&](const kir::Stmt& st) {
         for (size_t p : along)
-          if (offsets[p].first == st.index)
+          if (offsets.entries[p].index == st.index)
             return "L" + std::to_string(st.buffer) + "_" + std::to_string(p) + ".e[u]";
         return std::string();
       };
@@ -265,11 +241,11 @@ CudaLaunch render_cuda_rows(std::ostringstream& os, const kir::Kernel& k) {
     auto check = [&](const kir::Stmt& st) {
       if (st.kind != kir::Stmt::Kind::Load || k.uniform(st)) return;
       for (size_t p : along)
-        if (offsets[p].first == st.index &&
+        if (offsets.entries[p].index == st.index &&
             std::find(checked.begin(), checked.end(), std::make_pair(st.buffer, p)) == checked.end()) {
           checked.push_back({st.buffer, p});
           aligned += " && (reinterpret_cast<uintptr_t>(in" + std::to_string(st.buffer) + " + " +
-                     base_of(p) + ") % 16) == 0";
+                     offsets.base(p) + ") % 16) == 0";
         }
     };
     for (const std::vector<kir::Stmt>* list : {&rp.pre, &rp.out})

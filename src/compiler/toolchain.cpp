@@ -35,6 +35,7 @@
 
 #include "capture/capture.h"
 #include "compiler/kernel_headers.h"
+#include "compiler/once_cache.h"
 #include "core/logs.h"
 #include "ember/error.h"
 
@@ -427,15 +428,9 @@ void build(const std::string& source, const std::string& cache, const std::strin
               " to ", final_path, " (errno ", errno, ")");
 }
 
-// Libraries by path. An entry exists from the moment a thread starts loading or building it:
-// other threads asking for the same library wait on its future, while different libraries
-// build side by side (a training graph's forward and backward).
-struct MemoryCache {
-  std::mutex mu;
-  std::unordered_map<std::string, std::shared_future<std::shared_ptr<const Library>>> libs;
-};
-MemoryCache& memory_cache() {
-  static MemoryCache c;
+// Libraries by path, loaded or built once per process.
+OnceCache<std::shared_ptr<const Library>>& memory_cache() {
+  static OnceCache<std::shared_ptr<const Library>> c;
   return c;
 }
 
@@ -513,19 +508,8 @@ std::shared_ptr<const Library> load_source(const std::string& source, const std:
   const bool use_pch = dir == cache_dir();
   const std::string path = dir + "/" + key + ".so";
 
-  MemoryCache& mc = memory_cache();
-  std::promise<std::shared_ptr<const Library>> promise;
-  {
-    std::lock_guard<std::mutex> lock(mc.mu);
-    auto it = mc.libs.find(path);
-    if (it != mc.libs.end()) {
-      ++g_memory_hits;
-      std::shared_future<std::shared_ptr<const Library>> f = it->second;
-      return f.get();  // built (or being built) by another call; rethrows its failure
-    }
-    mc.libs.emplace(path, promise.get_future().share());
-  }
-  try {
+  bool hit = false;
+  auto lib = memory_cache().get(path, [&] {
     void* h = nullptr;
     struct stat st {};
     if (::lstat(path.c_str(), &st) == 0) {
@@ -550,16 +534,10 @@ std::shared_ptr<const Library> load_source(const std::string& source, const std:
                    why ? std::string(why) : "missing entry point " + entry);
       }
     }
-    auto lib = std::make_shared<const Library>(h, path);
-    promise.set_value(lib);
-    return lib;
-  } catch (...) {
-    // Waiters get the error; the next call tries again.
-    promise.set_exception(std::current_exception());
-    std::lock_guard<std::mutex> lock(mc.mu);
-    mc.libs.erase(path);
-    throw;
-  }
+    return std::make_shared<const Library>(h, path);
+  }, &hit);
+  if (hit) ++g_memory_hits;
+  return lib;
 }
 
 namespace cache_entry {
@@ -611,9 +589,7 @@ ToolchainStats toolchain_stats() {
 }
 
 void clear_memory_cache() {
-  MemoryCache& mc = memory_cache();
-  std::lock_guard<std::mutex> lock(mc.mu);
-  mc.libs.clear();
+  memory_cache().clear();
 }
 
 }  // namespace ember::compiler

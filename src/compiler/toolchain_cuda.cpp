@@ -9,12 +9,10 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <future>
-#include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "compiler/kernel_headers.h"
+#include "compiler/once_cache.h"
 #include "compiler/toolchain.h"
 #include "ember/error.h"
 
@@ -97,13 +95,9 @@ __device__ __forceinline__ void* memcpy(void* d, const void* s, size_t n) { retu
 
 std::atomic<int64_t> g_runs{0}, g_disk_hits{0}, g_memory_hits{0}, g_rebuilds{0};
 
-struct ModuleCache {
-  std::mutex mu;
-  std::unordered_map<std::string, std::shared_future<std::shared_ptr<const device_code::Module>>>
-      modules;
-};
-ModuleCache& module_cache() {
-  static ModuleCache c;
+// Modules by key, built or loaded once per process.
+OnceCache<std::shared_ptr<const device_code::Module>>& module_cache() {
+  static OnceCache<std::shared_ptr<const device_code::Module>> c;
   return c;
 }
 
@@ -121,10 +115,12 @@ const std::string& nvrtc_version() {
 
 std::string cuda_arch(int device) {
   const int cc = device_code::compute_capability(device);
-  // Architectures this NVRTC builds cubins for; others get PTX of the newest it knows, which
-  // the driver compiles for the GPU.
+  // Hopper with its architecture-specific features; a cubin for the other architectures NVRTC
+  // 12 and 13 build; PTX for a GPU newer than those, which its driver compiles.
   if (cc == 90) return "sm_90a";
-  if (cc >= 70 && cc <= 120) return "sm_" + std::to_string(cc);
+  EMBER_CHECK(cc >= 75, "compiler: generated CUDA code needs compute capability 7.5 or newer, "
+                        "this GPU has ", cc / 10, ".", cc % 10);
+  if (cc <= 120) return "sm_" + std::to_string(cc);
   return "compute_90";
 }
 
@@ -166,46 +162,31 @@ std::shared_ptr<const device_code::Module> load_cuda_source(const std::string& s
   const std::string arch = cuda_arch(device);
   const std::string key = cache_entry::key(source + '\0' + functors_header() + '\0' +
                                            nvrtc_version() + '\0' + arch);
-  ModuleCache& mc = module_cache();
-  std::promise<std::shared_ptr<const device_code::Module>> promise;
-  {
-    std::lock_guard<std::mutex> lock(mc.mu);
-    auto it = mc.modules.find(key);
-    if (it != mc.modules.end()) {
-      ++g_memory_hits;
-      auto f = it->second;
-      return f.get();
-    }
-    mc.modules.emplace(key, promise.get_future().share());
-  }
-  try {
+  bool hit = false;
+  auto mod = module_cache().get(key, [&] {
     const std::string path =
         cache_entry::directory() + "/" + key + (arch.rfind("sm_", 0) == 0 ? ".cubin" : ".ptx");
     std::string why;
     std::optional<std::string> image = cache_entry::read(path, &why);
-    std::shared_ptr<const device_code::Module> mod;
+    std::shared_ptr<const device_code::Module> m;
     if (image) {
       try {
-        mod = device_code::load(*image);
+        m = device_code::load(*image);
         ++g_disk_hits;
       } catch (const Error&) {
         why = "it does not load";
       }
     }
-    if (!mod) {
+    if (!m) {
       if (!why.empty()) ++g_rebuilds;
       const std::string built = nvrtc_compile(source, arch);
       cache_entry::write(path, built);
-      mod = device_code::load(built);
+      m = device_code::load(built);
     }
-    promise.set_value(mod);
-    return mod;
-  } catch (...) {
-    promise.set_exception(std::current_exception());
-    std::lock_guard<std::mutex> lock(mc.mu);
-    mc.modules.erase(key);
-    throw;
-  }
+    return m;
+  }, &hit);
+  if (hit) ++g_memory_hits;
+  return mod;
 }
 
 CudaToolchainStats cuda_toolchain_stats() {
@@ -213,9 +194,7 @@ CudaToolchainStats cuda_toolchain_stats() {
 }
 
 void clear_cuda_memory_cache() {
-  ModuleCache& mc = module_cache();
-  std::lock_guard<std::mutex> lock(mc.mu);
-  mc.modules.clear();
+  module_cache().clear();
 }
 
 }  // namespace ember::compiler

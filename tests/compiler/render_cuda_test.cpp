@@ -30,10 +30,12 @@ std::vector<kir::Kernel> cuda_kernels(const graph::Graph& g, int* first_name) {
   return ks;
 }
 
+// One translation unit of the kernels, as the CUDA compiled graph writes its modules.
 std::string render(const std::vector<kir::Kernel>& ks, std::vector<CudaLaunch>* launches) {
-  std::vector<const kir::Kernel*> ptrs;
-  for (const kir::Kernel& k : ks) ptrs.push_back(&k);
-  return generate_cuda(ptrs, launches);
+  std::ostringstream os;
+  os << cuda_prelude();
+  for (const kir::Kernel& k : ks) launches->push_back(render_cuda_kernel(os, k));
+  return os.str();
 }
 
 graph::Value* input(graph::Graph& g, const Shape& sizes, DType t = DType::Float32) {
@@ -55,8 +57,8 @@ TEST(RenderCuda, ElementwiseKernelsMoveSixteenBytesPerAccess) {
   EXPECT_NE(src.find("ember_vec<float, 4>"), std::string::npos) << src;
   EXPECT_NE(src.find("__global__"), std::string::npos);
   // A grid-stride loop: no more blocks than fill the GPU.
-  EXPECT_EQ(cuda_grid(launches[0], {}, 132), 132u * 8);
-  EXPECT_EQ(cuda_grid(launches[0], {}, 1000), 4096u * 1024 / (256 * 4));
+  EXPECT_EQ(cuda_grid(launches[0], 4096 * 1024, 132), 132u * 8);
+  EXPECT_EQ(cuda_grid(launches[0], 4096 * 1024, 1000), 4096u * 1024 / (256 * 4));
   if (nvrtc_available()) EXPECT_FALSE(nvrtc_compile(src, "sm_90a").empty());
 }
 
