@@ -429,19 +429,22 @@ def torch_rows(quick, repeat, wants, use_compile):
         per_op.sort()
         ms = per_op[len(per_op) // 2]
         out.append(row("cuda/add_1elem_overhead", ms, us_per_op=ms * 1000))
-    if wants("cuda/attention_bf16"):
-        bsz, heads, t, hs = (8 if quick else 64), 6, 256, 64
+    for name, bsz, heads, t, p in (("cuda/attention_bf16", 8 if quick else 64, 6, 256, 0.2),
+                                   ("cuda/attention_gpt2_bf16", 2 if quick else 16, 12, 1024, 0.0)):
+        if not wants(name):
+            continue
+        hs = 64
         q, k, v = (torch.randn(bsz, heads, t, hs, device=DEV, dtype=torch.bfloat16,
                                requires_grad=True) for _ in range(3))
         g = torch.randn(bsz, heads, t, hs, device=DEV, dtype=torch.bfloat16)
         with torch.no_grad():
             fwd = gpu_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                                dropout_p=0.2), repeat)
+                                                                dropout_p=p), repeat)
         ms = gpu_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                           dropout_p=0.2).backward(g), repeat)
+                                                           dropout_p=p).backward(g), repeat)
         flops = 3.5 * 2 * 2.0 * bsz * heads * t * t * hs / 2
-        out.append(row("cuda/attention_bf16", ms, fwd_ms=fwd, tflops=flops / (ms * 1e9),
-                       note="fwd + bwd, causal, dropout 0.2"))
+        out.append(row(name, ms, fwd_ms=fwd, tflops=flops / (ms * 1e9),
+                       note=f"fwd + bwd, causal, dropout {p}"))
     for name, dtype in (("cuda/gpt_train_step", torch.float32),
                         ("cuda/gpt_train_step_bf16", torch.bfloat16)):
         if wants(name):

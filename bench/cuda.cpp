@@ -9,6 +9,8 @@
 //   cuda/attention_bf16      scaled_dot_product_attention forward and backward at the GPT's
 //                            layer shape (batch 64, 6 heads, 256 tokens, head 64), bfloat16,
 //                            causal, dropout 0.2: the fused kernels (fwd_ms: forward alone)
+//   cuda/attention_gpt2_bf16 the same at GPT-2 124M's (batch 16, 12 heads, 1024 tokens, head
+//                            64), causal, no dropout
 //   cuda/gpt_train_step      nanoGPT's shakespeare_char step (6 layers, 6 heads, 384 wide,
 //                            block 256, batch 64, dropout 0.2, AdamW, grad clip 1), float32;
 //   cuda/gpt_train_step_bf16 the same under bfloat16 autocast
@@ -279,25 +281,30 @@ EMBER_BENCH(cuda) {
     r.extra.push_back({"alloc_free_us", alloc_us});
     rows.push_back(r);
   }
-  if (opt.wants("cuda/attention_bf16")) {
-    const int64_t B = opt.quick ? 8 : 64, H = 6, T = 256, hs = 64;
+  // Forward and backward of the GPT's attention: shakespeare_char's (dropout 0.2) and GPT-2's.
+  auto attention_row = [&](const char* name, int64_t B, int64_t H, int64_t T, double dropout) {
+    if (!opt.wants(name)) return;
+    const int64_t hs = 64;
     Tensor q = randn({B, H, T, hs}, on_gpu(DType::BFloat16)).requires_grad_(true);
     Tensor k = randn({B, H, T, hs}, on_gpu(DType::BFloat16)).requires_grad_(true);
     Tensor v = randn({B, H, T, hs}, on_gpu(DType::BFloat16)).requires_grad_(true);
     Tensor g = randn({B, H, T, hs}, on_gpu(DType::BFloat16));
-    const double fwd_ms = gpu_ms([&] { scaled_dot_product_attention(q, k, v, true, 0.2); }, repeat);
+    const double fwd_ms =
+        gpu_ms([&] { scaled_dot_product_attention(q, k, v, true, dropout); }, repeat);
     const double ms = gpu_ms([&] {
       EnableGradGuard grad;
-      scaled_dot_product_attention(q, k, v, true, 0.2).backward(g);
+      scaled_dot_product_attention(q, k, v, true, dropout).backward(g);
     }, repeat);
     // The useful products under the causal mask: q k^T and p v forward, 2.5 times that backward.
     const double flops = 3.5 * 2 * 2.0 * double(B * H) * double(T) * double(T) * double(hs) / 2;
-    Row r{"cuda/attention_bf16", ms};
+    Row r{name, ms};
     r.device = kGpu.str();
     r.extra = {{"fwd_ms", fwd_ms}, {"tflops", flops / (ms * 1e9)}};
-    r.note = "fwd + bwd, causal, dropout 0.2";
+    r.note = "fwd + bwd, causal, dropout " + std::to_string(dropout).substr(0, 3);
     rows.push_back(r);
-  }
+  };
+  attention_row("cuda/attention_bf16", opt.quick ? 8 : 64, 6, 256, 0.2);
+  attention_row("cuda/attention_gpt2_bf16", opt.quick ? 2 : 16, 12, 1024, 0.0);
   for (const bool bf16 : {false, true}) {
     const std::string name = bf16 ? "cuda/gpt_train_step_bf16" : "cuda/gpt_train_step";
     if (!opt.wants(name)) continue;

@@ -7,8 +7,14 @@
 #if __has_include(<cuda_bf16.h>)
 #define EMBER_CUDA_EMULATION 1
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -60,6 +66,55 @@ template <class V>
 inline void store16(void* p, const V& v) {
   std::memcpy(p, &v, sizeof(V));
 }
+// The tensor-core primitives of attention_mma.cuh: each lane gathers what the warp's lanes hold
+// and computes its own part of the result, as the PTX instructions define it.
+inline float exp2_of(float x) {
+  return std::exp2(x);
+}
+inline void ldsm_emulated(uint32_t (&r)[4], const void* row, bool trans) {
+  const std::array<const void*, 32> rows = test::emu::warp_gather(row);
+  const int lane = thread_index() % 32, g = lane / 4, q = lane % 4;
+  auto at = [&](int m, int i, int j) {  // element (i, j) of matrix m
+    uint16_t x;
+    std::memcpy(&x, static_cast<const unsigned char*>(rows[size_t(8 * m + i)]) + 2 * j, 2);
+    return uint32_t(x);
+  };
+  for (int m = 0; m < 4; ++m)
+    r[m] = trans ? at(m, 2 * q, g) | at(m, 2 * q + 1, g) << 16
+                 : at(m, g, 2 * q) | at(m, g, 2 * q + 1) << 16;
+}
+inline void ldsm_x4(uint32_t (&r)[4], const void* row) {
+  ldsm_emulated(r, row, false);
+}
+inline void ldsm_x4_t(uint32_t (&r)[4], const void* row) {
+  ldsm_emulated(r, row, true);
+}
+template <class T>
+inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  struct Frags {
+    uint32_t a[4], b[2];
+  };
+  const std::array<Frags, 32> all = test::emu::warp_gather(Frags{{a[0], a[1], a[2], a[3]}, {b0, b1}});
+  auto half = [](uint32_t w, int hi) {
+    const auto x = static_cast<unsigned short>(hi ? w >> 16 : w & 0xFFFF);
+    if constexpr (std::is_same_v<T, __half>)
+      return __half2float(__ushort_as_half(x));
+    else
+      return __bfloat162float(__ushort_as_bfloat16(x));
+  };
+  // A (16 x 16) and B (16 x 8) elements from the lanes that hold them.
+  auto A = [&](int i, int k) {
+    return half(all[size_t(4 * (i % 8) + k % 8 / 2)].a[(i >= 8) + 2 * (k >= 8)], k % 2);
+  };
+  auto B = [&](int k, int j) { return half(all[size_t(4 * j + k % 8 / 2)].b[k >= 8], k % 2); };
+  const int lane = thread_index() % 32, g = lane / 4, q = lane % 4;
+  for (int e = 0; e < 4; ++e) {
+    const int i = g + 8 * (e / 2), j = 2 * q + e % 2;
+    float s = d[e];
+    for (int k = 0; k < 16; ++k) s += A(i, k) * B(k, j);
+    d[e] = s;
+  }
+}
 }  // namespace ember::cuda::attn
 
 #include <gtest/gtest.h>
@@ -74,10 +129,14 @@ inline void store16(void* p, const V& v) {
 namespace ember::test {
 namespace {
 
+int g_tensor_core_launches = 0;  // launches of the 128-thread (tensor-core) kernels
+
 struct Emulated {
   template <class Args>
-  void operator()(void (*kernel)(Args), int64_t blocks, size_t smem, const Args& args) const {
-    emu::run_blocks(blocks, cuda::attn::kThreads, smem, [&] { kernel(args); });
+  void operator()(void (*kernel)(Args), int64_t blocks, size_t smem, const Args& args,
+                  int threads = cuda::attn::kThreads) const {
+    g_tensor_core_launches += threads == cuda::attn::mma::kThreads;
+    emu::run_blocks(blocks, threads, smem, [&] { kernel(args); });
   }
 };
 
@@ -235,6 +294,24 @@ TEST(AttentionEmulation, StridedAndBroadcastOperands) {
     check({{2, 3}, 12, 17, 8, 8, false, 0.0, t, 2});   // every other element
     check({{2, 3}, 12, 17, 8, 16, true, 0.1, t, 3});   // k, v shared by batch dim 0
   }
+}
+
+TEST(AttentionEmulation, TensorCoreKernelsTake16BitHeadsUpTo64) {
+  // Each config must run the forward and both backward kernels on the tensor-core path.
+  auto on_tensor_cores = [](const Config& c) {
+    const int before = g_tensor_core_launches;
+    check(c);
+    EXPECT_EQ(g_tensor_core_launches - before, c.S > 0 ? 3 : 2) << c.str();
+  };
+  for (DType t : {DType::BFloat16, DType::Float16})
+    for (bool causal : {false, true}) {
+      on_tensor_cores({{2}, 130, 130, 64, 64, causal, 0.0, t});    // GPT heads, partial tiles
+      on_tensor_cores({{1}, 70, 150, 32, 16, causal, 0.25, t});    // dropout, E != F
+      on_tensor_cores({{1}, 150, 40, 8, 24, causal, 0.0, t});      // L > S
+      on_tensor_cores({{2, 3}, 40, 40, 16, 16, causal, 0.2, t, 1});  // heads of [B, L, H, E]
+      on_tensor_cores({{2, 3}, 12, 17, 8, 16, causal, 0.1, t, 3});   // k, v broadcast
+    }
+  on_tensor_cores({{2}, 5, 0, 8, 8, true, 0.5, DType::BFloat16});  // no keys
 }
 
 TEST(AttentionEmulation, NoKeysGiveZeroOutputAndMinusInfinity) {

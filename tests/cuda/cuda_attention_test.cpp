@@ -65,6 +65,21 @@ TEST(CudaAttention, MatchesTheCpuKernelsWithDropout) {
     }
 }
 
+TEST(CudaAttention, TensorCoreKernelsOverLongSequences) {
+  // 16-bit heads of 64 over many tiles of 64 rows and keys (the tensor-core kernels).
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  for (DType t : {DType::BFloat16, DType::Float16})
+    for (double p : {0.0, 0.1}) {
+      const Tensor q = random_tensor({1, 2, 600, 64}, t), k = random_tensor({1, 2, 600, 64}, t),
+                   v = random_tensor({1, 2, 600, 64}, t), w = random_tensor({1, 2, 600, 64}, t);
+      for (bool causal : {true, false})
+        expect_same(run_fused(q, k, v, w, kGpu, causal, p, 5),
+                    run_fused(q, k, v, w, kCPU, causal, p, 5), 2e-2,
+                    std::string(dtype_name(t)) + (causal ? " causal" : "") + " dropout " +
+                        std::to_string(p));
+    }
+}
+
 TEST(CudaAttention, HeadTileOf128AndOddSizes) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
   for (DType t : {DType::Float32, DType::Float64, DType::BFloat16}) {

@@ -23,6 +23,7 @@ struct State {
   ucontext_t main;
   std::vector<Fiber> fibers;
   std::vector<uint64_t> slots;
+  std::vector<unsigned char> gather;  // kGatherBytes a thread
   std::vector<unsigned char> shared;  // 16 bytes of slack for alignment
   unsigned char* shared_base = nullptr;
   const std::function<void()>* body = nullptr;
@@ -72,6 +73,9 @@ unsigned char* shared_memory() {
 uint64_t* exchange_slots() {
   return state->slots.data();
 }
+unsigned char* gather_slots() {
+  return state->gather.data();
+}
 
 void barrier() {
   swapcontext(&state->fibers[size_t(state->current)].ctx, &state->main);
@@ -83,6 +87,7 @@ void run_blocks(int64_t blocks, int threads, size_t shared_bytes,
   s.fibers.resize(size_t(threads));
   for (Fiber& f : s.fibers) f.stack = std::make_unique<char[]>(kStackBytes);
   s.slots.assign(size_t(threads), 0);
+  s.gather.assign(size_t(threads) * kGatherBytes, 0);
   s.shared.resize(shared_bytes + 16);
   const uintptr_t raw = reinterpret_cast<uintptr_t>(s.shared.data());
   s.shared_base = s.shared.data() + (16 - raw % 16) % 16;

@@ -7,6 +7,7 @@
 // memory starts filled with 0xFF bytes (NaN in every float type), so reading what no thread wrote
 // shows in the results.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -33,6 +34,25 @@ T exchange(T v, int lane_mask) {
   std::memcpy(&r, &slots[thread_index() ^ lane_mask], sizeof(T));
   barrier();  // every partner has read before the slots are written again
   return r;
+}
+
+// Storage for warp gathers: kGatherBytes a thread.
+constexpr size_t kGatherBytes = 64;
+unsigned char* gather_slots();
+
+// The values v of the 32 threads of the calling thread's warp, in lane order (what a warp-wide
+// instruction such as ldmatrix or mma reads from its lanes). Every thread of the block must call it.
+template <class T>
+std::array<T, 32> warp_gather(const T& v) {
+  static_assert(sizeof(T) <= kGatherBytes);
+  unsigned char* slots = gather_slots();
+  std::memcpy(slots + size_t(thread_index()) * kGatherBytes, &v, sizeof(T));
+  barrier();
+  std::array<T, 32> all;
+  const size_t first = size_t(thread_index() / 32 * 32);
+  for (size_t l = 0; l < 32; ++l) std::memcpy(&all[l], slots + (first + l) * kGatherBytes, sizeof(T));
+  barrier();  // every lane has read before the slots are written again
+  return all;
 }
 
 // Runs body as `threads` threads of each of `blocks` blocks, one block after another. Throws

@@ -19,6 +19,7 @@
 
 #include "core/make_tensor.h"
 #include "kernels/cuda/attention_launch.cuh"
+#include "kernels/cuda/attention_mma_bwd.cuh"
 
 namespace ember::cuda::attn {
 
@@ -28,15 +29,6 @@ struct RowDotArgs {
   C* d = nullptr;  // [batch, L]
   int64_t batch = 0, L = 0;
   int F = 0;
-};
-
-template <class T, class C>
-struct BackwardArgs {
-  Operand<T> q, k, v, go;
-  const C* lse = nullptr;                         // [batch, L], contiguous
-  const C* d = nullptr;                           // [batch, L], contiguous
-  T *dq = nullptr, *dk = nullptr, *dv = nullptr;  // [batch, L, E], [batch, S, E], [batch, S, F]
-  Problem<C> p;
 };
 
 constexpr int kRowDotRows = kThreads / 32;  // rows a block (a warp each)
@@ -257,6 +249,8 @@ void backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a,
       run(&attention_row_dot_kernel<T, C>,
           grid_blocks(1, (p.batch * p.L + kRowDotRows - 1) / kRowDotRows, op), size_t(0), dot);
     }
+    if constexpr (std::is_same_v<C, float>)
+      if (mma::backward(args, run, op)) return;  // 16-bit heads of up to 64: tensor cores
     const bool vec = vec_loadable(args.q, p.E) && vec_loadable(args.k, p.E) &&
                      vec_loadable(args.v, p.F) && vec_loadable(args.go, p.F);
     const int64_t key_blocks = grid_blocks(p.batch, (p.S + R - 1) / R, op);

@@ -15,16 +15,9 @@
 #include <span>
 
 #include "kernels/cuda/attention_launch.cuh"
+#include "kernels/cuda/attention_mma_fwd.cuh"
 
 namespace ember::cuda::attn {
-
-template <class T, class C>
-struct ForwardArgs {
-  Operand<T> q, k, v;
-  T* out = nullptr;  // [batch, L, F], contiguous
-  C* lse = nullptr;  // [batch, L], contiguous
-  Problem<C> p;
-};
 
 // Offsets (in elements of C) of the forward's shared arrays, then its dropout bytes.
 template <class C, int kD>
@@ -139,6 +132,8 @@ void forward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a, 
     args.p = problem_of<C>(in[0], in[1], in[2], a, op);
     const Problem<C>& p = args.p;
     if (p.batch == 0 || p.L == 0) return;
+    if constexpr (std::is_same_v<C, float>)
+      if (mma::forward(args, run, op)) return;  // 16-bit heads of up to 64: tensor cores
     const bool vec =
         vec_loadable(args.q, p.E) && vec_loadable(args.k, p.E) && vec_loadable(args.v, p.F);
     const int64_t blocks = grid_blocks(p.batch, (p.L + Tiles<C>::kRows - 1) / Tiles<C>::kRows, op);

@@ -1,7 +1,8 @@
 // Host side of the fused attention kernels: how tensors become kernel arguments (Operand,
 // Problem), the dtype and head-size choices, and the launch through a runner, which is CUDA's
 // launch in attention_fwd.cu / attention_bwd.cu and a host emulation in the kernels' test. A
-// runner is called as run(kernel, blocks, shared_bytes, args) with 256 threads a block.
+// runner is called as run(kernel, blocks, shared_bytes, args, threads) (threads a block: 256
+// unless given).
 #pragma once
 #include <algorithm>
 #include <climits>
@@ -125,6 +126,23 @@ Problem<C> problem_of(const Tensor& q, const Tensor& k, const Tensor& v, const A
   return p;
 }
 
+// The kernels' arguments: the forward's, and the backward's (which all three of its kernels read).
+template <class T, class C>
+struct ForwardArgs {
+  Operand<T> q, k, v;
+  T* out = nullptr;  // [batch, L, F], contiguous
+  C* lse = nullptr;  // [batch, L], contiguous
+  Problem<C> p;
+};
+template <class T, class C>
+struct BackwardArgs {
+  Operand<T> q, k, v, go;
+  const C* lse = nullptr;                         // [batch, L], contiguous
+  const C* d = nullptr;                           // [batch, L], contiguous
+  T *dq = nullptr, *dk = nullptr, *dv = nullptr;  // [batch, L, E], [batch, S, E], [batch, S, F]
+  Problem<C> p;
+};
+
 // Blocks of a grid over `batch` entries times `tiles` tiles; gridDim.x holds up to INT_MAX.
 inline int64_t grid_blocks(int64_t batch, int64_t tiles, const char* op) {
   EMBER_CHECK(tiles == 0 || batch <= INT_MAX / tiles, op, ": ", batch, " batch entries of ", tiles,
@@ -147,7 +165,8 @@ struct CudaRunner {
   cudaStream_t stream;
 
   template <class Args>
-  void operator()(void (*kernel)(Args), int64_t blocks, size_t smem, const Args& args) const {
+  void operator()(void (*kernel)(Args), int64_t blocks, size_t smem, const Args& args,
+                  int threads = kThreads) const {
     if (smem > 48 * 1024) {
       int optin = 0;
       detail::check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
@@ -158,7 +177,7 @@ struct CudaRunner {
       detail::check(
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), op);
     }
-    kernel<<<unsigned(blocks), kThreads, smem, stream>>>(args);
+    kernel<<<unsigned(blocks), unsigned(threads), smem, stream>>>(args);
     detail::check(cudaGetLastError(), op);
   }
 };

@@ -221,12 +221,13 @@ EMBER_ATTN_DEVICE void load_tile(C* dst, const T* src, int64_t row_stride, int r
 
 // keep[r * R + c] = whether element (b, row0 + r, col0 + c) of the dropout draw is kept, for
 // r < rows and c < cols (other entries are left as they were). A row's cols span at most
-// R / 4 + 1 Philox blocks; each thread computes whole blocks and writes their words' bits.
-template <class C>
+// R / 4 + 1 Philox blocks; each of the block's kN threads computes whole blocks and writes their
+// words' bits.
+template <class C, int kN = kThreads>
 EMBER_ATTN_DEVICE void keep_tile(unsigned char* keep, const Problem<C>& p, int64_t b, int64_t row0,
                                  int rows, int64_t col0, int cols) {
   constexpr int R = Tiles<C>::kRows, kSlots = R / 4 + 1;
-  for (int t = thread_index(); t < R * kSlots; t += kThreads) {
+  for (int t = thread_index(); t < R * kSlots; t += kN) {
     const int r = t / kSlots, slot = t % kSlots;
     if (r >= rows) continue;
     const uint64_t first = uint64_t((b * p.L + row0 + r) * p.S + col0);

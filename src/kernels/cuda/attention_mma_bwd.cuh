@@ -1,0 +1,180 @@
+// The tensor-core attention backward for float16 and bfloat16 heads of up to 64 (the float
+// kernels' split, attention_bwd.cuh, on mma.sync; attention_mma.cuh says how tiles and fragments
+// are laid out). With P = exp(scale q k^T - lse), Z the dropout factors and D = rowsum(dO O)
+// (attention_bwd.cuh's row_dot kernel):
+//   dV = (P Z)^T dO,  dS = P (dO V^T Z - D),  dK = scale dS^T Q,  dQ = scale dS K.
+// - dkdv: a block a (batch entry, tile of 64 keys), each warp 16 keys whose K and V rows it keeps
+//   as A fragments. Q, dO, lse and D stream through shared memory 64 queries at a time (from the
+//   first tile the causal mask does not hide entirely). A warp computes S^T = K Q^T and
+//   dP^T = V dO^T in registers, turns them into (P Z)^T and dS^T, and uses those, rounded to 16
+//   bits, as the A operands of its dV and dK products.
+// - dq: a block a (batch entry, tile of 64 queries), each warp 16 queries whose Q and dO rows it
+//   keeps. K and V stream; a warp computes S and dP, turns them into dS and adds dS K.
+// Shared memory: two 64 x 72 tiles and 64 x 64 dropout bytes (dkdv also lse and D of 64 rows):
+// 22.5 KiB.
+#pragma once
+#include "kernels/cuda/attention_launch.cuh"
+#include "kernels/cuda/attention_mma.cuh"
+
+namespace ember::cuda::attn::mma {
+
+struct BackwardSmem {
+  static constexpr int x = 0, y = x + kRows * kLd, end = y + kRows * kLd;
+  // Then (dkdv) lse * log2(e) and D of 64 query rows as floats, then the dropout bytes.
+  template <class T>
+  static constexpr size_t stats = size_t(end) * sizeof(T);
+  template <class T>
+  static constexpr size_t keep = stats<T> + 2 * kRows * sizeof(float);
+  template <class T>
+  static constexpr size_t bytes = keep<T> + size_t(kRows * kRows);
+};
+
+// (P Z, dS) of a score s (already times scale * log2(e)) and dP entry dp of a query row with
+// lse2 = lse * log2(e) (-inf: the row saw no key, every p is 0) and D entry d.
+struct PzDs {
+  float pz, ds;
+};
+EMBER_ATTN_DEVICE PzDs pz_ds(const Problem<float>& p, bool masked, float s, float dp,
+                                     float lse2, float d, bool kept) {
+  const float pr = masked || lse2 == -INFINITY ? 0.f : exp2_of(s - lse2);
+  const float z = p.dropout ? (kept ? p.inv_keep : 0.f) : 1.f;
+  return {pr * z, pr * (dp * z - d)};
+}
+
+template <class T>
+EMBER_ATTN_MMA_KERNEL void attention_dkdv_kernel(BackwardArgs<T, float> a) {
+  unsigned char* base = shared_memory();
+  T *xs = reinterpret_cast<T*>(base) + BackwardSmem::x, *ys = reinterpret_cast<T*>(base) + BackwardSmem::y;
+  float* lse_s = reinterpret_cast<float*>(base + BackwardSmem::stats<T>);
+  float* d_s = lse_s + kRows;
+  unsigned char* keep = base + BackwardSmem::keep<T>;
+  const Problem<float>& p = a.p;
+  const int tid = thread_index(), warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+  const int64_t b = block_index() % p.batch;
+  const int64_t c0 = block_index() / p.batch * kRows;
+  const int cols = min_rows(p.S - c0, kRows);
+  const float scale2 = p.scale * kLog2e;
+
+  load_tile(xs, a.k.rows_of(b, c0), a.k.row_stride, cols, p.E);
+  load_tile(ys, a.v.rows_of(b, c0), a.v.row_stride, cols, p.F);
+  sync_block();
+  uint32_t kf[kHead / 16][4], vf[kHead / 16][4];
+  load_a(kf, xs, warp, lane);
+  load_a(vf, ys, warp, lane);
+
+  float dk[kHead / 8][4] = {}, dv[kHead / 8][4] = {};
+  // Causal: query tiles before the one holding query c0 see none of these keys.
+  for (int64_t r0 = p.causal ? c0 : 0; r0 < p.L; r0 += kRows) {
+    const int rows = min_rows(p.L - r0, kRows);
+    sync_block();  // every warp has read the previous tiles (or its K and V fragments)
+    load_tile(xs, a.q.rows_of(b, r0), a.q.row_stride, rows, p.E);
+    load_tile(ys, a.go.rows_of(b, r0), a.go.row_stride, rows, p.F);
+    for (int t = tid; t < kRows; t += kThreads) {
+      lse_s[t] = t < rows ? a.lse[b * p.L + r0 + t] * kLog2e : 0.f;
+      d_s[t] = t < rows ? a.d[b * p.L + r0 + t] : 0.f;
+    }
+    if (p.dropout) dropout_tile(keep, p, b, r0, rows, c0, cols);
+    sync_block();
+
+    float st[8][4] = {}, dpt[8][4] = {};
+    mma_abt<T>(st, kf, xs, lane);
+    mma_abt<T>(dpt, vf, ys, lane);
+    EMBER_UNROLL
+    for (int n = 0; n < 8; ++n) {
+      EMBER_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const int key = warp * 16 + g + 8 * (e / 2), qr = n * 8 + 2 * q + e % 2;
+        const bool masked = key >= cols || qr >= rows || p.hidden(r0 + qr, c0 + key);
+        const PzDs pg = pz_ds(p, masked, st[n][e] * scale2, dpt[n][e], lse_s[qr], d_s[qr],
+                                      p.dropout && keep[qr * kRows + key]);
+        st[n][e] = pg.pz;
+        dpt[n][e] = pg.ds;
+      }
+    }
+    mma_pv<T>(dv, st, ys, lane);
+    mma_pv<T>(dk, dpt, xs, lane);
+  }
+
+  store_rows(a.dk + (b * p.S + c0) * p.E, dk, warp, lane, cols, p.E, p.scale);
+  store_rows(a.dv + (b * p.S + c0) * p.F, dv, warp, lane, cols, p.F, 1.f);
+}
+
+template <class T>
+EMBER_ATTN_MMA_KERNEL void attention_dq_kernel(BackwardArgs<T, float> a) {
+  unsigned char* base = shared_memory();
+  T *xs = reinterpret_cast<T*>(base) + BackwardSmem::x, *ys = reinterpret_cast<T*>(base) + BackwardSmem::y;
+  unsigned char* keep = base + BackwardSmem::keep<T>;
+  const Problem<float>& p = a.p;
+  const int tid = thread_index(), warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+  const Tile at = tile_of(p.batch, p.L);
+  const int64_t b = at.b, r0 = at.r0;
+  const int rows = at.rows;
+  const float scale2 = p.scale * kLog2e;
+
+  load_tile(xs, a.q.rows_of(b, r0), a.q.row_stride, rows, p.E);
+  load_tile(ys, a.go.rows_of(b, r0), a.go.row_stride, rows, p.F);
+  sync_block();
+  uint32_t qf[kHead / 16][4], gof[kHead / 16][4];
+  load_a(qf, xs, warp, lane);
+  load_a(gof, ys, warp, lane);
+  float lse2[2], d[2];
+  EMBER_UNROLL
+  for (int h = 0; h < 2; ++h) {
+    const int r = warp * 16 + g + 8 * h;
+    lse2[h] = r < rows ? a.lse[b * p.L + r0 + r] * kLog2e : 0.f;
+    d[h] = r < rows ? a.d[b * p.L + r0 + r] : 0.f;
+  }
+
+  float dq[kHead / 8][4] = {};
+  const int64_t c_end = p.causal ? (p.S < r0 + rows ? p.S : r0 + rows) : p.S;
+  for (int64_t c0 = 0; c0 < c_end; c0 += kRows) {
+    const int cols = min_rows(p.S - c0, kRows);
+    sync_block();  // every warp has read the previous tiles (or its Q and dO fragments)
+    load_tile(xs, a.k.rows_of(b, c0), a.k.row_stride, cols, p.E);
+    load_tile(ys, a.v.rows_of(b, c0), a.v.row_stride, cols, p.F);
+    if (p.dropout) dropout_tile(keep, p, b, r0, rows, c0, cols);
+    sync_block();
+
+    float s[8][4] = {}, dp[8][4] = {};
+    mma_abt<T>(s, qf, xs, lane);
+    mma_abt<T>(dp, gof, ys, lane);
+    EMBER_UNROLL
+    for (int n = 0; n < 8; ++n) {
+      EMBER_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2, r = warp * 16 + g + 8 * h, c = n * 8 + 2 * q + e % 2;
+        const bool masked = c >= cols || r >= rows || p.hidden(r0 + r, c0 + c);
+        s[n][e] = pz_ds(p, masked, s[n][e] * scale2, dp[n][e], lse2[h], d[h],
+                            p.dropout && keep[r * kRows + c])
+                      .ds;
+      }
+    }
+    mma_pv<T>(dq, s, xs, lane);
+  }
+  store_rows(a.dq + (b * p.L + r0) * p.E, dq, warp, lane, rows, p.E, p.scale);
+}
+
+// Launches dkdv and dq on `run` (D already in args.d) when the kernels take the problem (as
+// forward in attention_mma_fwd.cuh); false when they do not.
+template <class T>
+bool takes(const BackwardArgs<T, float>& a) {
+  const Problem<float>& p = a.p;
+  return takes_type<T> && p.E <= kHead && p.F <= kHead && vec_loadable(a.q, p.E) &&
+         vec_loadable(a.k, p.E) && vec_loadable(a.v, p.F) && vec_loadable(a.go, p.F);
+}
+template <class T, class Runner>
+bool backward(const BackwardArgs<T, float>& args, Runner&& run, const char* op) {
+  const Problem<float>& p = args.p;
+  if (!takes(args)) return false;
+  if constexpr (takes_type<T>) {
+    const int64_t key_blocks = grid_blocks(p.batch, (p.S + kRows - 1) / kRows, op);
+    const int64_t query_blocks = grid_blocks(p.batch, (p.L + kRows - 1) / kRows, op);
+    if (key_blocks > 0)
+      run(&attention_dkdv_kernel<T>, key_blocks, BackwardSmem::bytes<T>, args, kThreads);
+    if (query_blocks > 0)
+      run(&attention_dq_kernel<T>, query_blocks, BackwardSmem::bytes<T>, args, kThreads);
+  }
+  return true;
+}
+
+}  // namespace ember::cuda::attn::mma
