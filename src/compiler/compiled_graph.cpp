@@ -68,17 +68,16 @@ bool own_gemm_step(const graph::Node& n) {
 // 16-bit float graphs compile their matmuls and row ops widened to float32 (widen.h).
 CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g)
     : g_(widen_16bit(std::move(g))) {
-  eager_reason_ = interpretation_reason(*g_);
-  if (!eager_reason_.empty()) {
-    log(logs().decisions, "compiler", "graph runs through eager interpretation: " + eager_reason_);
-    return;
-  }
+  // Random nodes run through the dispatcher with this run's draws, reserved in node order at
+  // the start of each run (Graph::reserve_draws), so the masks equal eager's.
+  draws_ = g_->trailing_skipped_draws() > 0;
+  for (const auto& n : g_->nodes()) draws_ |= graph::is_random(n->op) || n->skipped_draws;
   plan_ = plan_fusion(*g_);
   const auto& nodes = g_->nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
     const int k = plan_.group_of_node[i];
     if (k < 0) {
-      steps_.push_back({-1, nodes[i].get()});
+      steps_.push_back({-1, nodes[i].get(), int(i)});
     } else if (nodes[i]->outputs[0] == plan_.groups[size_t(k)].output) {
       steps_.push_back({k, nullptr});  // at the root: every input of the group exists by then
     }
@@ -237,7 +236,6 @@ std::vector<Tensor> CompiledGraph::run_consuming(std::vector<Tensor>&& inputs) c
 
 std::vector<Tensor> CompiledGraph::execute(const std::vector<Tensor>& inputs,
                                            std::vector<Tensor>* owned) const {
-  if (!eager_reason_.empty()) return g_->interpret(inputs);
   if (deferred_.interpret_now([&] { const_cast<CompiledGraph*>(this)->build(false); }))
     return g_->interpret(inputs);
   if (records_grad(inputs)) {
@@ -259,6 +257,7 @@ std::vector<Tensor> CompiledGraph::execute(const std::vector<Tensor>& inputs,
   // From here on, inputs are read through env only (a graph without write-backs has no
   // in-place targets), and each is released after its last reader.
   if (owned) owned->clear();
+  const std::vector<RandomRange> draws = draws_ ? g_->reserve_draws() : std::vector<RandomRange>();
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& st = steps_[s];
     StepTimer timer([&, s]() -> const std::string& {
@@ -276,7 +275,7 @@ std::vector<Tensor> CompiledGraph::execute(const std::vector<Tensor>& inputs,
         for (int id : release_after_[t]) env[size_t(id)] = Tensor();
       s = s2;
     } else if (st.kernel < 0) {
-      if (!constant_step_[s]) run_node(*st.node, env);
+      if (!constant_step_[s]) run_node(*st.node, env, draws_ ? &draws[size_t(st.index)] : nullptr);
     } else if (batch_at_[s] >= 0 && run_batch(size_t(batch_at_[s]), inputs, env)) {
       const Batch& b = batches_[size_t(batch_at_[s])];
       for (size_t t = s; t < b.last; ++t)
@@ -321,7 +320,8 @@ void CompiledGraph::plan_constants() {
   }
 }
 
-void CompiledGraph::run_node(const graph::Node& n, std::vector<Tensor>& env) const {
+void CompiledGraph::run_node(const graph::Node& n, std::vector<Tensor>& env,
+                             const RandomRange* draws) const {
   if (own_gemm_step(n)) {
     const Tensor &a = env[size_t(n.inputs[0]->id)], &b = env[size_t(n.inputs[1]->id)];
     Shape sizes = a.sizes();
@@ -331,7 +331,7 @@ void CompiledGraph::run_node(const graph::Node& n, std::vector<Tensor>& env) con
     env[size_t(n.outputs[0]->id)] = std::move(out);
     return;
   }
-  if (!run_captured_view(n, env)) dispatch_node(n, env);
+  if (!run_captured_view(n, env)) dispatch_node(n, env, draws);
 }
 
 void CompiledGraph::run_pair(const Step& a, const Step& b, std::vector<Tensor>& env) const {

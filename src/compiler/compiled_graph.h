@@ -36,8 +36,6 @@ class CompiledGraph : public capture::Runnable {
   bool shares_compiled_code() const override { return shared_; }
   bool defers_build() const override { return deferred_.pending(); }
   const std::string& source() const { return source_; }
-  // Why the graph always runs through eager interpretation ("" when it does not).
-  const std::string& eager_reason() const { return eager_reason_; }
   // Peak bytes of intermediates alive at once: this plan's (fused intermediates never exist)
   // and eager execution's of the same graph (memory_plan.h).
   int64_t peak_bytes() const { return peak_bytes_; }
@@ -49,6 +47,7 @@ class CompiledGraph : public capture::Runnable {
   struct Step {
     int kernel = -1;
     const graph::Node* node = nullptr;
+    int index = -1;  // the node's index in the graph
   };
   // run() and run_consuming(): `owned`, when given, is `inputs` itself, emptied once its
   // tensors are in the run's environment.
@@ -82,7 +81,7 @@ class CompiledGraph : public capture::Runnable {
   std::shared_ptr<const graph::Graph> g_;
   FusionPlan plan_;
   std::string source_;
-  std::string eager_reason_;
+  bool draws_ = false;  // the graph draws random numbers (or skips removed draws)
   std::shared_ptr<const Library> lib_;
   bool shared_ = false;
   std::vector<kir::Kernel> lowered_;  // per group: its kernel IR
@@ -114,7 +113,8 @@ class CompiledGraph : public capture::Runnable {
   void plan_constants();
   // One node the generated code does not cover: through the dispatcher, or for a view of a
   // tensor laid out as captured, the captured view made directly.
-  void run_node(const graph::Node& n, std::vector<Tensor>& env) const;
+  void run_node(const graph::Node& n, std::vector<Tensor>& env,
+                const RandomRange* draws = nullptr) const;
   // Runs the matmuls of steps a and b at once, one per thread.
   void run_pair(const Step& a, const Step& b, std::vector<Tensor>& env) const;
 };

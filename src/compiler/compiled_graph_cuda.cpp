@@ -59,17 +59,16 @@ bool cuda_compilable(const graph::Graph& g, Device* device, std::string* why) {
 
 CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Device device)
     : g_(std::move(g)), device_(device) {
-  eager_reason_ = interpretation_reason(*g_);
-  if (!eager_reason_.empty()) {
-    log_decision("graph runs through eager interpretation: " + eager_reason_);
-    return;
-  }
+  // Random nodes run through the dispatcher with this run's draws, reserved in node order at
+  // the start of each run (Graph::reserve_draws), so the masks equal eager's.
+  draws_ = g_->trailing_skipped_draws() > 0;
+  for (const auto& n : g_->nodes()) draws_ |= graph::is_random(n->op) || n->skipped_draws;
   plan_ = plan_fusion(*g_, device_);
   const auto& nodes = g_->nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
     const int k = plan_.group_of_node[i];
     if (k < 0)
-      steps_.push_back({-1, nodes[i].get()});
+      steps_.push_back({-1, nodes[i].get(), int(i)});
     else if (nodes[i]->outputs[0] == plan_.groups[size_t(k)].output)
       steps_.push_back({k, nullptr});
   }
@@ -173,8 +172,9 @@ void CudaCompiledGraph::run_group_eagerly(const FusionGroup& grp, std::vector<Te
   for (const graph::Node* n : grp.nodes) run_node(*n, env);
 }
 
-void CudaCompiledGraph::run_node(const graph::Node& n, std::vector<Tensor>& env) const {
-  if (!run_captured_view(n, env)) dispatch_node(n, env);
+void CudaCompiledGraph::run_node(const graph::Node& n, std::vector<Tensor>& env,
+                                 const RandomRange* draws) const {
+  if (!run_captured_view(n, env)) dispatch_node(n, env, draws);
 }
 
 void CudaCompiledGraph::run_kernel(int kernel, std::vector<Tensor>& env) const {
@@ -229,7 +229,6 @@ std::vector<Tensor> CudaCompiledGraph::run_consuming(std::vector<Tensor>&& input
 
 std::vector<Tensor> CudaCompiledGraph::execute(const std::vector<Tensor>& inputs,
                                                std::vector<Tensor>* owned) const {
-  if (!eager_reason_.empty()) return g_->interpret(inputs);
   if (deferred_.interpret_now([&] { const_cast<CudaCompiledGraph*>(this)->build(false); }))
     return g_->interpret(inputs);
   if (records_grad(inputs)) {
@@ -238,12 +237,13 @@ std::vector<Tensor> CudaCompiledGraph::execute(const std::vector<Tensor>& inputs
   }
   std::vector<Tensor> env = bind_inputs(*g_, inputs);
   if (owned) owned->clear();
+  const std::vector<RandomRange> draws = draws_ ? g_->reserve_draws() : std::vector<RandomRange>();
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& st = steps_[s];
     if (st.kernel >= 0)
       run_kernel(st.kernel, env);
     else
-      run_node(*st.node, env);
+      run_node(*st.node, env, draws_ ? &draws[size_t(st.index)] : nullptr);
     for (int id : release_after_[s]) env[size_t(id)] = Tensor();
   }
   return finish_run(*g_, inputs, env);

@@ -29,12 +29,14 @@ class CudaCompiledGraph : public capture::Runnable {
   struct Step {
     int kernel = -1;  // a fused kernel, or (< 0) `node` through the dispatcher
     const graph::Node* node = nullptr;
+    int index = -1;  // the node's index in the graph
   };
   std::vector<Tensor> execute(const std::vector<Tensor>& inputs,
                               std::vector<Tensor>* owned) const;
   void run_kernel(int kernel, std::vector<Tensor>& env) const;
   void run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const;
-  void run_node(const graph::Node& n, std::vector<Tensor>& env) const;
+  void run_node(const graph::Node& n, std::vector<Tensor>& env,
+                const RandomRange* draws = nullptr) const;
   // Renders the kernels, builds (or finds) their modules and looks their functions up: its
   // family's kernels over symbolic sizes when they serve this graph (families.h), else its
   // own. With defer_first, the first graph of its form at varying sizes builds nothing (its
@@ -46,7 +48,7 @@ class CudaCompiledGraph : public capture::Runnable {
   std::shared_ptr<const graph::Graph> g_;
   Device device_;
   FusionPlan plan_;
-  std::string eager_reason_;
+  bool draws_ = false;  // the graph draws random numbers (or skips removed draws)
   std::vector<kir::Kernel> lowered_;
   std::vector<CudaLaunch> launches_;
   std::vector<std::shared_ptr<const device_code::Module>> modules_;

@@ -9,12 +9,6 @@
 
 namespace ember::compiler {
 
-std::string interpretation_reason(const graph::Graph& g) {
-  for (const auto& n : g.nodes())
-    if (graph::is_random(n->op) || n->skipped_draws) return "the graph draws random numbers";
-  return "";
-}
-
 bool records_grad(const std::vector<Tensor>& inputs) {
   if (!is_grad_enabled()) return false;
   for (const Tensor& t : inputs)
@@ -22,10 +16,18 @@ bool records_grad(const std::vector<Tensor>& inputs) {
   return false;
 }
 
-void dispatch_node(const graph::Node& n, std::vector<Tensor>& env) {
+void dispatch_node(const graph::Node& n, std::vector<Tensor>& env, const RandomRange* draws) {
   std::vector<Tensor> ins;
   for (const graph::Value* v : n.inputs) ins.push_back(env[size_t(v->id)]);
-  std::vector<Tensor> outs = dispatch(n.op, std::move(ins), n.attrs);
+  std::vector<Tensor> outs;
+  if (draws && graph::is_random(n.op)) {
+    Attrs a = n.attrs;
+    a.seed = draws->seed;
+    a.offset = draws->offset;
+    outs = dispatch(n.op, std::move(ins), a);
+  } else {
+    outs = dispatch(n.op, std::move(ins), n.attrs);
+  }
   for (size_t j = 0; j < outs.size(); ++j) env[size_t(n.outputs[j]->id)] = std::move(outs[j]);
 }
 

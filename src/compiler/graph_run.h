@@ -40,14 +40,13 @@ class DeferredBuild {
   mutable std::mutex mu_;
 };
 
-// Why a graph always runs through eager interpretation ("" when it does not): it draws random
-// numbers.
-std::string interpretation_reason(const graph::Graph& g);
 // Whether autograd must record the call op by op (an input requires grad with grad mode on):
 // the eager interpretation does that (correct, not faster).
 bool records_grad(const std::vector<Tensor>& inputs);
-// One node through the dispatcher, its results put in env.
-void dispatch_node(const graph::Node& n, std::vector<Tensor>& env);
+// One node through the dispatcher, its results put in env; a random node draws from `draws`
+// (its range of this run, Graph::reserve_draws), which the others ignore.
+void dispatch_node(const graph::Node& n, std::vector<Tensor>& env,
+                   const RandomRange* draws = nullptr);
 // A run's environment (a tensor per value id) with the inputs checked against the captured
 // ones and bound.
 std::vector<Tensor> bind_inputs(const graph::Graph& g, const std::vector<Tensor>& inputs);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/generator.h"
 #include "ops/op_impl.h"
 
 namespace ember::graph {
@@ -125,6 +126,11 @@ class Graph {
   // input returns the caller's tensor itself (holding the new contents). Random nodes draw
   // a fresh range of the global generator at each run, in node order, as eager calls would.
   std::vector<Tensor> interpret(const std::vector<Tensor>& inputs) const;
+  // The draws of one run, reserved from the global generator at once in the order interpret()
+  // reserves them (each node's skipped draws, then a random node's own, the trailing skipped
+  // draws last): per node, the range a random node draws from (zeros for the others). For runs
+  // that execute the nodes in another order (compiled graphs).
+  std::vector<RandomRange> reserve_draws() const;
 
  private:
   Value* new_value(const TensorMeta& meta, Device device);

@@ -31,6 +31,8 @@ uint64_t random_draws(const Node& n) {
       return 2 * numel;
     case OpId::bernoulli:
       return numel;
+    case OpId::rng_state:
+      return uint64_t(a.end);
     case OpId::multinomial: {
       const Shape& w = n.inputs[0]->meta.sizes;
       const uint64_t rows = w.size() == 1 ? 1 : uint64_t(w[0]);
@@ -126,6 +128,18 @@ bool written_without_grad(const Mutation& m) {
 }
 
 }  // namespace
+
+std::vector<RandomRange> Graph::reserve_draws() const {
+  std::shared_ptr<const RunPlan> plan = run_plan();
+  std::vector<RandomRange> ranges(nodes_.size());
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = *nodes_[i];
+    if (n.skipped_draws) reserve_random(n.skipped_draws, "graph replay");
+    if (is_random(n.op)) ranges[i] = reserve_random(plan->draws[i], op_name(n.op).data());
+  }
+  if (trailing_skipped_draws_) reserve_random(trailing_skipped_draws_, "graph replay");
+  return ranges;
+}
 
 std::vector<Tensor> Graph::interpret(const std::vector<Tensor>& args) const {
   check_inputs(*this, args);

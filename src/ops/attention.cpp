@@ -3,9 +3,8 @@
 // and capture handle it with no special case (and the CPU compiler pattern-matches exactly this
 // op sequence in captured graphs: keep it as it is). On CUDA, the fused attention op
 // (ops/attention_ops.cpp, kernels/cuda/attention_*.cu), which never builds the [..., L, S]
-// probabilities and draws the composite's dropout mask; but not under capture with dropout
-// (its seed and offset are attrs, which a replayed graph would reuse: the composite's bernoulli
-// node draws afresh at each run), nor for heads larger than its kernels take.
+// probabilities and draws the composite's dropout mask (under capture from an rng_state input,
+// which a replayed graph draws afresh), except for heads larger than its kernels take.
 #include "ops/attention.h"
 
 #include <cmath>
@@ -15,9 +14,8 @@
 namespace ember {
 
 namespace {
-bool use_fused(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p) {
+bool use_fused(const Tensor& q, const Tensor& k, const Tensor& v) {
   if (q.device().type != DeviceType::CUDA) return false;
-  if (dropout_p > 0 && capture_hook()) return false;
   return q.size(-1) <= kCudaAttentionMaxHead && v.size(-1) <= kCudaAttentionMaxHead;
 }
 }  // namespace
@@ -25,7 +23,7 @@ bool use_fused(const Tensor& q, const Tensor& k, const Tensor& v, double dropout
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal, double dropout_p, std::optional<double> scale) {
   check_attention_args(q, k, v, dropout_p, "scaled_dot_product_attention");
-  if (use_fused(q, k, v, dropout_p))
+  if (use_fused(q, k, v))
     return fused_attention(q, k, v, is_causal, dropout_p, scale).out;
   const int64_t L = q.size(-2), S = k.size(-2);
   const double s = scale ? *scale : 1.0 / std::sqrt(double(q.size(-1)));

@@ -28,13 +28,15 @@ MetaList infer_attention_backward(std::span<const Tensor> in, const Attrs&) {
 // mask). The grad of lse is not propagated: it is a statistic saved for this formula.
 std::vector<Tensor> grad_attention(const GradCtx& c) {
   const Tensor& g = c.grads[0];
-  if (!g.defined()) return {Tensor(), Tensor(), Tensor()};
-  std::vector<Tensor> grads = dispatch(OpId::attention_backward,
-                                       {c.inputs[0], c.inputs[1], c.inputs[2], c.outputs[0],
-                                        c.outputs[1], cast_to(g, c.outputs[0].dtype())},
-                                       c.attrs);
+  const bool rng = c.inputs.size() == 4;  // the draws' tensor (not differentiable)
+  if (!g.defined()) return std::vector<Tensor>(c.inputs.size());
+  std::vector<Tensor> ins{c.inputs[0], c.inputs[1],  c.inputs[2],
+                          c.outputs[0], c.outputs[1], cast_to(g, c.outputs[0].dtype())};
+  if (rng) ins.push_back(c.inputs[3]);
+  std::vector<Tensor> grads = dispatch(OpId::attention_backward, std::move(ins), c.attrs);
   for (size_t i = 0; i < 3; ++i)
     if (!c.needs_grad[i]) grads[i] = Tensor();
+  if (rng) grads.emplace_back();
   return grads;
 }
 
@@ -84,16 +86,31 @@ AttentionResult fused_attention(const Tensor& q_in, const Tensor& k_in, const Te
   a.flag = is_causal;
   a.value = dropout_p;
   a.value2 = scale ? *scale : 1.0 / std::sqrt(double(q.size(-1)));
+  std::vector<Tensor> ins{q, k, v};
   if (dropout_p > 0) {
     // The draws of bernoulli([..., L, S]) in dropout: the same count from the same place.
     Shape scores = batch;
     scores.push_back(q.size(-2));
     scores.push_back(k.size(-2));
-    const RandomRange r = reserve_random(uint64_t(checked_numel(scores, op)), op);
-    a.seed = r.seed;
-    a.offset = r.offset;
+    const uint64_t draws = uint64_t(checked_numel(scores, op));
+    const RandomRange r = reserve_random(draws, op);
+    if (capture_hook()) {
+      // As a tensor (an rng_state node, which a replay draws afresh and autograd saves for the
+      // backward), not as attrs, which a replayed graph would repeat.
+      Attrs s;
+      s.shape = {2};
+      s.dtype = DType::Int64;
+      s.device = q.device();
+      s.end = int64_t(draws);
+      s.seed = r.seed;
+      s.offset = r.offset;
+      ins.push_back(dispatch1(OpId::rng_state, {}, s));
+    } else {
+      a.seed = r.seed;
+      a.offset = r.offset;
+    }
   }
-  std::vector<Tensor> outs = dispatch(OpId::attention, {q, k, v}, a);
+  std::vector<Tensor> outs = dispatch(OpId::attention, std::move(ins), a);
   return {outs[0], outs[1]};
 }
 

@@ -68,6 +68,7 @@ const OpImpl op_impl_rand{infer_random, cpu::rand, nullptr};
 const OpImpl op_impl_randn{infer_random, cpu::randn, nullptr};
 const OpImpl op_impl_randint{infer_random, cpu::randint, nullptr};
 const OpImpl op_impl_bernoulli{infer_random, cpu::bernoulli, nullptr};
+const OpImpl op_impl_rng_state{infer_random, cpu::rng_state, nullptr};
 
 namespace {
 MetaList infer_dropout(std::span<const Tensor> in, const Attrs&) {

@@ -314,6 +314,42 @@ TEST(AttentionEmulation, TensorCoreKernelsTake16BitHeadsUpTo64) {
   on_tensor_cores({{2}, 5, 0, 8, 8, true, 0.5, DType::BFloat16});  // no keys
 }
 
+TEST(AttentionEmulation, DropoutDrawsFromAnRngStateInput) {
+  // The op's optional rng_state input (what capture passes) replaces the attrs' seed and offset:
+  // the kernels read it from memory and keep the elements the attrs would keep.
+  for (DType t : {DType::Float32, DType::BFloat16}) {
+    SCOPED_TRACE(dtype_name(t));
+    manual_seed(9);
+    const Tensor q = randn({2, 70, 64}).to(t), k = randn({2, 90, 64}).to(t),
+                 v = randn({2, 90, 64}).to(t), go = randn({2, 70, 64}).to(t);
+    Attrs a;
+    a.flag = true;
+    a.value = 0.25;
+    a.value2 = 0.125;
+    a.seed = 424242;
+    a.offset = 4 * 1001;
+    Attrs blank = a;  // what a captured node holds: no draws in its attrs
+    blank.seed = blank.offset = 0;
+    Tensor rng = make_tensor({2}, DType::Int64, kCPU);
+    static_cast<int64_t*>(rng.impl()->data())[0] = int64_t(a.seed);
+    static_cast<int64_t*>(rng.impl()->data())[1] = int64_t(a.offset);
+    const DType st = stats_dtype(t);
+    Tensor want[2] = {make_tensor({2, 70, 64}, t), make_tensor({2, 70}, st)};
+    Tensor got[2] = {make_tensor({2, 70, 64}, t), make_tensor({2, 70}, st)};
+    const Tensor in3[3] = {q, k, v}, in4[4] = {q, k, v, rng};
+    cpu::attention(in3, want, a);
+    cuda::attn::forward(in4, got, blank, Emulated{});
+    EXPECT_LE(max_rel_error(got[0], want[0]), tolerance(t)) << "out";
+    const Tensor b6[6] = {q, k, v, want[0], want[1], go},
+                 b7[7] = {q, k, v, want[0], want[1], go, rng};
+    Tensor bw[3] = {make_tensor(q.sizes(), t), make_tensor(k.sizes(), t), make_tensor(v.sizes(), t)};
+    Tensor bg[3] = {make_tensor(q.sizes(), t), make_tensor(k.sizes(), t), make_tensor(v.sizes(), t)};
+    cpu::attention_backward(b6, bw, a);
+    cuda::attn::backward(b7, bg, blank, Emulated{});
+    for (int i = 0; i < 3; ++i) EXPECT_LE(max_rel_error(bg[i], bw[i]), 4 * tolerance(t)) << i;
+  }
+}
+
 TEST(AttentionEmulation, NoKeysGiveZeroOutputAndMinusInfinity) {
   check({{2}, 5, 0, 4, 3, false, 0.0, DType::Float32});
   check({{2}, 5, 0, 4, 3, true, 0.5, DType::Float64});

@@ -88,6 +88,42 @@ TEST_F(CudaCompile, DropoutDrawsAFreshMaskAtEveryCall) {
   EXPECT_LT(kept, 2400);
 }
 
+// Attention with dropout, compiled for training: the fused op under capture takes its draws
+// from an rng_state tensor, so each call draws a fresh mask, the mask eager draws from the same
+// generator state, in the forward and again in the backward.
+TEST_F(CudaCompile, AttentionWithDropoutTrainsFusedWithFreshMasks) {
+  auto fn = [](const Tensor& q, const Tensor& k, const Tensor& v) {
+    return (scaled_dot_product_attention(q, k, v, true, 0.3) * v).sum();
+  };
+  auto f = compile(fn, compiler_opts());
+  TensorOptions o(DType::BFloat16);
+  o.device = kGpu;
+  manual_seed(3);
+  const Tensor q0 = randn({2, 3, 80, 64}, o), k0 = randn({2, 3, 80, 64}, o),
+               v0 = randn({2, 3, 80, 64}, o);
+  auto leaves = [&] {
+    return std::vector<Tensor>{q0.detach().requires_grad_(true), k0.detach().requires_grad_(true),
+                               v0.detach().requires_grad_(true)};
+  };
+  std::vector<float> losses;
+  for (uint64_t seed : {11u, 12u, 13u}) {
+    std::vector<Tensor> a = leaves(), b = leaves();
+    manual_seed(seed);
+    const Tensor got = f(a[0], a[1], a[2]);
+    got.backward();
+    manual_seed(seed);
+    const Tensor want = fn(b[0], b[1], b[2]);
+    want.backward();
+    EXPECT_EQ(mismatch(got, want, 2), "") << "seed " << seed;
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(mismatch(a[size_t(i)].grad(), b[size_t(i)].grad(), 2), "")
+          << "grad " << i << " seed " << seed;
+    losses.push_back(got.cpu().item<float>());
+  }
+  EXPECT_NE(losses[0], losses[1]);  // a frozen mask would repeat the loss
+  EXPECT_NE(losses[1], losses[2]);
+}
+
 TEST_F(CudaCompile, KernelsAreCachedOnDiskAcrossProcesses) {
   const std::string fresh = std::filesystem::temp_directory_path() / "ember-cuda-cache-test";
   std::filesystem::remove_all(fresh);

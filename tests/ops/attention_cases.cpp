@@ -4,6 +4,8 @@
 // implementations. The dropout reference decides each element from the Philox stream as
 // dropout of the [..., L, S] probabilities would (core/philox.h, ops/defs/factory.def).
 #include "core/philox.h"
+#include "core/generator.h"
+#include "dispatch/dispatcher.h"
 #include "ops/attention.h"
 #include "support/op_cases.h"
 
@@ -119,11 +121,13 @@ EMBER_OP_CASES(attention) {
     cases.push_back(c);
   }
   // With dropout 0.3 from a fixed seed: the kept elements are the reference's. No gradcheck
-  // here (tests/ops/attention_test.cpp reseeds for that) and no covers, so compiled-training
-  // tests, which cannot reseed inside a compiled function, leave it out.
+  // here (tests/ops/attention_test.cpp reseeds for that). Under capture the fused op draws from
+  // an rng_state node, which the case covers, so compiled tests, which cannot reseed inside a
+  // compiled function, leave it out as they leave out every random op's case.
   for (bool causal : {false, true}) {
     OpCase c;
     c.name = causal ? "attention_dropout_causal" : "attention_dropout";
+    c.covers = {OpId::rng_state};
     c.shapes = {{{2, 3, 6, 4}, {2, 3, 9, 4}, {2, 3, 9, 5}}, {{3, 8, 3}, {3, 5, 3}, {3, 5, 2}}};
     c.run = [causal](const Inputs& in) {
       manual_seed(kDropoutSeed);
@@ -134,6 +138,39 @@ EMBER_OP_CASES(attention) {
       return ref_fused(r[0], r[1], r[2], causal, 0.3, kDropoutSeed);
     };
     c.tol_scale = 4;
+    cases.push_back(c);
+  }
+  // The same draws from an rng_state tensor (what capture passes instead of the attrs): the
+  // op with a fourth input keeps the elements the front end's call keeps.
+  {
+    OpCase c;
+    c.name = "attention_dropout_rng_state";
+    c.covers = {OpId::rng_state};
+    c.shapes = {{{2, 3, 6, 4}, {2, 3, 9, 4}, {2, 3, 9, 5}}};
+    c.run = [](const Inputs& in) {
+      manual_seed(kDropoutSeed);
+      const uint64_t draws = uint64_t(in[0].numel() / in[0].size(-1) * in[1].size(-2));
+      const RandomRange r = reserve_random(draws, "test");
+      Attrs s;
+      s.shape = {2};
+      s.dtype = DType::Int64;
+      s.device = in[0].device();
+      s.end = int64_t(draws);
+      s.seed = r.seed;
+      s.offset = r.offset;
+      Attrs a;
+      a.flag = true;
+      a.value = 0.3;
+      a.value2 = 1 / std::sqrt(double(in[0].size(-1)));
+      const Tensor rng = dispatch1(OpId::rng_state, {}, s);
+      std::vector<Tensor> outs = dispatch(OpId::attention, {in[0], in[1], in[2], rng}, a);
+      return Inputs{outs[0], outs[1]};
+    };
+    c.reference = [](const std::vector<Ref>& r) {
+      return ref_fused(r[0], r[1], r[2], true, 0.3, kDropoutSeed);
+    };
+    c.tol_scale = 4;
+    c.strided = false;
     cases.push_back(c);
   }
   return cases;

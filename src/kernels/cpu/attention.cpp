@@ -45,6 +45,14 @@ struct Dims {
         inv_keep(1 / (1 - a.value)) {
     batch = shape_numel(Shape(q.sizes().begin(), q.sizes().end() - 2));
   }
+  // With the draws' range from an rng_state tensor (the op's optional last input).
+  Dims(const Tensor& q, const Tensor& k, const Tensor& v, const Attrs& a, const Tensor* rng)
+      : Dims(q, k, v, a) {
+    if (!rng) return;
+    const int64_t* r = static_cast<const int64_t*>(rng->impl()->data());
+    seed = uint64_t(r[0]);
+    offset = uint64_t(r[1]);
+  }
   // Keys query row i sees: 0..i when causal (top-left aligned), all of them otherwise.
   int64_t visible(int64_t i) const { return causal ? std::min(S, i + 1) : S; }
   // The factor of probability (b, i, j): 1 without dropout, else inv_keep or 0.
@@ -102,7 +110,7 @@ C forward_row(const Dims& d, int64_t b, int64_t i, const C* q, const C* k, const
 void attention(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor q = compute_contiguous(in[0]), k = compute_contiguous(in[1]),
                v = compute_contiguous(in[2]);
-  const Dims d(in[0], in[1], in[2], a);
+  const Dims d(in[0], in[1], in[2], a, in.size() > 3 ? &in[3] : nullptr);
   Tensor o = compute_buffer(out[0]);
   Tensor lse = out[1];  // already in the compute dtype, contiguous
   visit_compute(q.dtype(), [&]<class C>() {
@@ -131,7 +139,7 @@ void attention_backward(std::span<const Tensor> in, std::span<Tensor> out, const
   const Tensor q = compute_contiguous(in[0]), k = compute_contiguous(in[1]),
                v = compute_contiguous(in[2]), o = compute_contiguous(in[3]),
                lse = compute_contiguous(in[4]), go = compute_contiguous(in[5]);
-  const Dims d(in[0], in[1], in[2], a);
+  const Dims d(in[0], in[1], in[2], a, in.size() > 6 ? &in[6] : nullptr);
   Tensor dq = compute_buffer(out[0]), dk = compute_buffer(out[1]), dv = compute_buffer(out[2]);
   visit_compute(q.dtype(), [&]<class C>() {
     const C *qp = data_of<C>(q), *kp = data_of<C>(k), *vp = data_of<C>(v), *op = data_of<C>(o),

@@ -118,6 +118,12 @@ void randint(std::span<const Tensor>, std::span<Tensor> out, const Attrs& a) {
   });
 }
 
+void rng_state(std::span<const Tensor>, std::span<Tensor> out, const Attrs& a) {
+  int64_t* p = static_cast<int64_t*>(out[0].impl()->data());
+  p[0] = int64_t(a.seed);
+  p[1] = int64_t(a.offset);
+}
+
 void bernoulli(std::span<const Tensor>, std::span<Tensor> out, const Attrs& a) {
   check_offset(a, "bernoulli");
   const int64_t n = out[0].numel();

@@ -8,6 +8,7 @@ void rand(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void randn(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void randint(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void bernoulli(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
+void rng_state(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void dropout(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void multinomial(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 

@@ -97,7 +97,7 @@ EMBER_ATTN_KERNEL void attention_dkdv_kernel(BackwardArgs<T, C> a) {
   C *ks = smem + Sm::x, *vs = smem + Sm::y, *qs = smem + Sm::z, *gos = smem + Sm::w;
   C *pz_s = smem + Sm::s0, *ds_s = smem + Sm::s1, *lse_s = smem + Sm::lse, *d_s = smem + Sm::d;
   unsigned char* keep = shared_memory() + size_t(Sm::end) * sizeof(C);
-  const Problem<C>& p = a.p;
+  const Problem<C> p = a.p.drawn();
   const int tid = thread_index(), tr = tid / kSide, tc = tid % kSide;
   const int64_t b = block_index() % p.batch;
   const int64_t c0 = block_index() / p.batch * R;
@@ -166,7 +166,7 @@ EMBER_ATTN_KERNEL void attention_dq_kernel(BackwardArgs<T, C> a) {
   C *qs = smem + Sm::x, *gos = smem + Sm::y, *ks = smem + Sm::z, *vs = smem + Sm::w;
   C *ds_s = smem + Sm::s0, *lse_s = smem + Sm::lse, *d_s = smem + Sm::d;
   unsigned char* keep = shared_memory() + size_t(Sm::end) * sizeof(C);
-  const Problem<C>& p = a.p;
+  const Problem<C> p = a.p.drawn();
   const QueryTile at = query_tile(p);
   const int tr = at.tr, tc = at.tc, rows = at.rows;
   const int64_t b = at.b, r0 = at.r0;
@@ -233,7 +233,7 @@ void backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a,
     args.k = k.operand;
     args.v = v.operand;
     args.go = go.operand;
-    args.p = problem_of<C>(in[0], in[1], in[2], a, op);
+    args.p = problem_of<C>(in[0], in[1], in[2], a, in.size() > 6 ? &in[6] : nullptr, op);
     const Problem<C>& p = args.p;
     if (p.batch == 0) return;
     args.lse = static_cast<const C*>(lse.impl()->data());

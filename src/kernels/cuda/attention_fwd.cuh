@@ -38,7 +38,7 @@ EMBER_ATTN_KERNEL void attention_forward_kernel(ForwardArgs<T, C> a) {
   C* smem = reinterpret_cast<C*>(shared_memory());
   C *qs = smem + Sm::q, *ks = smem + Sm::k, *vs = smem + Sm::v, *ps = smem + Sm::p;
   unsigned char* keep = shared_memory() + size_t(Sm::end) * sizeof(C);
-  const Problem<C>& p = a.p;
+  const Problem<C> p = a.p.drawn();
   const QueryTile at = query_tile(p);
   const int tr = at.tr, tc = at.tc, rows = at.rows;
   const int64_t b = at.b, r0 = at.r0;
@@ -129,7 +129,7 @@ void forward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a, 
     args.v = v.operand;
     args.out = static_cast<T*>(out[0].impl()->data());
     args.lse = static_cast<C*>(out[1].impl()->data());
-    args.p = problem_of<C>(in[0], in[1], in[2], a, op);
+    args.p = problem_of<C>(in[0], in[1], in[2], a, in.size() > 3 ? &in[3] : nullptr, op);
     const Problem<C>& p = args.p;
     if (p.batch == 0 || p.L == 0) return;
     if constexpr (std::is_same_v<C, float>)

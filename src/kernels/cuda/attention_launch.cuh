@@ -101,10 +101,11 @@ bool vec_loadable(const Operand<T>& o, int64_t cols) {
   return true;
 }
 
-// The problem of q [..., L, E], k [..., S, E], v [..., S, F] (equal batch dims) and the op's attrs.
+// The problem of q [..., L, E], k [..., S, E], v [..., S, F] (equal batch dims), the op's attrs
+// and its rng_state input `rng` (nullptr: the draws are the attrs').
 template <class C>
 Problem<C> problem_of(const Tensor& q, const Tensor& k, const Tensor& v, const Attrs& a,
-                      const char* op) {
+                      const Tensor* rng, const char* op) {
   Problem<C> p;
   p.L = q.size(-2);
   p.S = k.size(-2);
@@ -120,6 +121,12 @@ Problem<C> problem_of(const Tensor& q, const Tensor& k, const Tensor& v, const A
                 " must start a Philox block (a multiple of 4)");
     p.seed = a.seed;
     p.base_block = a.offset / 4;
+    if (rng) {
+      EMBER_CHECK(rng->dtype() == DType::Int64 && rng->numel() == 2 && rng->is_contiguous(), op,
+                  ": the draws' tensor must be an rng_state (int64 [2]), got ",
+                  dtype_name(rng->dtype()), " ", rng->shape_str());
+      p.rng = static_cast<const int64_t*>(rng->impl()->data());
+    }
     p.threshold = philox::bernoulli_threshold(1 - a.value);
     p.inv_keep = C(1 / (1 - a.value));
   }

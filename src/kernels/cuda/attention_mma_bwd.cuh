@@ -48,7 +48,7 @@ EMBER_ATTN_MMA_KERNEL void attention_dkdv_kernel(BackwardArgs<T, float> a) {
   float* lse_s = reinterpret_cast<float*>(base + BackwardSmem::stats<T>);
   float* d_s = lse_s + kRows;
   unsigned char* keep = base + BackwardSmem::keep<T>;
-  const Problem<float>& p = a.p;
+  const Problem<float> p = a.p.drawn();
   const int tid = thread_index(), warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const int64_t b = block_index() % p.batch;
   const int64_t c0 = block_index() / p.batch * kRows;
@@ -104,7 +104,7 @@ EMBER_ATTN_MMA_KERNEL void attention_dq_kernel(BackwardArgs<T, float> a) {
   unsigned char* base = shared_memory();
   T *xs = reinterpret_cast<T*>(base) + BackwardSmem::x, *ys = reinterpret_cast<T*>(base) + BackwardSmem::y;
   unsigned char* keep = base + BackwardSmem::keep<T>;
-  const Problem<float>& p = a.p;
+  const Problem<float> p = a.p.drawn();
   const int tid = thread_index(), warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const Tile at = tile_of(p.batch, p.L);
   const int64_t b = at.b, r0 = at.r0;

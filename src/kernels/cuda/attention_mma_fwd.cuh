@@ -27,7 +27,7 @@ EMBER_ATTN_MMA_KERNEL void attention_forward_kernel(ForwardArgs<T, float> a) {
   T* smem = reinterpret_cast<T*>(shared_memory());
   T *qs = smem + ForwardSmem::q, *ks = smem + ForwardSmem::k, *vs = smem + ForwardSmem::v;
   unsigned char* keep = shared_memory() + size_t(ForwardSmem::end) * sizeof(T);
-  const Problem<float>& p = a.p;
+  const Problem<float> p = a.p.drawn();
   const int tid = thread_index(), warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const Tile at = tile_of(p.batch, p.L);
   const int64_t b = at.b, r0 = at.r0;

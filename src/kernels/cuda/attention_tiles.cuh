@@ -167,6 +167,18 @@ struct Problem {
   bool dropout = false;
   uint64_t seed = 0, base_block = 0, threshold = 0;
   C inv_keep = 1;
+  // With dropout from an rng_state tensor: its {seed, offset} in device memory, which the
+  // kernels read (drawn()) in place of seed and base_block.
+  const int64_t* rng = nullptr;
+
+  EMBER_ATTN_DEVICE Problem drawn() const {
+    Problem r = *this;
+    if (rng) {
+      r.seed = uint64_t(rng[0]);
+      r.base_block = uint64_t(rng[1]) / 4;
+    }
+    return r;
+  }
 
   // Whether key j is hidden from query i: causal (top-left: j > i) masks only.
   EMBER_ATTN_DEVICE bool hidden(int64_t i, int64_t j) const { return causal && j > i; }

@@ -186,6 +186,21 @@ void bernoulli_op(std::span<const Tensor>, std::span<Tensor> out, const Attrs& a
   });
 }
 
+// ---- rng_state ----
+
+__global__ void rng_state_kernel(int64_t* p, uint64_t seed, uint64_t offset) {
+  p[0] = int64_t(seed);
+  p[1] = int64_t(offset);
+}
+
+void rng_state_op(std::span<const Tensor>, std::span<Tensor> out, const Attrs& a) {
+  const int device = out[0].device().index;
+  detail::use_device(device);
+  rng_state_kernel<<<1, 1, 0, detail::stream(device)>>>(
+      static_cast<int64_t*>(out[0].impl()->data()), a.seed, a.offset);
+  detail::check(cudaGetLastError(), "rng_state");
+}
+
 // ---- dropout ----
 
 // Block b of the draws covers elements 4b .. 4b + 3 of x and y (contiguous).
@@ -424,6 +439,7 @@ void register_random(KernelTable& t) {
   t[OpId::randn] = randn_op;
   t[OpId::randint] = randint_op;
   t[OpId::bernoulli] = bernoulli_op;
+  t[OpId::rng_state] = rng_state_op;
   t[OpId::dropout] = dropout_op;
   t[OpId::multinomial] = multinomial_op;
 }
