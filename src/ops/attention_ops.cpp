@@ -52,7 +52,7 @@ Tensor expand_batch(const Tensor& t, const Shape& batch) {
 }
 }  // namespace
 
-const OpImpl op_impl_attention{infer_attention, cpu::attention, grad_attention, 0b111, 0b11};
+const OpImpl op_impl_attention{infer_attention, cpu::attention, grad_attention, 0b1111, 0b11};
 const OpImpl op_impl_attention_backward{infer_attention_backward, cpu::attention_backward, nullptr};
 
 void check_attention_args(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p,

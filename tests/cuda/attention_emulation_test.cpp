@@ -71,6 +71,11 @@ inline void store16(void* p, const V& v) {
 inline float exp2_of(float x) {
   return std::exp2(x);
 }
+inline void copy16_async(void* dst, const void* src) {
+  std::memcpy(dst, src, 16);  // lands at once: a barrier still separates it from its readers
+}
+inline void async_commit() {}
+inline void async_wait() {}
 inline void ldsm_emulated(uint32_t (&r)[4], const void* row, bool trans) {
   const std::array<const void*, 32> rows = test::emu::warp_gather(row);
   const int lane = thread_index() % 32, g = lane / 4, q = lane % 4;

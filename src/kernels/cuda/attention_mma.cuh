@@ -13,7 +13,8 @@
 // (row g + 8, same k), (row g, k 2q+8..2q+9), (row g + 8, same k) in its four words, so two
 // accumulator tiles of adjacent columns, rounded to 16 bits, are one A fragment (a_from_acc).
 //
-// The warp-wide primitives (ldsm_x4, ldsm_x4_t, mma_16816, exp2_of) are CUDA's here; with
+// The warp-wide primitives (ldsm_x4, ldsm_x4_t, mma_16816) and exp2_of and the asynchronous
+// copies (copy16_async, async_commit, async_wait) are CUDA's here; with
 // EMBER_CUDA_EMULATION the includer supplies host versions (tests/cuda/attention_emulation_test.cpp).
 #pragma once
 #include "kernels/cuda/attention_tiles.cuh"
@@ -53,6 +54,18 @@ EMBER_ATTN_DEVICE void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
+// 16 bytes from global to shared memory without passing through registers (cp.async): they
+// land once the thread has committed them and waited for its committed copies.
+EMBER_ATTN_DEVICE void copy16_async(void* dst, const void* src) {
+  const unsigned d = unsigned(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+}
+EMBER_ATTN_DEVICE void async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+EMBER_ATTN_DEVICE void async_wait() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
 EMBER_ATTN_DEVICE float exp2_of(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -69,6 +82,7 @@ constexpr int kThreads = 128;
 constexpr int kRows = 64;  // rows of a query or key tile
 constexpr int kHead = 64;  // the largest head size (E and F) the kernels take
 constexpr int kLd = kHead + 8;
+constexpr int kTile = kRows * kLd;  // elements of a tile
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -117,19 +131,22 @@ EMBER_ATTN_DEVICE void a_from_acc(uint32_t (&a)[4], const float (&lo)[4], const 
   a[3] = pack2<T>(hi[2], hi[3]);
 }
 
-// dst (kRows x kHead, row stride kLd) = rows [0, rows) and cols [0, cols) of src, zeros
-// elsewhere; src rows are 16-byte aligned and cols a multiple of 8 (vec_loadable).
+// Starts dst (kRows x kHead, row stride kLd) = rows [0, rows) and cols [0, cols) of src, zeros
+// elsewhere; src rows are 16-byte aligned and cols a multiple of 8 (vec_loadable). The copies
+// are asynchronous: the tile is there after async_commit(), async_wait() and a block barrier,
+// so a kernel loads the next tile while it computes with the current one.
 template <class T>
 EMBER_ATTN_DEVICE void load_tile(T* dst, const T* src, int64_t row_stride, int rows, int cols) {
   constexpr int kChunks = kHead / 8;
   for (int t = thread_index(); t < kRows * kChunks; t += kThreads) {
     const int r = t / kChunks, c = (t % kChunks) * 8;
-    Raw<T> raw;
-    if (r < rows && c < cols)
-      raw = load16<Raw<T>>(src + r * row_stride + c);
-    else
-      std::memset(&raw, 0, sizeof raw);
-    store16(dst + r * kLd + c, raw);
+    if (r < rows && c < cols) {
+      copy16_async(dst + r * kLd + c, src + r * row_stride + c);
+    } else {
+      Raw<T> zero;
+      std::memset(&zero, 0, sizeof zero);
+      store16(dst + r * kLd + c, zero);
+    }
   }
 }
 

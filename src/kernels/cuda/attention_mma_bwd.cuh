@@ -10,21 +10,23 @@
 //   bits, as the A operands of its dV and dK products.
 // - dq: a block a (batch entry, tile of 64 queries), each warp 16 queries whose Q and dO rows it
 //   keeps. K and V stream; a warp computes S and dP, turns them into dS and adds dS K.
-// Shared memory: two 64 x 72 tiles and 64 x 64 dropout bytes (dkdv also lse and D of 64 rows):
-// 22.5 KiB.
+// Shared memory: four 64 x 72 tiles (the resident pair, then the streamed pair double-buffered)
+// and 64 x 64 dropout bytes (dkdv also lse and D of 64 rows, twice): 41 KiB.
 #pragma once
 #include "kernels/cuda/attention_launch.cuh"
 #include "kernels/cuda/attention_mma.cuh"
 
 namespace ember::cuda::attn::mma {
 
+// Two x and two y tiles (the resident operands' first, then the streamed ones double-
+// buffered: the next tile loads while the current one is used), then (dkdv) two buffers of
+// lse * log2(e) and D of 64 query rows as floats, then the dropout bytes.
 struct BackwardSmem {
-  static constexpr int x = 0, y = x + kRows * kLd, end = y + kRows * kLd;
-  // Then (dkdv) lse * log2(e) and D of 64 query rows as floats, then the dropout bytes.
+  static constexpr int x = 0, y = x + 2 * kTile, end = y + 2 * kTile;
   template <class T>
   static constexpr size_t stats = size_t(end) * sizeof(T);
   template <class T>
-  static constexpr size_t keep = stats<T> + 2 * kRows * sizeof(float);
+  static constexpr size_t keep = stats<T> + 4 * kRows * sizeof(float);
   template <class T>
   static constexpr size_t bytes = keep<T> + size_t(kRows * kRows);
 };
@@ -45,8 +47,7 @@ template <class T>
 EMBER_ATTN_MMA_KERNEL void attention_dkdv_kernel(BackwardArgs<T, float> a) {
   unsigned char* base = shared_memory();
   T *xs = reinterpret_cast<T*>(base) + BackwardSmem::x, *ys = reinterpret_cast<T*>(base) + BackwardSmem::y;
-  float* lse_s = reinterpret_cast<float*>(base + BackwardSmem::stats<T>);
-  float* d_s = lse_s + kRows;
+  float* stats = reinterpret_cast<float*>(base + BackwardSmem::stats<T>);  // [2][lse, D][64]
   unsigned char* keep = base + BackwardSmem::keep<T>;
   const Problem<float> p = a.p.drawn();
   const int tid = thread_index(), warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
@@ -55,30 +56,47 @@ EMBER_ATTN_MMA_KERNEL void attention_dkdv_kernel(BackwardArgs<T, float> a) {
   const int cols = min_rows(p.S - c0, kRows);
   const float scale2 = p.scale * kLog2e;
 
-  load_tile(xs, a.k.rows_of(b, c0), a.k.row_stride, cols, p.E);
-  load_tile(ys, a.v.rows_of(b, c0), a.v.row_stride, cols, p.F);
+  // Causal: query tiles before the one holding query c0 see none of these keys.
+  const int64_t first = p.causal ? c0 : 0;
+  // Query tile i + 1 (Q, dO, lse and D) loads into buffer (i + 1) % 2 while tile i is used.
+  auto load_q = [&](int64_t r0, int buf) {
+    const int rows = min_rows(p.L - r0, kRows);
+    load_tile(xs + buf * kTile, a.q.rows_of(b, r0), a.q.row_stride, rows, p.E);
+    load_tile(ys + buf * kTile, a.go.rows_of(b, r0), a.go.row_stride, rows, p.F);
+    float* st = stats + buf * 2 * kRows;
+    for (int t = tid; t < kRows; t += kThreads) {
+      st[t] = t < rows ? a.lse[b * p.L + r0 + t] * kLog2e : 0.f;
+      st[kRows + t] = t < rows ? a.d[b * p.L + r0 + t] : 0.f;
+    }
+  };
+  load_tile(xs + kTile, a.k.rows_of(b, c0), a.k.row_stride, cols, p.E);
+  load_tile(ys + kTile, a.v.rows_of(b, c0), a.v.row_stride, cols, p.F);
+  if (first < p.L) load_q(first, 0);
+  async_commit();
+  async_wait();
   sync_block();
   uint32_t kf[kHead / 16][4], vf[kHead / 16][4];
-  load_a(kf, xs, warp, lane);
-  load_a(vf, ys, warp, lane);
+  load_a(kf, xs + kTile, warp, lane);
+  load_a(vf, ys + kTile, warp, lane);
 
   float dk[kHead / 8][4] = {}, dv[kHead / 8][4] = {};
-  // Causal: query tiles before the one holding query c0 see none of these keys.
-  for (int64_t r0 = p.causal ? c0 : 0; r0 < p.L; r0 += kRows) {
+  for (int64_t r0 = first, i = 0; r0 < p.L; r0 += kRows, ++i) {
     const int rows = min_rows(p.L - r0, kRows);
-    sync_block();  // every warp has read the previous tiles (or its K and V fragments)
-    load_tile(xs, a.q.rows_of(b, r0), a.q.row_stride, rows, p.E);
-    load_tile(ys, a.go.rows_of(b, r0), a.go.row_stride, rows, p.F);
-    for (int t = tid; t < kRows; t += kThreads) {
-      lse_s[t] = t < rows ? a.lse[b * p.L + r0 + t] * kLog2e : 0.f;
-      d_s[t] = t < rows ? a.d[b * p.L + r0 + t] : 0.f;
+    const int buf = int(i % 2);
+    const T *qb = xs + buf * kTile, *gob = ys + buf * kTile;
+    const float *lse_s = stats + buf * 2 * kRows, *d_s = lse_s + kRows;
+    async_wait();
+    sync_block();  // tile i is in; every warp is done with tile i - 1 (or the K, V fragments)
+    if (r0 + kRows < p.L) load_q(r0 + kRows, 1 - buf);
+    async_commit();
+    if (p.dropout) {
+      dropout_tile(keep, p, b, r0, rows, c0, cols);
+      sync_block();
     }
-    if (p.dropout) dropout_tile(keep, p, b, r0, rows, c0, cols);
-    sync_block();
 
     float st[8][4] = {}, dpt[8][4] = {};
-    mma_abt<T>(st, kf, xs, lane);
-    mma_abt<T>(dpt, vf, ys, lane);
+    mma_abt<T>(st, kf, qb, lane);
+    mma_abt<T>(dpt, vf, gob, lane);
     EMBER_UNROLL
     for (int n = 0; n < 8; ++n) {
       EMBER_UNROLL
@@ -91,8 +109,8 @@ EMBER_ATTN_MMA_KERNEL void attention_dkdv_kernel(BackwardArgs<T, float> a) {
         dpt[n][e] = pg.ds;
       }
     }
-    mma_pv<T>(dv, st, ys, lane);
-    mma_pv<T>(dk, dpt, xs, lane);
+    mma_pv<T>(dv, st, gob, lane);
+    mma_pv<T>(dk, dpt, qb, lane);
   }
 
   store_rows(a.dk + (b * p.S + c0) * p.E, dk, warp, lane, cols, p.E, p.scale);
@@ -111,12 +129,22 @@ EMBER_ATTN_MMA_KERNEL void attention_dq_kernel(BackwardArgs<T, float> a) {
   const int rows = at.rows;
   const float scale2 = p.scale * kLog2e;
 
-  load_tile(xs, a.q.rows_of(b, r0), a.q.row_stride, rows, p.E);
-  load_tile(ys, a.go.rows_of(b, r0), a.go.row_stride, rows, p.F);
+  const int64_t c_end = p.causal ? (p.S < r0 + rows ? p.S : r0 + rows) : p.S;
+  // K and V tile j + 1 load into buffer (j + 1) % 2 while tile j is used.
+  auto load_kv = [&](int64_t c0, int buf) {
+    const int cols = min_rows(p.S - c0, kRows);
+    load_tile(xs + buf * kTile, a.k.rows_of(b, c0), a.k.row_stride, cols, p.E);
+    load_tile(ys + buf * kTile, a.v.rows_of(b, c0), a.v.row_stride, cols, p.F);
+  };
+  load_tile(xs + kTile, a.q.rows_of(b, r0), a.q.row_stride, rows, p.E);
+  load_tile(ys + kTile, a.go.rows_of(b, r0), a.go.row_stride, rows, p.F);
+  if (c_end > 0) load_kv(0, 0);
+  async_commit();
+  async_wait();
   sync_block();
   uint32_t qf[kHead / 16][4], gof[kHead / 16][4];
-  load_a(qf, xs, warp, lane);
-  load_a(gof, ys, warp, lane);
+  load_a(qf, xs + kTile, warp, lane);
+  load_a(gof, ys + kTile, warp, lane);
   float lse2[2], d[2];
   EMBER_UNROLL
   for (int h = 0; h < 2; ++h) {
@@ -126,18 +154,22 @@ EMBER_ATTN_MMA_KERNEL void attention_dq_kernel(BackwardArgs<T, float> a) {
   }
 
   float dq[kHead / 8][4] = {};
-  const int64_t c_end = p.causal ? (p.S < r0 + rows ? p.S : r0 + rows) : p.S;
-  for (int64_t c0 = 0; c0 < c_end; c0 += kRows) {
+  for (int64_t c0 = 0, j = 0; c0 < c_end; c0 += kRows, ++j) {
     const int cols = min_rows(p.S - c0, kRows);
-    sync_block();  // every warp has read the previous tiles (or its Q and dO fragments)
-    load_tile(xs, a.k.rows_of(b, c0), a.k.row_stride, cols, p.E);
-    load_tile(ys, a.v.rows_of(b, c0), a.v.row_stride, cols, p.F);
-    if (p.dropout) dropout_tile(keep, p, b, r0, rows, c0, cols);
-    sync_block();
+    const int buf = int(j % 2);
+    const T *kb = xs + buf * kTile, *vb = ys + buf * kTile;
+    async_wait();
+    sync_block();  // tile j is in; every warp is done with tile j - 1 (or the Q, dO fragments)
+    if (c0 + kRows < c_end) load_kv(c0 + kRows, 1 - buf);
+    async_commit();
+    if (p.dropout) {
+      dropout_tile(keep, p, b, r0, rows, c0, cols);
+      sync_block();
+    }
 
     float s[8][4] = {}, dp[8][4] = {};
-    mma_abt<T>(s, qf, xs, lane);
-    mma_abt<T>(dp, gof, ys, lane);
+    mma_abt<T>(s, qf, kb, lane);
+    mma_abt<T>(dp, gof, vb, lane);
     EMBER_UNROLL
     for (int n = 0; n < 8; ++n) {
       EMBER_UNROLL
@@ -149,7 +181,7 @@ EMBER_ATTN_MMA_KERNEL void attention_dq_kernel(BackwardArgs<T, float> a) {
                       .ds;
       }
     }
-    mma_pv<T>(dq, s, xs, lane);
+    mma_pv<T>(dq, s, kb, lane);
   }
   store_rows(a.dq + (b * p.L + r0) * p.E, dq, warp, lane, rows, p.E, p.scale);
 }

@@ -2,22 +2,26 @@
 // says how tiles and fragments are laid out) for float16 and bfloat16 heads of up to 64. A
 // block takes one batch entry and a tile of 64 query rows, the last tiles first; each warp keeps
 // the A fragments of its 16 rows of Q in registers. K and V stream through shared memory 64
-// keys at a time (tiles the causal mask hides entirely are skipped). Per key tile a warp
+// keys at a time, double-buffered: the next tile's asynchronous copies run while the current
+// one is used (tiles the causal mask hides entirely are skipped). Per key tile a warp
 // computes its 16 x 64 scores in registers, masks them and keeps the online softmax in the
 // base-2 domain (scores times scale * log2(e)): the running max of its two rows per lane (shared
 // by the quad), the rescale factor, and its lane's part of the running sum. The probabilities
 // (times the dropout factor) become, rounded to 16 bits, the A operand of P V without leaving
 // registers. At the end out = acc / l and lse = (m + log2(l)) ln 2; a row that saw no key gets
 // out 0 and lse -inf, as the float kernel (attention_fwd.cuh).
-// Shared memory: Q, K and V tiles (64 x 72 each) and 64 x 64 dropout bytes: 31 KiB.
+// Shared memory: a Q tile, two K and two V tiles (64 x 72 each) and 64 x 64 dropout bytes:
+// 49 KiB.
 #pragma once
 #include "kernels/cuda/attention_launch.cuh"
 #include "kernels/cuda/attention_mma.cuh"
 
 namespace ember::cuda::attn::mma {
 
+// Q, then two K and two V tiles (the next tile loads while the current one is used), then the
+// dropout bytes.
 struct ForwardSmem {
-  static constexpr int q = 0, k = q + kRows * kLd, v = k + kRows * kLd, end = v + kRows * kLd;
+  static constexpr int q = 0, k = q + kTile, v = k + 2 * kTile, end = v + 2 * kTile;
   template <class T>
   static constexpr size_t bytes = size_t(end) * sizeof(T) + size_t(kRows * kRows);
 };
@@ -34,24 +38,37 @@ EMBER_ATTN_MMA_KERNEL void attention_forward_kernel(ForwardArgs<T, float> a) {
   const int rows = at.rows;
   const float scale2 = p.scale * kLog2e;
 
+  const int64_t c_end = p.causal ? (p.S < r0 + rows ? p.S : r0 + rows) : p.S;
+  // K and V tile j + 1 load while tile j is used.
+  auto load_kv = [&](int64_t c0, int buf) {
+    const int cols = min_rows(p.S - c0, kRows);
+    load_tile(ks + buf * kTile, a.k.rows_of(b, c0), a.k.row_stride, cols, p.E);
+    load_tile(vs + buf * kTile, a.v.rows_of(b, c0), a.v.row_stride, cols, p.F);
+  };
   load_tile(qs, a.q.rows_of(b, r0), a.q.row_stride, rows, p.E);
+  if (c_end > 0) load_kv(0, 0);
+  async_commit();
+  async_wait();
   sync_block();
   uint32_t qf[kHead / 16][4];
   load_a(qf, qs, warp, lane);
 
   float acc[kHead / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
-  const int64_t c_end = p.causal ? (p.S < r0 + rows ? p.S : r0 + rows) : p.S;
-  for (int64_t c0 = 0; c0 < c_end; c0 += kRows) {
+  for (int64_t c0 = 0, j = 0; c0 < c_end; c0 += kRows, ++j) {
     const int cols = min_rows(p.S - c0, kRows);
-    sync_block();  // every warp has read the previous K and V tiles
-    load_tile(ks, a.k.rows_of(b, c0), a.k.row_stride, cols, p.E);
-    load_tile(vs, a.v.rows_of(b, c0), a.v.row_stride, cols, p.F);
-    if (p.dropout) dropout_tile(keep, p, b, r0, rows, c0, cols);
-    sync_block();
+    const T *kb = ks + (j % 2) * kTile, *vb = vs + (j % 2) * kTile;
+    async_wait();
+    sync_block();  // tile j is in, and every warp is done with tile j - 1 (and its buffer)
+    if (c0 + kRows < c_end) load_kv(c0 + kRows, int(1 - j % 2));
+    async_commit();
+    if (p.dropout) {
+      dropout_tile(keep, p, b, r0, rows, c0, cols);
+      sync_block();
+    }
 
     float s[8][4] = {};
-    mma_abt<T>(s, qf, ks, lane);
+    mma_abt<T>(s, qf, kb, lane);
     EMBER_UNROLL
     for (int h = 0; h < 2; ++h) {
       const int r = warp * 16 + g + 8 * h;
@@ -90,7 +107,7 @@ EMBER_ATTN_MMA_KERNEL void attention_forward_kernel(ForwardArgs<T, float> a) {
         acc[dn][2 * h + 1] *= alpha;
       }
     }
-    mma_pv<T>(acc, s, vs, lane);
+    mma_pv<T>(acc, s, vb, lane);
   }
 
   T* out = a.out + (b * p.L + r0) * p.F;
