@@ -92,6 +92,7 @@ TEST_F(CudaCompile, DropoutDrawsAFreshMaskAtEveryCall) {
 // from an rng_state tensor, so each call draws a fresh mask, the mask eager draws from the same
 // generator state, in the forward and again in the backward.
 TEST_F(CudaCompile, AttentionWithDropoutTrainsFusedWithFreshMasks) {
+  EnableGradGuard grad;  // the fixture turns grad mode off
   auto fn = [](const Tensor& q, const Tensor& k, const Tensor& v) {
     return (scaled_dot_product_attention(q, k, v, true, 0.3) * v).sum();
   };
