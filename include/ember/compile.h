@@ -89,6 +89,7 @@ struct ExplainReport {
   std::vector<GraphBreakInfo> breaks;
   std::vector<std::string> recompile_reasons;
   std::vector<std::string> graphs;  // printed graphs, one per captured segment
+  std::vector<std::string> guards;  // the first cache entry's guards, one a line
   // Ops over all graphs; the report as explain() prints it.
   int64_t total_ops() const;
   std::string str() const;
@@ -100,6 +101,21 @@ std::ostream& operator<<(std::ostream& os, const ExplainReport& r);
 void reset_compile_caches();
 
 namespace detail {
+
+// For a front end that runs another language's code under capture (the Python bindings):
+// while a scope lives, graph breaks met on this thread are reported at the position `fn` gives
+// (that code's current "file:line") instead of the C++ call site; "" from fn keeps the C++ one.
+class SourcePositionScope {
+ public:
+  using PositionFn = std::string (*)();
+  explicit SourcePositionScope(PositionFn fn);
+  ~SourcePositionScope();
+  SourcePositionScope(const SourcePositionScope&) = delete;
+  SourcePositionScope& operator=(const SourcePositionScope&) = delete;
+
+ private:
+  PositionFn prev_;
+};
 
 // A non-owning reference to a callable, for the one call the core may make into user code.
 template <class Sig>

@@ -19,7 +19,7 @@ from ._dtypes import (bool, int32, int64, float16, bfloat16, float32, float64, h
                       double, long, int)
 from ._creation import tensor, as_tensor, from_numpy
 from ._grad_mode import no_grad, enable_grad, set_grad_enabled
-from ._compile import compile
+from ._compile import compile, explain
 from . import _functions
 
 # ember.exp(x), ember.sum(x, dim) ...: the Tensor methods as functions.

@@ -17,24 +17,93 @@ src/capture; see docs/compiling.md). What a replay assumes, from Python:
   contents); rebinding such a global to a new tensor while the old one stays alive elsewhere is
   not seen.
 """
+import dis as _dis
 import functools as _functools
 import inspect as _inspect
+import re as _re
 import types as _types
+from typing import NamedTuple as _NamedTuple
 
 from ._ember import _CompiledFunction
 
 
-_SCALARS = (bool, int, float, str, type(None))
-_OTHER = "<not a Python scalar>"  # what a global or captured value that is no scalar reads as
+_GLOBAL_LOADS = ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBALS")
 
 
 def _loaded_names(code):
-    """The global names `code` and the code nested in it may load."""
-    names = set(code.co_names)
+    """The global names `code` and the code nested in it load (attribute names, also in
+    co_names, are not looked up in the globals)."""
+    names = {i.argval for i in _dis.get_instructions(code) if i.opname in _GLOBAL_LOADS}
     for c in code.co_consts:
         if isinstance(c, _types.CodeType):
             names |= _loaded_names(c)
     return names
+
+
+class GraphBreak(_NamedTuple):
+    """One graph break: why, the op, where ("file.py:42", the Python statement), and a hint."""
+    reason: str
+    op: str
+    location: str
+    hint: str
+
+
+class ExplainOutput:
+    """What a compiled function captured on its first trace: its graphs (printed), the ops in
+    each, the graph breaks with the Python file:line of the statement that broke, the guards a
+    later call must pass to replay, and why it was traced again (recompile_reasons). str() gives
+    the report as text."""
+
+    def __init__(self, report, labels):
+        self.name = report["name"]
+        self.graphs = list(report["graphs"])
+        self.graph_count = report["graph_count"]
+        self.ops_per_graph = list(report["ops_per_graph"])
+        self.op_count = sum(self.ops_per_graph)
+        self.breaks = [GraphBreak(*b) for b in report["breaks"]]
+        self.graph_break_count = len(self.breaks)
+        self.guards = [_python_guard(g, labels) for g in report["guards"]]
+        self.recompile_reasons = [_python_guard(r, labels) for r in report["recompile_reasons"]]
+        # The core's text up to its guards and recompiles, which are given here relabeled.
+        self._text = _re.split(r"^(?:guards|recompiles):$", report["text"], maxsplit=1,
+                               flags=_re.M)[0]
+        if self.guards:
+            self._text += "guards:\n" + "".join(f"  - {g}\n" for g in self.guards)
+        if self.recompile_reasons:
+            self._text += "recompiles:\n" + "".join(f"  - {r}\n" for r in self.recompile_reasons)
+
+    def __str__(self):
+        return self._text
+
+    def __repr__(self):
+        return self._text
+
+
+# The core's words for a non-tensor argument, in a guard ("argument 3 == 2.5") or a miss
+# ("non-tensor argument 3: expected 2.5, got 3"), and for the lengths and None it encodes as
+# numbers (python/src/compile.cpp: a tuple of n is 2n, a list 2n + 1, None -2, a global or
+# closure value of another type -3).
+_ARG = _re.compile(r"(non-tensor )?argument (\d+)")
+_LENGTH = _re.compile(r"a vector of (-?\d+) tensors")
+_BOOL = _re.compile(r"\b(true|false)\b")
+
+
+def _python_value(m):
+    n = int(m.group(1))
+    if n < 0:
+        return "None" if n == -2 else "<not a number, string, bool or None>"
+    return f"a {'list' if n % 2 else 'tuple'} of {n // 2}"
+
+
+def _python_guard(line, labels):
+    """A guard or miss reason of the core in Python's terms: the globals and closure values by
+    name (labels), the other non-tensor arguments counted after them."""
+    def name(m):
+        i = int(m.group(2))
+        return labels[i] if i < len(labels) else f"non-tensor argument {i - len(labels)}"
+    line = _ARG.sub(name, line, count=1)
+    line = _LENGTH.sub(_python_value, line)
+    return _BOOL.sub(lambda m: m.group(0).capitalize(), line)
 
 
 class CompiledFunction:
@@ -44,46 +113,28 @@ class CompiledFunction:
         code = getattr(fn, "__code__", None)
         where = f" at {code.co_filename}:{code.co_firstlineno}" if code else ""
         name = getattr(fn, "__qualname__", type(fn).__name__) + where
-        self._impl = _CompiledFunction(backend, fullgraph, dynamic, recompile_limit, name)
+        # The globals whose values are guarded (module docstring); the core reads them, and
+        # the closure's cells, from the function on every call (python/src/compile.cpp).
+        names = sorted(_loaded_names(code)) if code else []
+        self._impl = _CompiledFunction(backend, fullgraph, dynamic, recompile_limit, name, names)
         self._orig = fn
-        # The globals and closure cells whose scalar values are guarded (module docstring).
-        self._globals = getattr(fn, "__globals__", None) if code else None
-        self._names = sorted(_loaded_names(code)) if code else []
-        self._cells = [c for c in (getattr(fn, "__closure__", None) or ())]
-        orig = fn
-        self._with_guards = lambda _guarded, *a, **k: orig(*a, **k)
+        # What explain() calls the guarded values, in the order the core reads them.
+        self._labels = ([f"global {n}" for n in names] +
+                        [f"closure variable {n}" for n in (code.co_freevars if code else ())])
         _functools.update_wrapper(self, fn)
 
-    def _guarded(self):
-        vals = []
-        g = self._globals
-        if g is not None:
-            for n in self._names:
-                v = g.get(n, _OTHER)
-                vals.append(v if isinstance(v, _SCALARS) else _OTHER)
-        for c in self._cells:
-            try:
-                v = c.cell_contents
-            except ValueError:  # a cell not yet bound
-                v = _OTHER
-            vals.append(v if isinstance(v, _SCALARS) else _OTHER)
-        return tuple(vals)
-
     def __call__(self, *args, **kwargs):
-        if not self._names and not self._cells:
-            return self._impl.call(self._orig, args, kwargs)
-        return self._impl.call(self._with_guards, (self._guarded(),) + args, kwargs)
+        return self._impl.call(self._orig, args, kwargs)
 
     def stats(self):
         return self._impl.stats()
 
     def explain(self):
-        return self._impl.explain()
+        """What was captured (an ExplainOutput): graphs, breaks, guards, recompiles."""
+        return ExplainOutput(self._impl.explain(), self._labels)
 
     def would_hit(self, *args, **kwargs):
-        if not self._names and not self._cells:
-            return self._impl.would_hit(args, kwargs)
-        return self._impl.would_hit((self._guarded(),) + args, kwargs)
+        return self._impl.would_hit(self._orig, args, kwargs)
 
 
 def compile(fn=None, *, fullgraph=False, dynamic=None, backend="compiler", mode=None,
@@ -98,3 +149,16 @@ def compile(fn=None, *, fullgraph=False, dynamic=None, backend="compiler", mode=
     if _inspect.isclass(fn):
         raise TypeError("ember.compile: pass a function or an instance, not a class")
     return CompiledFunction(fn, fullgraph, dynamic, backend, recompile_limit)
+
+
+def explain(fn, *args, **kwargs):
+    """ember.explain(fn)(*args, **kwargs): compiles fn afresh (backend "compiler", graph breaks
+    allowed), calls it once with the arguments and returns an ExplainOutput: the graphs it
+    captured, each graph break with the Python file:line of the statement that broke, and the
+    guards a later call must pass to replay. explain(fn, *args) runs at once, as
+    torch._dynamo.explain's older form does."""
+    def run(*a, **k):
+        cf = compile(fn)
+        cf(*a, **k)
+        return cf.explain()
+    return run(*args, **kwargs) if args or kwargs else run

@@ -52,18 +52,26 @@ bool is_python_scalar(nb::handle o) {
 
 std::optional<Tensor> as_operand(nb::handle o, const Tensor& like) {
   if (nb::isinstance<Tensor>(o)) return nb::cast<Tensor>(o);
+  // The number takes `like`'s dtype unless its kind ranks above it, as PyTorch types a tensor
+  // and a Python number: an int meets a bool tensor as int64, a float meets a bool or integer
+  // tensor as the default float dtype. So the op needs no cast of the number (in a compiled
+  // graph, a kernel of its own), and builds the graph C++'s `x * 2.0` does.
+  const DType t = like.dtype();
   TensorOptions opts;
   opts.device = like.device();
+  opts.dtype = t;
   double v;
   if (PyBool_Check(o.ptr())) {
-    opts.dtype = DType::Bool;
     v = o.ptr() == Py_True ? 1 : 0;
   } else if (PyLong_Check(o.ptr())) {
-    opts.dtype = DType::Int64;
-    v = double(nb::cast<int64_t>(o));
+    const int64_t i = nb::cast<int64_t>(o);
+    v = double(i);
+    // An int32 tensor meets an int beyond int32 as int64: the op then wraps it as PyTorch does.
+    if (t == DType::Bool || (t == DType::Int32 && i != int64_t(int32_t(i))))
+      opts.dtype = DType::Int64;
   } else if (PyFloat_Check(o.ptr())) {
-    opts.dtype = DType::Float64;
     v = PyFloat_AS_DOUBLE(o.ptr());
+    if (!is_floating(t)) opts.dtype = default_float_dtype();
   } else {
     return std::nullopt;
   }
@@ -87,9 +95,10 @@ TensorOptions factory_options(std::optional<DType> dtype, nb::handle device, boo
 }
 
 nb::object element_to_python(const Tensor& t) {
-  if (t.dtype() == DType::Bool) return nb::bool_(t.to_vector<int64_t>()[0] != 0);
+  // Integers through to_vector: item()'s double would round those beyond 2^53.
+  if (t.dtype() == DType::Bool) return nb::bool_(t.item() != 0);
   if (is_integral(t.dtype())) return nb::int_(t.to_vector<int64_t>()[0]);
-  return nb::float_(t.to_vector<double>()[0]);
+  return nb::float_(t.item());
 }
 
 }  // namespace ember::python

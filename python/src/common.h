@@ -23,11 +23,11 @@ Shape shape_from_sequence(nb::handle seq, const char* op);
 Shape dims_arg(nb::handle dim, const char* op);
 // `device=`: None (unset), "cpu" / "cuda" / "cuda:N", an ember.device, or a CUDA index.
 std::optional<Device> device_arg(nb::handle device);
-// The dtype of a Python scalar operand as PyTorch types it (bool, int64, float64: 0-dim
-// tensors only decide the category of the result).
+// Whether o is a Python bool, int or float.
 bool is_python_scalar(nb::handle o);
 // A tensor operand: the tensor itself, or a Python bool/int/float as a 0-dim tensor on
-// `like`'s device; nullopt for anything else (binary operators then return NotImplemented).
+// `like`'s device, of `like`'s dtype where the number's kind allows (common.cpp); nullopt for
+// anything else (binary operators then return NotImplemented).
 std::optional<Tensor> as_operand(nb::handle o, const Tensor& like);
 // The same, but a TypeError naming `op` for anything else.
 Tensor operand_or_throw(nb::handle o, const Tensor& like, const char* op);

@@ -59,3 +59,16 @@ def test_torch_round_trip():
     assert y.data_ptr() == x.data_ptr()
     t.add_(1)
     assert x[0, 0].item() == 1.0
+
+
+def test_one_gigabyte_round_trip_shares_memory():
+    n = 2 ** 28  # float32: 1 GiB
+    t = ember.empty(n)
+    ptr = t.data_ptr()
+    a = np.from_dlpack(t)
+    assert a.__array_interface__["data"][0] == ptr and a.nbytes == 2 ** 30
+    assert np.asarray(t).__array_interface__["data"][0] == ptr
+    back = ember.from_dlpack(a)
+    assert back.data_ptr() == ptr and back.shape == (n,) and back.dtype == ember.float32
+    a[n - 1] = 7.0  # one memory: a write through numpy is seen by both tensors
+    assert t[n - 1].item() == 7.0 and back[n - 1].item() == 7.0

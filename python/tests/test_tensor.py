@@ -76,6 +76,10 @@ def test_scalar_type_promotion():
     h = ember.ones(2, dtype=ember.float16)
     assert (h + 1.0).dtype == ember.float16
     assert (ember.ones(2, dtype=ember.int32) + 1).dtype == ember.int32
+    assert (ember.ones(2, dtype=ember.int32) + 2 ** 40).dtype == ember.int32
+    b = ember.tensor([True, False])
+    assert (b + 1).dtype == ember.int64 and (b + 1).tolist() == [2, 1]
+    assert (b * 0.5).dtype == ember.float32 and (b & True).dtype == ember.bool
     with pytest.raises(TypeError):
         ember.ones(2) + "a"
     assert (ember.ones(2) == None) is False  # noqa: E711 (falls back to identity)

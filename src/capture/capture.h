@@ -57,6 +57,9 @@ void log_line(Log what, const std::string& text);
 void warn(const std::string& text);
 // "file.cpp:12" from a source location (the file's base name), "<unknown>" for line 0.
 std::string loc_str(const ember::SourceLocation& loc);
+// Where a graph break at C++ call site `loc` is reported: the front end's position when a
+// detail::SourcePositionScope on this thread gives one, else loc_str(loc).
+std::string break_location(const ember::SourceLocation& loc);
 
 // ---- guards: what a cache entry assumed, as a flat list of cheap checks ----
 struct TensorCheck {

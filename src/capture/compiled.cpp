@@ -3,6 +3,7 @@
 // eager execution (EMBER_COMPILE=0, nested inside another capture, past the recompile limit).
 #include <cstdlib>
 #include <shared_mutex>
+#include <sstream>
 
 #include "capture/capture.h"
 
@@ -245,6 +246,9 @@ bool CompiledCore::call(CallFrame& frame, FunctionRef<void(CallFrame&)> body) {
       rep.ops_per_graph = r.ops_per_segment;
       rep.graphs = r.graphs;
       for (auto& b : r.breaks) rep.breaks.push_back(b.info);
+      std::istringstream lines(e->guards.str());
+      for (std::string line; std::getline(lines, line);)
+        rep.guards.push_back(line.substr(std::min(line.find_first_not_of(' '), line.size())));
     }
   }
   std::unique_lock lock(s.entries_mu);

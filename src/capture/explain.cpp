@@ -27,6 +27,10 @@ std::string ExplainReport::str() const {
          << "     hint: " << b.hint << "\n";
     }
   }
+  if (!guards.empty()) {
+    os << "guards:\n";
+    for (const std::string& g : guards) os << "  - " << g << "\n";
+  }
   if (!recompile_reasons.empty()) {
     os << "recompiles:\n";
     for (const std::string& r : recompile_reasons) os << "  - " << r << "\n";

@@ -259,8 +259,10 @@ std::string ScalarArg::str() const {
   switch (kind) {
     case Int:
       return std::to_string(i);
-    case Float:
-      return cat_str(f);
+    case Float: {
+      std::string v = cat_str(f);  // "2" for 2.0: spelled "2.0", so that it reads as a float
+      return v.find_first_not_of("-0123456789") == std::string::npos ? v + ".0" : v;
+    }
     case Bool:
       return i ? "true" : "false";
     case String:

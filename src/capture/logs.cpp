@@ -1,4 +1,5 @@
-// EMBER_LOGS for capture: which categories print as they happen (read once), and the lines.
+// EMBER_LOGS for capture: which categories print as they happen (read once), and the lines;
+// where graph breaks are reported (source positions).
 #include <cstdio>
 #include <mutex>
 
@@ -50,6 +51,18 @@ void warn(const std::string& text) {
   std::fprintf(stderr, "ember::compile warning: %s\n", text.c_str());
 }
 
+namespace {
+thread_local detail::SourcePositionScope::PositionFn tls_position = nullptr;
+}  // namespace
+
+std::string break_location(const ember::SourceLocation& loc) {
+  if (tls_position) {
+    std::string where = tls_position();
+    if (!where.empty()) return where;
+  }
+  return loc_str(loc);
+}
+
 std::string loc_str(const ember::SourceLocation& loc) {
   if (loc.line() == 0 || !loc.file_name() || !*loc.file_name()) return "<unknown>";
   std::string f = loc.file_name();
@@ -59,3 +72,14 @@ std::string loc_str(const ember::SourceLocation& loc) {
 }
 
 }  // namespace ember::capture
+
+namespace ember::detail {
+
+SourcePositionScope::SourcePositionScope(PositionFn fn) : prev_(capture::tls_position) {
+  capture::tls_position = fn;
+}
+SourcePositionScope::~SourcePositionScope() {
+  capture::tls_position = prev_;
+}
+
+}  // namespace ember::detail

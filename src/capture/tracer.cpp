@@ -360,7 +360,7 @@ class Tracer : public CaptureHook {
   }
 
   void graph_break(const std::string& op, const std::string& reason, ember::SourceLocation loc) {
-    GraphBreakInfo b{reason, op, loc_str(loc), hint_for(op)};
+    GraphBreakInfo b{reason, op, break_location(loc), hint_for(op)};
     EMBER_CHECK(!cfg_.fullgraph, "compile(fullgraph=true): graph break in ", cfg_.name, " at ",
                 b.location, ": ", b.reason, " (", b.op, "). Hint: ", b.hint);
     log_line(Log::GraphBreaks,

@@ -387,13 +387,15 @@ std::string generate_cpp(const FusionPlan& plan, const std::vector<KernelBatch>&
                      "part_", "// a batch's part: " + kernel_name(k) + " and those like it\n"));
     }
     os << "// " << batch_name(b) << ": kernels " << batch.kernels.front() << " to "
-       << batch.kernels.back() << " in one parallel region (horizontal fusion)\n"
+       << batch.kernels.back()
+       << (batch.parallel ? " in one parallel region (horizontal fusion)\n"
+                          : " on the calling thread (too little work to share)\n")
        << "extern \"C\" void " << batch_name(b) << "(void* const* args) {\n"
-       << "#pragma omp parallel\n  {\n";
+       << (batch.parallel ? "#pragma omp parallel\n" : "") << "  {\n";
     size_t base = 0;
     for (size_t i = 0; i < batch.kernels.size(); ++i) {
       const size_t k = size_t(batch.kernels[i]);
-      if (batch.barrier_before[i]) os << "#pragma omp barrier\n";
+      if (batch.parallel && batch.barrier_before[i]) os << "#pragma omp barrier\n";
       os << "    " << calls[i] << "(args + " << base << ");  // " << kernel_name(k) << "\n";
       base += kernel_arg_count(plan.groups[k]);
     }

@@ -22,6 +22,11 @@ size_t kernel_arg_count(const FusionGroup& grp);
 struct KernelBatch {
   std::vector<int> kernels;         // group indices, in run order
   std::vector<bool> barrier_before;  // per kernel
+  // False when the kernels together hold less work than one thread's share
+  // (cpu::kParallelGrain elements): the batch then runs on the calling thread, without a
+  // parallel region, whose fork and join would cost more than the kernels (microseconds, and
+  // milliseconds when another process holds the core a worker thread waits for).
+  bool parallel = true;
 };
 // A batch only skips barriers between kernels that loop alike (render_cpp.h, cpp_row_loop).
 

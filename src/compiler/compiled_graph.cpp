@@ -27,6 +27,7 @@
 #include "ember/ops.h"
 #include "graph/graph_util.h"
 #include "kernels/cpu/index.h"
+#include "kernels/cpu/loops.h"
 
 namespace ember::compiler {
 
@@ -516,6 +517,7 @@ std::vector<KernelBatch> CompiledGraph::plan_batches() {
     while (e < steps_.size() && plain(e)) ++e;
     if (e - s >= 2) {
       KernelBatch kb;
+      int64_t work = 0;  // elements written by the batch's kernels
       for (size_t t = s; t < e; ++t) {
         const FusionGroup& gi = plan_.groups[size_t(steps_[t].kernel)];
         bool barrier = false;
@@ -540,7 +542,9 @@ std::vector<KernelBatch> CompiledGraph::plan_batches() {
         }
         kb.kernels.push_back(steps_[t].kernel);
         kb.barrier_before.push_back(barrier && t > s);
+        work += shape_numel(gi.output->meta.sizes);
       }
+      kb.parallel = work >= cpu::kParallelGrain;
       batch_at_[s] = int(batches_.size());
       batches_.push_back({s, e - 1, nullptr});
       plans.push_back(std::move(kb));

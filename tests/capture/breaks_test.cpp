@@ -1,5 +1,6 @@
 // Graph breaks: item(), bool conversion, data reads, printing, data-dependent shapes; segments
 // found again in the cache without recompiling; fullgraph errors; explain and its locations.
+#include <algorithm>
 #include <sstream>
 
 #include "capture/capture_test_util.h"
@@ -50,6 +51,28 @@ TEST_F(Breaks, ItemBranchMatchesEagerOnBothBranchesAndCompilesEachSegmentOnce) {
   EXPECT_EQ(r.graph_count, 2);
   EXPECT_NE(r.str().find("breaks_test.cpp:" + std::to_string(g_item_line)), std::string::npos)
       << r.str();
+}
+
+TEST_F(Breaks, AFrontEndsSourcePositionIsWhereBreaksAreReported) {
+  // What the Python bindings install: the position of the Python statement that broke.
+  detail::SourcePositionScope at([] { return std::string("model.py:7"); });
+  auto f = compile(branchy);
+  f(randn({4}));
+  ExplainReport r = f.explain();
+  ASSERT_EQ(r.breaks.size(), 1u);
+  EXPECT_EQ(r.breaks[0].location, "model.py:7");
+  {
+    // A position of "" leaves the C++ call site.
+    detail::SourcePositionScope none([] { return std::string(); });
+    auto g = compile(branchy);
+    g(randn({4}));
+    EXPECT_EQ(g.explain().breaks.at(0).location, "breaks_test.cpp:" + std::to_string(g_item_line));
+  }
+  // The report lists the first entry's guards.
+  EXPECT_NE(std::find(r.guards.begin(), r.guards.end(), "input 0: float32[4] contiguous cpu"),
+            r.guards.end())
+      << r.str();
+  EXPECT_NE(r.str().find("guards:\n  - input 0: float32[4]"), std::string::npos) << r.str();
 }
 
 TEST_F(Breaks, FullgraphTurnsTheFirstBreakIntoAnError) {

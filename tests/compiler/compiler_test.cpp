@@ -226,24 +226,29 @@ TEST_F(CompilerTest, ConsecutiveKernelsRunAsOneBatch) {
     p.sub_(m * s);
     return std::vector<Tensor>{};
   };
-  auto f = compile(step, test::spy_opts());
-  Tensor pe = randn({300}), me = randn({300}), g = randn({300}), s = scalar_tensor(0.5, DType::Float32);
-  Tensor pc = pe.clone(), mc = me.clone();
-  for (int i = 0; i < 2; ++i) {
-    step(pe, me, g, s);
-    f(pc, mc, g, s);
-    EXPECT_TRUE(allclose(pc, pe, 1e-5, 1e-6));
-    EXPECT_TRUE(allclose(mc, me, 1e-5, 1e-6));
+  const Tensor s = scalar_tensor(0.5, DType::Float32);
+  // 40000 elements a kernel: enough work for a parallel region. 300: the calling thread alone.
+  for (int64_t n : {40000, 300}) {
+    auto f = compile(step, test::spy_opts());
+    Tensor pe = randn({n}), me = randn({n}), g = randn({n});
+    Tensor pc = pe.clone(), mc = me.clone();
+    for (int i = 0; i < 2; ++i) {
+      step(pe, me, g, s);
+      f(pc, mc, g, s);
+      EXPECT_TRUE(allclose(pc, pe, 1e-5, 1e-6));
+      EXPECT_TRUE(allclose(mc, me, 1e-5, 1e-6));
+    }
+    EXPECT_TRUE(test::has(test::last_source(), "batch_0"));
+    EXPECT_EQ(test::has(test::last_source(), "#pragma omp parallel"), n == 40000) << n;
+    EXPECT_FALSE(test::has(test::last_source(), "#pragma omp barrier"));
   }
-  EXPECT_TRUE(test::has(test::last_source(), "batch_0"));
-  EXPECT_FALSE(test::has(test::last_source(), "#pragma omp barrier"));
   // A kernel reading an earlier result broadcast (other elements than its own) waits.
   auto bcast = [](const Tensor& x, const Tensor& z) {
     Tensor c = x.exp();
     return std::vector<Tensor>{(z + c).relu(), c * 2.0};
   };
   auto fb = compile(bcast, test::spy_opts());
-  Tensor x = randn({8, 1}), z = randn({8, 16});
+  Tensor x = randn({8, 1}), z = randn({8, 4096});
   std::vector<Tensor> got = fb(x, z), want = bcast(x, z);
   EXPECT_TRUE(allclose(got[0], want[0], 1e-6, 1e-7));
   EXPECT_TRUE(allclose(got[1], want[1], 1e-6, 1e-7));
