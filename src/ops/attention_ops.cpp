@@ -93,19 +93,11 @@ AttentionResult fused_attention(const Tensor& q_in, const Tensor& k_in, const Te
     scores.push_back(q.size(-2));
     scores.push_back(k.size(-2));
     const uint64_t draws = uint64_t(checked_numel(scores, op));
-    const RandomRange r = reserve_random(draws, op);
     if (capture_hook()) {
-      // As a tensor (an rng_state node, which a replay draws afresh and autograd saves for the
-      // backward), not as attrs, which a replayed graph would repeat.
-      Attrs s;
-      s.shape = {2};
-      s.dtype = DType::Int64;
-      s.device = q.device();
-      s.end = int64_t(draws);
-      s.seed = r.seed;
-      s.offset = r.offset;
-      ins.push_back(dispatch1(OpId::rng_state, {}, s));
+      // As a tensor (which autograd saves for the backward), not as attrs.
+      ins.push_back(reserve_random_tensor(draws, q.device(), op));
     } else {
+      const RandomRange r = reserve_random(draws, op);
       a.seed = r.seed;
       a.offset = r.offset;
     }

@@ -22,6 +22,10 @@ Tensor scalar_tensor_on(double v, DType dtype, Device device);
 // Outside a scope, or for other dtypes, the tensor itself.
 Tensor autocast_lower(const Tensor& t);
 Tensor autocast_float32(const Tensor& t);
+// `draws` draws reserved from the global generator as an rng_state tensor on `device` ({seed,
+// offset}): what a fused op with dropout takes under capture instead of attrs, which a replayed
+// graph would repeat (the rng_state node draws afresh at each run).
+Tensor reserve_random_tensor(uint64_t draws, Device device, const char* op);
 // Zeros of `shape` in `like`'s dtype, on `like`'s device.
 Tensor zeros_shaped_like(const Shape& shape, const Tensor& like);
 // t cast to dtype (no-op when equal).

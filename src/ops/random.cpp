@@ -74,13 +74,17 @@ namespace {
 MetaList infer_dropout(std::span<const Tensor> in, const Attrs&) {
   return {TensorMeta{in[0].sizes(), {}, 0, in[0].dtype()}};
 }
-// The same mask on the grad: the op again with the same draws.
+// The same mask on the grad: the op again with the same draws (dropout_rng: the same rng).
 std::vector<Tensor> grad_dropout(const GradCtx& c) {
   return {dispatch1(OpId::dropout, {c.grads[0]}, c.attrs)};
+}
+std::vector<Tensor> grad_dropout_rng(const GradCtx& c) {
+  return {dispatch1(OpId::dropout_rng, {c.grads[0], c.inputs[1]}, c.attrs), Tensor()};
 }
 }  // namespace
 
 const OpImpl op_impl_dropout{infer_dropout, cpu::dropout, grad_dropout};
+const OpImpl op_impl_dropout_rng{infer_dropout, cpu::dropout_rng, grad_dropout_rng, 0b10, 0};
 const OpImpl op_impl_multinomial{infer_multinomial, cpu::multinomial, nullptr};
 
 // ---- front ends ----
@@ -131,6 +135,18 @@ Tensor bernoulli(const Shape& shape, double p, TensorOptions opts) {
   return finish(dispatch1(OpId::bernoulli, {}, a), opts);
 }
 
+Tensor reserve_random_tensor(uint64_t draws, Device device, const char* op) {
+  const RandomRange r = reserve_random(draws, op);
+  Attrs s;
+  s.shape = {2};
+  s.dtype = DType::Int64;
+  s.device = device;
+  s.end = int64_t(draws);
+  s.seed = r.seed;
+  s.offset = r.offset;
+  return dispatch1(OpId::rng_state, {}, s);
+}
+
 Tensor dropout(const Tensor& x, double p, bool training) {
   EMBER_CHECK(x.defined(), "dropout: undefined tensor argument");
   EMBER_CHECK(p >= 0 && p <= 1, "dropout: probability ", p, " is outside [0, 1]");
@@ -140,12 +156,15 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   // PyTorch, infinities and NaNs in x still give NaN.
   if (p == 1) return x * 0.0;
   const double keep = 1 - p;
-  if (x.device().type != DeviceType::CPU && !capture_hook()) {
-    // One kernel, and no mask kept for the backward (it draws the mask again). Not under
-    // capture: the op's draws are attrs, which a replayed graph would reuse, where the
-    // composite's bernoulli node draws afresh at each run.
+  if (x.device().type != DeviceType::CPU) {
+    // One kernel, and no mask kept for the backward (it draws the mask again). Under capture
+    // the draws come from an rng_state tensor (dropout_rng): the op's attrs would be repeated
+    // by every replay of the graph.
     Attrs a;
     a.value = p;
+    if (capture_hook())
+      return dispatch1(OpId::dropout_rng,
+                       {x, reserve_random_tensor(uint64_t(x.numel()), x.device(), "dropout")}, a);
     RandomRange r = reserve_random(uint64_t(x.numel()), "dropout");
     a.seed = r.seed;
     a.offset = r.offset;

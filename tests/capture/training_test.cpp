@@ -10,6 +10,7 @@
 #include "capture/joint.h"
 #include "compiler/compiler_test_util.h"
 #include "ops/attention.h"
+#include "ops/frontend.h"
 #include "support/expect_error.h"
 
 namespace ember::test {
@@ -455,6 +456,34 @@ TEST_F(Training, FusedAttentionDropoutDrawsFromAHoistedRngState) {
     EXPECT_TRUE(bits_equal(q.grad(), q2.grad()));
     EXPECT_TRUE(bits_equal(k.grad(), k2.grad()));
     EXPECT_TRUE(bits_equal(v.grad(), v2.grad()));
+    losses.push_back(got.item());
+  }
+  EXPECT_NE(losses[0], losses[1]);
+}
+
+// Dropout as the GPU's front end runs it under capture (dropout_rng on an rng_state node, here
+// on the CPU's kernels): grads equal eager's from one seed, and each call draws a fresh mask.
+TEST_F(Training, DropoutRngDrawsFromAHoistedRngState) {
+  auto fn = [](const Tensor& x, const Tensor& w) {
+    Attrs a;
+    a.value = 0.4;
+    const Tensor h = x.matmul(w);
+    Tensor rng = reserve_random_tensor(uint64_t(h.numel()), h.device(), "dropout");
+    return (dispatch1(OpId::dropout_rng, {h, rng}, a).tanh() * x.sum({-1}, true)).sum();
+  };
+  auto f = compile(fn, eager_backend());
+  std::vector<double> losses;
+  for (uint64_t seed : {5u, 6u}) {
+    Tensor x = leaf({4, 8}, 1), w = leaf({8, 8}, 2), x2 = leaf({4, 8}, 1), w2 = leaf({8, 8}, 2);
+    manual_seed(seed);
+    Tensor got = f(x, w);
+    got.backward();
+    manual_seed(seed);
+    Tensor want = fn(x2, w2);
+    want.backward();
+    EXPECT_TRUE(bits_equal(got, want)) << "seed " << seed;
+    EXPECT_TRUE(bits_equal(x.grad(), x2.grad()));
+    EXPECT_TRUE(bits_equal(w.grad(), w2.grad()));
     losses.push_back(got.item());
   }
   EXPECT_NE(losses[0], losses[1]);

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/generator.h"
+#include "core/make_tensor.h"
 #include "core/philox.h"
 #include "dispatch/dispatcher.h"
 #include "support/op_cases.h"
@@ -198,6 +199,25 @@ EMBER_OP_CASES(random) {
     return Inputs{dispatch1(OpId::dropout, {in[0]}, a)};
   };
   cases.push_back(op);
+
+  // dropout_rng: the same mask from an rng_state tensor ({kSeed, 0}, an input like any other):
+  // a pure function of its inputs, so compiled programs and training compiles take it too.
+  OpCase drawn = drop;
+  drawn.name = "dropout_rng";
+  drawn.covers = {OpId::dropout_rng};
+  drawn.make_inputs = [](const Shapes& s, DType t) {
+    Tensor rng = make_tensor({2}, DType::Int64, kCPU);
+    static_cast<int64_t*>(rng.impl()->data())[0] = int64_t(kSeed);
+    static_cast<int64_t*>(rng.impl()->data())[1] = 0;
+    return Inputs{random_tensor(s[0], t), rng};
+  };
+  drawn.run = [p](const Inputs& in) {
+    Attrs a;
+    a.value = p;
+    return Inputs{dispatch1(OpId::dropout_rng, {in[0], in[1]}, a)};
+  };
+  drawn.grad_inputs = {0};
+  cases.push_back(drawn);
 
   // multinomial over unnormalized weights, with and without replacement; the driver also
   // passes the weights strided.

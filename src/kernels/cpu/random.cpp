@@ -155,6 +155,14 @@ void dropout(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) 
   });
 }
 
+void dropout_rng(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor rng = in[1].contiguous();
+  Attrs drawn = a;
+  drawn.seed = uint64_t(static_cast<const int64_t*>(rng.impl()->data())[0]);
+  drawn.offset = uint64_t(static_cast<const int64_t*>(rng.impl()->data())[1]);
+  dropout(in.first(1), out, drawn);
+}
+
 // ---- multinomial ----
 
 namespace {

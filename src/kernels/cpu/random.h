@@ -9,6 +9,7 @@ void randn(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void randint(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void bernoulli(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void rng_state(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
+void dropout_rng(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void dropout(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void multinomial(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 

@@ -203,10 +203,15 @@ void rng_state_op(std::span<const Tensor>, std::span<Tensor> out, const Attrs& a
 
 // ---- dropout ----
 
-// Block b of the draws covers elements 4b .. 4b + 3 of x and y (contiguous).
+// Block b of the draws covers elements 4b .. 4b + 3 of x and y (contiguous). With `rng` (an
+// rng_state tensor's {seed, offset}), the draws start there instead of at seed and base.
 template <class T>
 __global__ void dropout_kernel(const T* x, T* y, int64_t n, uint64_t seed, uint64_t base,
-                               uint64_t threshold, compute_t<T> scale) {
+                               uint64_t threshold, compute_t<T> scale, const int64_t* rng) {
+  if (rng) {
+    seed = uint64_t(rng[0]);
+    base = uint64_t(rng[1]) / 4;
+  }
   const int64_t nblocks = (n + 3) / 4;
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < nblocks; b += step) {
@@ -219,19 +224,24 @@ __global__ void dropout_kernel(const T* x, T* y, int64_t n, uint64_t seed, uint6
   }
 }
 
+// dropout, and dropout_rng (in[1] the rng_state tensor, read by the kernel on the device).
 void dropout_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-  check_offset(a, "dropout");
+  const bool drawn = in.size() > 1;
+  const char* op = drawn ? "dropout_rng" : "dropout";
+  if (!drawn) check_offset(a, op);
   const Tensor x = in[0].contiguous();
+  const Tensor rng = drawn ? in[1].contiguous() : Tensor();
   const int64_t n = out[0].numel();
   if (n == 0) return;
   const uint64_t threshold = philox::bernoulli_threshold(1 - a.value);
   const int device = out[0].device().index;
   detail::use_device(device);
-  visit<Kinds::Float>(out[0].dtype(), "dropout", [&]<class T>() {
+  visit<Kinds::Float>(out[0].dtype(), op, [&]<class T>() {
     dropout_kernel<T><<<grid_for((n + 3) / 4), kThreads, 0, detail::stream(device)>>>(
         static_cast<const T*>(x.impl()->data()), static_cast<T*>(out[0].impl()->data()), n,
-        a.seed, a.offset / 4, threshold, compute_t<T>(1 / (1 - a.value)));
-    detail::check(cudaGetLastError(), "dropout");
+        a.seed, a.offset / 4, threshold, compute_t<T>(1 / (1 - a.value)),
+        drawn ? static_cast<const int64_t*>(rng.impl()->data()) : nullptr);
+    detail::check(cudaGetLastError(), op);
   });
 }
 
@@ -440,6 +450,7 @@ void register_random(KernelTable& t) {
   t[OpId::randint] = randint_op;
   t[OpId::bernoulli] = bernoulli_op;
   t[OpId::rng_state] = rng_state_op;
+  t[OpId::dropout_rng] = dropout_op;
   t[OpId::dropout] = dropout_op;
   t[OpId::multinomial] = multinomial_op;
 }
