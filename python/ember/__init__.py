@@ -21,6 +21,7 @@ from ._creation import tensor, as_tensor, from_numpy
 from ._grad_mode import no_grad, enable_grad, set_grad_enabled
 from ._compile import compile, explain
 from . import _functions
+from . import nn, optim, safetensors
 
 # ember.exp(x), ember.sum(x, dim) ...: the Tensor methods as functions.
 for _name in _functions.TENSOR_METHODS:

@@ -137,6 +137,38 @@ class CompiledFunction:
         return self._impl.would_hit(self._orig, args, kwargs)
 
 
+class CompiledModule(CompiledFunction):
+    """ember.compile(module): calls the module with the training flags of it and its
+    submodules passed as a guarded argument, so that train() / eval() picks (or traces) the
+    graph of that mode instead of replaying the other. The flags are read again only after a
+    train() or eval() somewhere. Other attributes are the module's (compiled.parameters())."""
+
+    def __init__(self, module, fullgraph, dynamic, backend, recompile_limit):
+        def call_module(modes, *args, **kwargs):
+            return module(*args, **kwargs)
+        call_module.__qualname__ = type(module).__name__ + ".forward"
+        super().__init__(call_module, fullgraph, dynamic, backend, recompile_limit)
+        self.__dict__["_orig_mod"] = module
+        self._modes_version = None
+        self._modes = ()
+
+    def _with_modes(self, args):
+        from .nn import modules
+        if self._modes_version != modules._mode_version[0]:
+            self._modes = tuple(m.training for m in self._orig_mod.modules())
+            self._modes_version = modules._mode_version[0]
+        return (self._modes,) + args
+
+    def __call__(self, *args, **kwargs):
+        return self._impl.call(self._orig, self._with_modes(args), kwargs)
+
+    def would_hit(self, *args, **kwargs):
+        return self._impl.would_hit(self._orig, self._with_modes(args), kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["_orig_mod"], name)
+
+
 def compile(fn=None, *, fullgraph=False, dynamic=None, backend="compiler", mode=None,
             recompile_limit=8):
     """Compiles fn (a function taking and returning tensors); usable as @ember.compile or
@@ -148,6 +180,9 @@ def compile(fn=None, *, fullgraph=False, dynamic=None, backend="compiler", mode=
         raise TypeError(f"ember.compile: expected a callable, got {type(fn).__name__}")
     if _inspect.isclass(fn):
         raise TypeError("ember.compile: pass a function or an instance, not a class")
+    from .nn import Module
+    if isinstance(fn, Module):
+        return CompiledModule(fn, fullgraph, dynamic, backend, recompile_limit)
     return CompiledFunction(fn, fullgraph, dynamic, backend, recompile_limit)
 
 

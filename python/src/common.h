@@ -47,5 +47,7 @@ void bind_functions(nb::module_& m);
 void bind_interop(nb::module_& m, nb::class_<Tensor>& cls);
 void bind_autograd(nb::module_& m, nb::class_<Tensor>& cls);
 void bind_compile(nb::module_& m);
+void bind_optim(nb::module_& m);
+void bind_io(nb::module_& m);
 
 }  // namespace ember::python

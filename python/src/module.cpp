@@ -17,4 +17,6 @@ NB_MODULE(_ember, m) {
   bind_factories(m);
   bind_functions(m);
   bind_compile(m);
+  bind_optim(m);
+  bind_io(m);
 }
