@@ -195,7 +195,7 @@ class DistributedDataParallel {
   std::vector<Slot> slot_of_;  // by parameter
   DDPStats stats_;
   bool sync_ = true;
-  bool in_backward_ = false;  // a backward has started filling buckets
+  std::weak_ptr<char> queued_;  // alive while this backward's end callback is queued
   size_t next_launch_ = 0;    // buckets [0, next_launch_) have been started this backward
 };
 

@@ -85,15 +85,19 @@ void DistributedDataParallel::on_grad_ready(size_t i) {
   EMBER_CHECK(!g.defined() || !g.is_symbolic(), "DistributedDataParallel on rank ", dist::rank(),
               ": the grad of ", params_[i].first, " is a capture placeholder; call backward() "
               "outside compiled functions (compile the loss, not the backward)");
-  if (!in_backward_) {
-    // The first grad of this backward: every bucket waits for all of its grads again.
-    in_backward_ = true;
+  if (queued_.expired()) {
+    // The first grad of this backward: every bucket waits for all of its grads again. (The
+    // token dies with the queued callback, after it ran or when a backward threw and dropped
+    // it; the buckets such a backward started are waited for here, as the ranks started them.)
+    auto token = std::make_shared<char>();
+    queued_ = token;
+    queue_backward_callback([this, token] { finish_backward(); });
     next_launch_ = 0;
     for (auto& b : buckets_) {
+      b->work.wait();
       b->pending = b->params.size();
       std::fill(b->arrived.begin(), b->arrived.end(), 0);
     }
-    queue_backward_callback([this] { finish_backward(); });
   }
   const Slot& slot = slot_of_[i];
   Bucket& b = *buckets_[slot.bucket];
@@ -119,7 +123,6 @@ void DistributedDataParallel::launch_ready_buckets(bool all) {
 }
 
 void DistributedDataParallel::finish_backward() {
-  in_backward_ = false;
   ++stats_.syncs;
   launch_ready_buckets(true);
   for (auto& b : buckets_) {
@@ -135,7 +138,7 @@ void DistributedDataParallel::finish_backward() {
 }
 
 void DistributedDataParallel::sync_grads() {
-  EMBER_CHECK(!in_backward_, "DistributedDataParallel::sync_grads on rank ", dist::rank(),
+  EMBER_CHECK(queued_.expired(), "DistributedDataParallel::sync_grads on rank ", dist::rank(),
               ": called while a backward is averaging the grads");
   NoGradGuard no_grad;
   next_launch_ = 0;

@@ -145,6 +145,24 @@ TEST(DistributedDataParallel, SyncGradsAveragesGradsMadeWithoutHooks) {
   EXPECT_EQ(ddp.stats().syncs, 1);
 }
 
+TEST(DistributedDataParallel, ABackwardThatThrowsLeavesItReadyForTheNext) {
+  NetAndTwin n(6);
+  nn::DDPOptions small;
+  small.bucket_cap_mb = 100.0 / (1024 * 1024);
+  nn::DistributedDataParallel ddp(*n.net, small);
+  // Runs after DDP's own hook on the last parameter backward reaches: every bucket has started
+  // when the backward throws, and its end callback is dropped.
+  bool fail = true;
+  register_post_accumulate_grad_hook(n.net->fc1->weight, [&](const Tensor&) {
+    if (fail) throw Error("a hook fails on purpose");
+  });
+  EXPECT_THROW(backward_steps(*n.net, 0, 1), Error);
+  fail = false;
+  n.net->zero_grad();
+  backward_steps(*n.net, 0, 1);
+  expect_averaged_grads(*n.net, *n.twin, 1);
+}
+
 // ---- the baby GPT ----
 
 const io::TokenDataset& shakespeare() {
