@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -58,17 +59,14 @@ State& state() {
   return *s;
 }
 
-double env_double(const char* name, double fallback) {
+// The number in environment variable `name`, if set (Error when it is not a number).
+std::optional<double> env_number(const char* name) {
   const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
+  if (!v || !*v) return std::nullopt;
   char* end = nullptr;
   double d = std::strtod(v, &end);
   EMBER_CHECK(end && *end == '\0', "distributed init: ", name, "=", v, " is not a number");
   return d;
-}
-
-int env_int(const char* name, int fallback) {
-  return int(env_double(name, double(fallback)));
 }
 
 std::string where(std::string_view op, int64_t seq) {
@@ -246,20 +244,24 @@ void init(const InitOptions& opts) {
   State& s = state();
   std::lock_guard lock(s.mutex);
   if (s.world) return;
+  // The environment is read first, so that a bad value raises before MPI starts.
+  const auto timeout = env_number("EMBER_DIST_TIMEOUT"), check = env_number("EMBER_DIST_CHECK");
+  const auto env_rank = env_number("RANK"), env_size = env_number("WORLD_SIZE");
+  const auto env_local = env_number("LOCAL_RANK");
   s.opts = opts;
-  s.opts.timeout_s = env_double("EMBER_DIST_TIMEOUT", opts.timeout_s);
-  s.opts.check_calls = env_int("EMBER_DIST_CHECK", opts.check_calls ? 1 : 0) != 0;
+  if (timeout) s.opts.timeout_s = *timeout;
+  if (check) s.opts.check_calls = *check != 0;
   std::unique_ptr<World> world = make_mpi_world();
   const int r = world->rank(), n = world->size();
-  const int env_rank = env_int("RANK", r), env_size = env_int("WORLD_SIZE", n);
-  if (env_rank != r || env_size != n) {
+  if ((env_rank && int(*env_rank) != r) || (env_size && int(*env_size) != n)) {
     world->finalize();
-    EMBER_FAIL("distributed init: RANK=", env_rank, " and WORLD_SIZE=", env_size,
+    EMBER_FAIL("distributed init:", env_rank ? " RANK=" + std::to_string(int(*env_rank)) : "",
+               env_size ? " WORLD_SIZE=" + std::to_string(int(*env_size)) : "",
                " in the environment, but MPI started this process as rank ", r, " of ", n,
-               "; ember's ranks are MPI's: start the processes with mpirun -np ", env_size,
-               ", or unset RANK and WORLD_SIZE");
+               "; ember's ranks are MPI's: start the processes with mpirun -np N, or unset "
+               "RANK and WORLD_SIZE");
   }
-  s.local_rank = env_int("LOCAL_RANK", world->local_rank());
+  s.local_rank = env_local ? int(*env_local) : world->local_rank();
   s.world = std::move(world);
   s.seq = 0;
   s.broken.clear();

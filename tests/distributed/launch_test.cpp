@@ -17,8 +17,8 @@ struct Launch {
   double seconds = 0;
 };
 
-// mpirun -np 2 ember-dist-tests with EMBER_DIST_TEST_FAULT=fault and `env` ("NAME=value ..."),
-// ended by `timeout` after 60 s (status 124).
+// mpirun -np 2 ember-dist-tests with EMBER_DIST_TEST_FAULT=fault (one main.cpp knows, or none)
+// and `env` ("NAME=value ..."), ended by `timeout` after 60 s (status 124).
 Launch launch(const std::string& fault, const std::string& env = "") {
   const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
                           "EMBER_DIST_TEST_FAULT=" + fault + " " + env + " timeout 60 " +
@@ -73,6 +73,13 @@ TEST_F(DistributedLaunch, RankThatStopsRespondingTimesOut) {
   expect_failed_in_time(l);
   expect_says(l, "distributed all_reduce (collective #0) on rank 0 of 2");
   expect_says(l, "timed out after 1 s waiting for the other ranks");
+}
+
+TEST_F(DistributedLaunch, LauncherVariablesMustAgreeWithMpi) {
+  Launch l = launch("none", "WORLD_SIZE=3");
+  expect_failed_in_time(l);
+  expect_says(l, "distributed init: WORLD_SIZE=3 in the environment, but MPI started this "
+                 "process as rank 0 of 2");
 }
 
 TEST(Distributed, CollectivesBeforeInitSayHowToStart) {
