@@ -4,8 +4,9 @@
 // Under `mpirun -np N prog`, each process calls distributed::init(), builds the model, wraps it
 // in nn::DistributedDataParallel and trains on its own rows of each batch.
 //
-// CPU tensors go through MPI (Open MPI). CUDA tensors need the NCCL backend, which this build
-// does not have yet: collectives on them raise an Error. Every rank must call the same
+// CPU tensors go through MPI (Open MPI); CUDA tensors through NCCL, in builds with the CUDA
+// backend and NCCL's header (the library is loaded by the first collective on a CUDA tensor, on
+// the device's stream), and elsewhere collectives on them raise an Error. Every rank must call the same
 // collectives in the same order with tensors of the same dtype and shape; by default each
 // collective first exchanges a small header (op, dtype, shape, root, call count) and raises on
 // every rank, naming the ranks that differ, when they disagree. A collective waits at most
@@ -77,9 +78,10 @@ class Work {
   std::shared_ptr<Impl> impl_;
 };
 
-// Collectives over every rank. All work on CPU tensors of Bool (broadcast and all_gather only),
+// Collectives over every rank. All work on tensors of Bool (broadcast and all_gather only),
 // Int32, Int64, Float16, BFloat16, Float32 and Float64, contiguous or not; Avg needs a floating
-// dtype. Float16 and BFloat16 are reduced in float32 (converted, reduced, rounded back once).
+// dtype. On the CPU, Float16 and BFloat16 are reduced in float32 (converted, reduced, rounded
+// back once); NCCL reduces them natively.
 // A collective is not differentiable and, inside a compiled function, is a graph break.
 
 // Reduces t over the ranks, in place: every rank ends with the sum (average, max, min).

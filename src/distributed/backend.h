@@ -1,8 +1,7 @@
 // The seam between ember::distributed's front end (argument checks, call headers, timeouts,
 // non-contiguous tensors) and the libraries that move the bytes: a Backend per device type.
 // MPI (mpi_backend.cpp) serves CPU tensors and is also the group's control channel (ranks,
-// headers, abort); an NCCL backend for CUDA tensors would implement the same interface, created
-// with the group's MPI world to exchange its unique id.
+// headers, abort, and NCCL's unique id); NCCL (nccl_backend.cpp) serves CUDA tensors.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -82,5 +81,11 @@ class World {
 
 // Starts MPI (or joins an MPI program that already started it); Error in a build without MPI.
 std::unique_ptr<World> make_mpi_world();
+
+// The backend for CUDA tensors on `device`: NCCL (nccl_backend.cpp, in builds with CUDA and
+// NCCL's header), or an Error saying the build has none (no_nccl.cpp). Every rank calls it in
+// the same collective; `share_id(bytes, n)` copies rank 0's n bytes to every rank.
+std::unique_ptr<Backend> make_nccl_backend(int device, int rank, int size,
+                                           void (*share_id)(void* bytes, size_t n));
 
 }  // namespace ember::distributed

@@ -55,7 +55,9 @@ DistributedDataParallel::DistributedDataParallel(Module& module, DDPOptions opts
   for (auto& [elements, members] : groups) {
     auto b = std::make_unique<Bucket>();
     const Tensor& first = params_[members.front()].second;
-    b->flat = zeros({int64_t(elements)}, TensorOptions(first.dtype()));
+    TensorOptions where(first.dtype());
+    where.device = first.device();
+    b->flat = zeros({int64_t(elements)}, where);
     b->params = std::move(members);
     b->arrived.assign(b->params.size(), 0);
     buckets_.push_back(std::move(b));

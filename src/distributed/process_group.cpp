@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <cstring>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -51,6 +53,7 @@ struct State {
   // Work that timed out: its buffers stay alive, as the library may still write them.
   std::vector<std::shared_ptr<Work::Impl>> abandoned;
   std::terminate_handler prev_terminate = nullptr;  // restored by finalize()
+  std::map<int, std::unique_ptr<Backend>> cuda;      // by device index
 };
 
 // Never destroyed: the terminate handler and the exit hook may run after static destructors.
@@ -158,11 +161,16 @@ int64_t check_call(Collective c, const Tensor* t, int reduce, int root) {
   return h.seq;
 }
 
-Backend& backend_for(const Tensor& t, std::string_view op) {
-  EMBER_CHECK(t.device().type == DeviceType::CPU, "distributed ", op, " on rank ", rank(),
-              ": a ", t.device().str(), " tensor needs the NCCL backend, which this build of "
-              "ember does not have yet; move the tensor to the CPU (.cpu()) for MPI");
-  return state().world->cpu_backend();
+void broadcast_bytes(void* bytes, size_t n);
+
+// The backend of t's device: MPI for the CPU; for a CUDA device, its NCCL communicator, made by
+// the first collective on that device (every rank makes it in the same call).
+Backend& backend_for(const Tensor& t) {
+  State& s = state();
+  if (t.device().type == DeviceType::CPU) return s.world->cpu_backend();
+  std::unique_ptr<Backend>& b = s.cuda[t.device().index];
+  if (!b) b = make_nccl_backend(t.device().index, s.world->rank(), s.world->size(), broadcast_bytes);
+  return *b;
 }
 
 void check_tensor(const Tensor& t, std::string_view op, bool reduces, ReduceOp rop) {
@@ -282,6 +290,7 @@ void finalize() {
   // Tell the ranks still calling collectives that this one is leaving (a header mismatch
   // there), rather than leaving them to wait for it until their timeout.
   if (s.broken.empty() && s.world->usable()) check_call(Collective::Finalize, nullptr, -1, -1);
+  s.cuda.clear();
   s.world->finalize();
   s.world.reset();
   if (s.opts.abort_on_uncaught_exception) std::set_terminate(s.prev_terminate);
@@ -337,13 +346,29 @@ Work start(Collective c, const Tensor& t, int reduce, int root,
   w->what = where(collective_name(c), seq);
   Tensor buf = contiguous_for(t, *w, true);
   w->keep.push_back(buf);
-  w->op = run(backend_for(t, collective_name(c)), buf);
+  w->op = run(backend_for(t), buf);
   return Work(std::move(w));
 }
 
 }  // namespace
 
 // ---- collectives ----
+
+namespace {
+TensorOptions same_place(const Tensor& t) {
+  TensorOptions o(t.dtype());
+  o.device = t.device();
+  return o;
+}
+
+// Rank 0's n bytes into `bytes` on every rank (NCCL's unique id), as an int64 CPU tensor.
+void broadcast_bytes(void* bytes, size_t n) {
+  Tensor buf = zeros({int64_t((n + 7) / 8)}, TensorOptions(DType::Int64));
+  std::memcpy(buf.data_ptr(), bytes, n);
+  broadcast(buf, 0);
+  std::memcpy(bytes, buf.data_ptr(), n);
+}
+}  // namespace
 
 Work all_reduce_async(const Tensor& t, ReduceOp op) {
   check_tensor(t, "all_reduce", true, op);
@@ -371,12 +396,12 @@ Tensor all_gather(const Tensor& t) {
   Shape shape = t.sizes();
   if (shape.empty()) shape.push_back(1);
   shape[0] *= s.world->size();
-  Tensor out = empty(shape, TensorOptions(t.dtype()));
+  Tensor out = empty(shape, same_place(t));
   auto w = std::make_shared<Work::Impl>();
   w->what = where("all_gather", seq);
   Tensor in = contiguous_for(t, *w, false);
   w->keep = {out, in};
-  w->op = backend_for(t, "all_gather").all_gather(in, out);
+  w->op = backend_for(t).all_gather(in, out);
   Work(w).wait();
   return out;
 }
@@ -392,12 +417,12 @@ Tensor reduce_scatter(const Tensor& t, ReduceOp op) {
   const int64_t seq = check_call(Collective::ReduceScatter, &t, int(op), -1);
   Shape shape = t.sizes();
   shape[0] /= n;
-  Tensor out = empty(shape, TensorOptions(t.dtype()));
+  Tensor out = empty(shape, same_place(t));
   auto w = std::make_shared<Work::Impl>();
   w->what = where("reduce_scatter", seq);
   Tensor in = contiguous_for(t, *w, false);
   w->keep = {out, in};
-  w->op = backend_for(t, "reduce_scatter").reduce_scatter(in, out, op);
+  w->op = backend_for(t).reduce_scatter(in, out, op);
   Work(w).wait();
   return out;
 }

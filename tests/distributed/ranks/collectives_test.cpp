@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "ember/cuda.h"
 #include "ember/distributed.h"
 #include "ember/ops.h"
 #include "support/expect_error.h"
@@ -96,6 +97,27 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, Collectives,
                          testing::Values(DType::Float32, DType::Float64, DType::Int64,
                                          DType::Int32, DType::BFloat16, DType::Float16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// CUDA tensors go through NCCL on each rank's GPU (local_rank); skipped without a GPU per rank.
+TEST(DistributedCuda, CollectivesOnGpusMatchTheSums) {
+  if (!cuda::is_available() || cuda::device_count() < dist::world_size())
+    GTEST_SKIP() << "needs a GPU per rank";
+  const int dev = dist::local_rank(), me = dist::rank(), n = dist::world_size();
+  for (DType dtype : {DType::Float32, DType::BFloat16, DType::Int64}) {
+    Tensor t = rank_tensor(me, {5, 3}, dtype).cuda(dev);
+    dist::all_reduce(t);
+    std::vector<double> got = t.cpu().to_vector<double>();
+    for (int64_t i = 0; i < 15; ++i) ASSERT_EQ(got[size_t(i)], sum_over_ranks(i)) << i;
+    Tensor g = dist::all_gather(rank_tensor(me, {2}, dtype).cuda(dev));
+    EXPECT_EQ(g.device(), t.device());
+    EXPECT_EQ(g.cpu().to_vector<double>()[2 * (n - 1)], value(n - 1, 0));
+    Tensor rs = dist::reduce_scatter(rank_tensor(me, {2 * n}, dtype).cuda(dev));
+    EXPECT_EQ(rs.cpu().to_vector<double>()[0], sum_over_ranks(2 * me));
+    Tensor b = rank_tensor(me, {3}, dtype).cuda(dev);
+    dist::broadcast(b, 0);
+    EXPECT_EQ(b.cpu().to_vector<double>()[2], value(0, 2));
+  }
+}
 
 TEST(Distributed, AverageDividesTheSum) {
   Tensor t = rank_tensor(dist::rank(), {4}, DType::Float32);
