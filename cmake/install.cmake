@@ -33,6 +33,11 @@ install(FILES ${CMAKE_BINARY_DIR}/emberConfig.cmake ${CMAKE_BINARY_DIR}/emberCon
 
 # ember.pc: -lember (the shared library when built, else the static one and its dependencies).
 set(EMBER_PC_DEPS "-L${EMBER_OPENBLAS_DIR} -lopenblas ${OpenMP_CXX_FLAGS} -lpthread -ldl")
+if(EMBER_WITH_MPI)
+  foreach(lib ${MPI_CXX_LIBRARIES})
+    string(APPEND EMBER_PC_DEPS " ${lib}")
+  endforeach()
+endif()
 if(EMBER_WITH_CUDA)
   string(APPEND EMBER_PC_DEPS " -L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -lcublas -lrt")
 endif()

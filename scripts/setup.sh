@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what ember needs and is missing (Debian 12, as root): compilers, CMake, Ninja,
-# OpenBLAS (OpenMP build), GoogleTest, CLI11, nlohmann-json, Python's headers, and Python's
+# OpenBLAS (OpenMP build), GoogleTest, CLI11, nlohmann-json, Open MPI (ember::distributed and its
+# tests under mpirun), Python's headers, and Python's
 # safetensors and numpy (used by the interoperability tests), nanobind, scikit-build-core and
 # pytest (the Python package and its tests).
 set -euo pipefail
 
 APT_PACKAGES=(g++ cmake ninja-build pkg-config libopenblas-openmp-dev libgtest-dev
-              libcli11-dev nlohmann-json3-dev python3 python3-dev python3-pip ccache)
+              libcli11-dev nlohmann-json3-dev openmpi-bin libopenmpi-dev python3 python3-dev
+              python3-pip ccache)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -15,6 +15,7 @@ using Shape = std::vector<int64_t>;
 
 namespace autograd {
 struct Node;
+struct LeafHooks;
 }
 
 // A block of memory on a device. The version counts in-place writes, shared by all views.
@@ -42,6 +43,9 @@ struct AutogradMeta {
   std::shared_ptr<autograd::Node> grad_fn;  // null for leaves
   uint32_t output_nr = 0;
   std::weak_ptr<autograd::Node> grad_accumulator;  // leaves only
+  // Leaves only: hooks run once backward has accumulated into grad
+  // (register_post_accumulate_grad_hook in autograd.h).
+  std::shared_ptr<autograd::LeafHooks> post_accumulate_hooks;
 };
 
 struct TensorImpl {

@@ -2,6 +2,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "autograd/hooks.h"
 #include "autograd/node.h"
 #include "dispatch/dispatcher.h"
 #include "ember/autograd.h"
@@ -31,6 +32,7 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
   EMBER_CHECK(grads.empty() || grads.size() == outputs.size(), "backward: got ", grads.size(),
               " gradients for ", outputs.size(), " outputs");
   NoGradGuard no_grad;  // grad formulas do not record history (no higher-order grads)
+  autograd::BackwardCallbacks callbacks;  // queue_backward_callback, run after the last node
 
   std::vector<std::pair<Edge, Tensor>> roots;
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -125,6 +127,7 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
       }
     }
   }
+  callbacks.run();
 }
 
 }  // namespace ember

@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "autograd/hooks.h"
 #include "core/shape.h"
 #include "ember/ops.h"
 
@@ -88,6 +89,7 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   } else {
     m.grad = (Tensor(m.grad) + g).impl_ptr();
   }
+  run_post_accumulate_hooks(leaf);
   return {};
 }
 

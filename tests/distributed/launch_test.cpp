@@ -1,0 +1,97 @@
+// A job whose ranks do not agree must end, with an error that names the rank and the op, rather
+// than hang: ember-dist-tests launched under mpirun with one rank misbehaving
+// (EMBER_DIST_TEST_FAULT, see tests/distributed/ranks/main.cpp), each run bounded by a timeout.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "ember/distributed.h"
+#include "support/run_command.h"
+
+namespace ember::test {
+namespace {
+
+struct Launch {
+  CommandResult result;
+  double seconds = 0;
+};
+
+// mpirun -np 2 ember-dist-tests with EMBER_DIST_TEST_FAULT=fault (one main.cpp knows, or none)
+// and `env` ("NAME=value ..."), ended by `timeout` after 60 s (status 124).
+Launch launch(const std::string& fault, const std::string& env = "") {
+  const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                          "EMBER_DIST_TEST_FAULT=" + fault + " " + env + " timeout 60 " +
+                          EMBER_MPIEXEC + " --oversubscribe -np 2 " + EMBER_DIST_TESTS_BIN +
+                          " 2>&1";
+  const auto t0 = std::chrono::steady_clock::now();
+  Launch l{run_command(cmd), 0};
+  l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return l;
+}
+
+void expect_failed_in_time(const Launch& l) {
+  EXPECT_NE(l.result.status, 0) << l.result.output;
+  EXPECT_NE(l.result.status, 124) << "the job hung until timeout killed it:\n" << l.result.output;
+  EXPECT_LT(l.seconds, 30) << l.result.output;
+}
+
+void expect_says(const Launch& l, const std::string& text) {
+  EXPECT_NE(l.result.output.find(text), std::string::npos)
+      << "expected \"" << text << "\" in:\n" << l.result.output;
+}
+
+class DistributedLaunch : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (!distributed::built_with_mpi()) GTEST_SKIP() << "ember was built without MPI";
+  }
+};
+
+TEST_F(DistributedLaunch, RankThatThrowsEndsEveryRank) {
+  Launch l = launch("throw");
+  expect_failed_in_time(l);
+  expect_says(l, "ember.distributed: rank 1 of 2: uncaught exception: rank 1 fails on purpose");
+  expect_says(l, "rank 1 ends every rank of the job (MPI_Abort)");
+}
+
+TEST_F(DistributedLaunch, RankCallingAnotherCollectiveIsNamed) {
+  Launch l = launch("skip");
+  expect_failed_in_time(l);
+  expect_says(l, "the ranks' calls differ");
+  expect_says(l, "called barrier");
+}
+
+TEST_F(DistributedLaunch, RankThatLeavesEarlyIsNamed) {
+  Launch l = launch("exit");
+  expect_failed_in_time(l);
+  expect_says(l, "called finalize");
+}
+
+TEST_F(DistributedLaunch, RankThatStopsRespondingTimesOut) {
+  Launch l = launch("hang", "EMBER_DIST_TIMEOUT=1");
+  expect_failed_in_time(l);
+  expect_says(l, "distributed all_reduce (collective #0) on rank 0 of 2");
+  expect_says(l, "timed out after 1 s waiting for the other ranks");
+}
+
+TEST_F(DistributedLaunch, LauncherVariablesMustAgreeWithMpi) {
+  Launch l = launch("none", "WORLD_SIZE=3");
+  expect_failed_in_time(l);
+  expect_says(l, "distributed init: WORLD_SIZE=3 in the environment, but MPI started this "
+                 "process as rank 0 of 2");
+}
+
+TEST(Distributed, CollectivesBeforeInitSayHowToStart) {
+  if (distributed::is_initialized()) GTEST_SKIP();
+  try {
+    distributed::barrier();
+    FAIL() << "barrier without init";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("call ember::distributed::init() first"),
+              std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ember::test
