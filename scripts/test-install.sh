@@ -37,6 +37,7 @@ TARGETS=(ember::ember)
 [[ -e $PREFIX/lib/libember.so ]] && TARGETS+=(ember::ember_shared)
 for target in "${TARGETS[@]}"; do
   for dir in examples/*/; do
+    [[ -f $dir/CMakeLists.txt ]] || continue  # the C++ examples (examples/nanogpt is Python)
     name=$(basename "$dir")
     out=$BUILD/examples/${target#ember::}/$name
     rm -rf "$out"
