@@ -10,27 +10,30 @@
 // (times the dropout factor) become, rounded to 16 bits, the A operand of P V without leaving
 // registers. At the end out = acc / l and lse = (m + log2(l)) ln 2; a row that saw no key gets
 // out 0 and lse -inf, as the float kernel (attention_fwd.cuh).
-// Shared memory: a Q tile, two K and two V tiles (64 x 72 each) and 64 x 64 dropout bytes:
-// 49 KiB.
+// Shared memory: a Q tile, two K and two V tiles (64 x 72 each): 45 KiB, under the 48 KiB a
+// launch gets without opting in. The 64 x 64 dropout bytes reuse the Q tile, which is only read
+// before the loop (into registers).
 #pragma once
 #include "kernels/cuda/attention_launch.cuh"
 #include "kernels/cuda/attention_mma.cuh"
 
 namespace ember::cuda::attn::mma {
 
-// Q, then two K and two V tiles (the next tile loads while the current one is used), then the
-// dropout bytes.
+// Q (later the dropout bytes), then two K and two V tiles (the next tile loads while the
+// current one is used).
 struct ForwardSmem {
   static constexpr int q = 0, k = q + kTile, v = k + 2 * kTile, end = v + 2 * kTile;
   template <class T>
-  static constexpr size_t bytes = size_t(end) * sizeof(T) + size_t(kRows * kRows);
+  static constexpr size_t bytes = size_t(end) * sizeof(T);
+  static_assert(kRows * kRows <= kTile * 2, "the dropout bytes fit in the Q tile");
 };
 
 template <class T>
 EMBER_ATTN_MMA_KERNEL void attention_forward_kernel(ForwardArgs<T, float> a) {
   T* smem = reinterpret_cast<T*>(shared_memory());
   T *qs = smem + ForwardSmem::q, *ks = smem + ForwardSmem::k, *vs = smem + ForwardSmem::v;
-  unsigned char* keep = shared_memory() + size_t(ForwardSmem::end) * sizeof(T);
+  // Written only after the loop's first barrier, when every warp holds its Q fragments.
+  unsigned char* keep = reinterpret_cast<unsigned char*>(qs);
   const Problem<float> p = a.p.drawn();
   const int tid = thread_index(), warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const Tile at = tile_of(p.batch, p.L);
