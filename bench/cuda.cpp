@@ -28,6 +28,7 @@
 //                            of those shapes (dropout 0.2 and 0), compiled = model.loss compiled
 //                            and AdamW::set_compiled
 // GPU times are wall times around the work with the device synchronized before and after.
+// EMBER_BENCH_COMPILED_ONLY=1 times the compiled sides alone (for EMBER_PROFILE_OPS tables).
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -75,8 +76,12 @@ double gpu_ms(const std::function<void()>& fn, int repeat, int inner = 1) {
 }
 
 // Eager against compiled as time_pair_ms takes them, the device synchronized after each call.
+// EMBER_BENCH_COMPILED_ONLY=1 times the compiled side alone (eager_ms NaN), so that an
+// EMBER_PROFILE_OPS table shows the compiled step's kernels only.
 std::pair<double, double> gpu_pair_ms(const std::function<void()>& eager,
                                       const std::function<void()>& compiled, int repeat) {
+  static const bool compiled_only = std::getenv("EMBER_BENCH_COMPILED_ONLY") != nullptr;
+  if (compiled_only) return {NAN, gpu_ms(compiled, repeat)};
   return time_pair_ms([&] { eager(); sync_all(); }, [&] { compiled(); sync_all(); }, repeat);
 }
 

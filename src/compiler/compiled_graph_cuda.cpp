@@ -20,6 +20,7 @@
 #include "core/logs.h"
 #include "core/make_tensor.h"
 #include "core/shape.h"
+#include "dispatch/op_profile.h"
 #include "ember/autograd.h"
 #include "ember/ops.h"
 #include "graph/graph_util.h"
@@ -31,6 +32,14 @@ namespace {
 void log_decision(const std::string& text) {
   static const bool on = log_category_enabled("compiler");
   if (on) std::fprintf(stderr, "[ember:compiler] %s\n", text.c_str());
+}
+
+// The EMBER_PROFILE_OPS row of a generated kernel: its kind, its ops and its output's type.
+std::string profile_key(const FusionGroup& g) {
+  std::string d = g.row ? "generated row (" : "generated pointwise (";
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    d += (i ? ", " : "") + std::string(op_name(g.nodes[i]->op));
+  return d + ") -> " + graph::value_type_str(*g.output);
 }
 
 }  // namespace
@@ -211,9 +220,13 @@ void CudaCompiledGraph::run_kernel(int kernel, std::vector<Tensor>& env) const {
   for (int sym : symbols_[size_t(kernel)])
     args.push_back(const_cast<int64_t*>(&dims_[size_t(sym)]));
   const unsigned grid = cuda_grid(l, work, sms_);
-  if (grid > 0)
+  if (grid > 0) {
+    const bool timed = op_profile::enabled();
+    const op_profile::GpuMark mark = timed ? op_profile::gpu_begin(device_) : op_profile::GpuMark{};
     device_code::launch(kernels_[size_t(kernel)], device_.index, grid, unsigned(l.block),
                         args.data(), "generated CUDA kernel launch");
+    if (timed) op_profile::gpu_end(mark, profile_key(grp), device_);
+  }
   env[size_t(grp.output->id)] = std::move(outs[0]);
   for (size_t j = 0; j < grp.extra_outputs.size(); ++j)
     env[size_t(grp.extra_outputs[j]->id)] = std::move(outs[j + 1]);
