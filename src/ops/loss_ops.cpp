@@ -1,13 +1,16 @@
 // Cross entropy: shape rules, grad and front end.
 #include "kernels/cpu/rowwise.h"
+#include "ember/autocast.h"
 #include "ops/frontend.h"
 
 namespace ember {
 
 namespace {
-MetaList infer_cross_entropy(std::span<const Tensor> in, const Attrs&) {
+// attrs.flag: the loss in float32 for half logits (autocast's cross entropy, which reads the
+// half logits as they are instead of a float32 copy of them).
+MetaList infer_cross_entropy(std::span<const Tensor> in, const Attrs& a) {
   const Tensor& logits = in[0];
-  return {TensorMeta{{}, {}, 0, logits.dtype()},
+  return {TensorMeta{{}, {}, 0, a.flag ? stats_dtype(logits.dtype()) : logits.dtype()},
           TensorMeta{{logits.sizes()[0]}, {}, 0, stats_dtype(logits.dtype())}};
 }
 
@@ -15,8 +18,9 @@ MetaList infer_cross_entropy(std::span<const Tensor> in, const Attrs&) {
 // loss = mean over counted rows of lse - logit[target], so
 //   dlogits = (softmax(logits) - onehot(target)) * g / count on counted rows, 0 on ignored ones.
 // Written with pointwise ops and a comparison against the class index (no one-hot or
-// probability tensor of its own), so a compiled backward computes it in one fused pass over the
-// logits. When nothing is counted the grad is all zeros.
+// probability tensor of its own), each read once, so a compiled backward computes it in one
+// fused pass over the logits. Half logits (autocast) get their grad in their own dtype, computed
+// in lse's float32. When nothing is counted the grad is all zeros.
 std::vector<Tensor> grad_cross_entropy(const GradCtx& c) {
   const Tensor& g = c.grads[0];
   if (!g.defined() || !c.needs_grad[0]) return {Tensor(), Tensor()};
@@ -29,7 +33,7 @@ std::vector<Tensor> grad_cross_entropy(const GradCtx& c) {
   const Tensor scale = counted * (g / counted.sum().clamp(1.0, std::nullopt));
   const Tensor onehot = targets.unsqueeze(1).eq(arange(logits.sizes()[1], ids));
   const Tensor probs = (logits - lse.unsqueeze(1)).exp();
-  return {(probs - 1.0).where(onehot, probs) * scale, Tensor()};
+  return {((probs - onehot.to(lse.dtype())) * scale).to(logits.dtype()), Tensor()};
 }
 }  // namespace
 
@@ -38,7 +42,12 @@ const OpImpl op_impl_cross_entropy{infer_cross_entropy, cpu::cross_entropy, grad
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ignore_index) {
   EMBER_CHECK(logits_in.defined() && targets.defined(), "cross_entropy: undefined tensor argument");
-  const Tensor logits = autocast_float32(logits_in);
+  // Under autocast, half logits are read as they are (the kernels compute in float32 and the
+  // loss is float32, as for a float32 copy, without that copy or its saved 2x memory).
+  const bool half_logits = autocast_dtype().has_value() && logits_in.defined() &&
+                           (logits_in.dtype() == DType::BFloat16 ||
+                            logits_in.dtype() == DType::Float16);
+  const Tensor logits = half_logits ? logits_in : autocast_float32(logits_in);
   EMBER_CHECK(logits.dim() >= 1,
               "cross_entropy: logits need a class dim (the last), got a 0-dim tensor");
   EMBER_CHECK(is_floating(logits.dtype()), "cross_entropy: logits must be floating point, got ",
@@ -55,6 +64,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ign
               " have no classes (the last dim is 0)");
   Attrs a;
   a.end = ignore_index;
+  a.flag = half_logits;
   return dispatch(OpId::cross_entropy,
                   {logits.reshape({rows, classes}), cast_to(targets, DType::Int64).reshape({rows})},
                   a)[0];

@@ -59,6 +59,31 @@ TEST(Autocast, GradsOfFloat32ParametersAreFloat32) {
   EXPECT_LT((w.grad() - w2.grad()).abs().amax().item(), 0.05 * (w2.grad().abs().amax().item() + 1e-3));
 }
 
+// Under autocast, cross entropy reads 16-bit logits as they are (no float32 copy to save for
+// the grad): its loss is float32, and loss and grad equal those through the float32 copy
+// exactly, since widening bfloat16 to float32 is exact.
+TEST(Autocast, CrossEntropyReadsHalfLogitsWithTheFloat32CopysResults) {
+  const Tensor base = (randn({6, 11}) * 4.0).to(DType::BFloat16);
+  const Tensor t = from_vector<int64_t>({0, 10, -100, 3, 7, 7}, {6}, DType::Int64);
+  Tensor logits = base.detach().requires_grad_(true);
+  Tensor loss;
+  {
+    autocast scope(DType::BFloat16);
+    loss = cross_entropy(logits, t);
+  }
+  EXPECT_EQ(loss.dtype(), DType::Float32);
+  loss.backward();
+  Tensor ref_logits = base.detach().requires_grad_(true);
+  Tensor ref = cross_entropy(ref_logits.to(DType::Float32), t);
+  ref.backward();
+  EXPECT_EQ(loss.item(), ref.item());
+  ASSERT_TRUE(logits.grad().defined());
+  EXPECT_EQ(logits.grad().dtype(), DType::BFloat16);
+  EXPECT_EQ((logits.grad().to(DType::Float32) - ref_logits.grad().to(DType::Float32)).abs().amax().item(), 0.0);
+  // Outside autocast, 16-bit logits keep their dtype for the loss.
+  EXPECT_EQ(cross_entropy(base, t).dtype(), DType::BFloat16);
+}
+
 TEST(Autocast, CompiledFunctionsGuardOnTheScope) {
   Tensor w = randn({8, 8});
   auto f = compile([&](const Tensor& x) { return matmul(x, w); });

@@ -1,9 +1,11 @@
-// CUDA cross entropy of logits [N, C] against class targets [N]: a block a row (grid-stride over rows) folds the row's max,
-// then the sum of exp(x - max), through block reductions, and writes the row's logsumexp and
-// its loss lse - logit[target] (in double) to a scratch row; then one block sums the losses of
-// the non-ignored rows in double and divides by their count (nan when there are none). The
-// formulas and types are the CPU kernel's: float for float32 and the half types, double for
-// float64; a NaN max propagates. Logits and targets are read through their strides.
+// CUDA cross entropy of logits [N, C] against class targets [N]: a block a row (grid-stride over
+// rows) reads the row once, each thread keeping a running max and sum of exp(x - max) (16-byte
+// loads where the row is contiguous and aligned), merges them across the block, and writes the
+// row's logsumexp and its loss lse - logit[target] (in double) to a scratch row; then one block
+// sums the losses of the non-ignored rows in double and divides by their count (nan when there
+// are none) into the loss's dtype. Types are the CPU kernel's: float for float32 and the half
+// types, double for float64; a NaN max propagates. Logits and targets are read through their
+// strides.
 // A target neither in [0, C) nor equal to ignore_index is recorded as a fault (fault.cuh) under
 // cross_entropy's name, as the CPU kernel names it, and its row does not read the logits.
 #include <cuda_bf16.h>
@@ -66,24 +68,77 @@ __device__ __forceinline__ bool bad_target(int64_t t, int64_t classes, int64_t i
   return t != ignore && (t < 0 || t >= classes);
 }
 
+template <class T, int V>
+struct alignas(16) Chunk {
+  T v[V];
+};
+
+// The running (max, sum of exp(x - max)) of a part of a row, merged with one more value or
+// part. A max of -inf adds nothing (exp(-inf - -inf) would be NaN); a NaN max propagates, and
+// the sum is then never read.
+template <class C>
+struct RunningLse {
+  C m = -INFINITY, s = 0;
+  __device__ __forceinline__ void merge(C m2, C s2) {
+    const C mm = MaxOp{}.fold(m, m2);
+    if (mm == -INFINITY) return;  // both parts are empty or all -inf
+    s = (m == mm ? s : s * fn::ExpFtz{}(m - mm)) + (m2 == mm ? s2 : s2 * fn::ExpFtz{}(m2 - mm));
+    m = mm;
+  }
+  __device__ __forceinline__ void add(C x) { merge(x, C(1)); }
+};
+
+// Block-wide merge of the threads' running pairs; every thread gets the row's.
+template <class C>
+__device__ RunningLse<C> block_merge(RunningLse<C> r) {
+  __shared__ C ms[32], ss[32];
+  for (int k = 16; k > 0; k >>= 1)
+    r.merge(__shfl_xor_sync(0xffffffffu, r.m, k), __shfl_xor_sync(0xffffffffu, r.s, k));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) ms[warp] = r.m, ss[warp] = r.s;
+  __syncthreads();
+  RunningLse<C> all;
+  for (int w = 0; w < int(blockDim.x >> 5); ++w) all.merge(ms[w], ss[w]);
+  __syncthreads();  // the arrays are reused by the next row
+  return all;
+}
+
 // Per row: lse[r] and, for a non-ignored target, row_loss[r] (NaN for a target out of range).
+// One pass over the row: each thread keeps a running max and sum, rescaled when the max grows,
+// reading 16 bytes at a time where the row is contiguous and aligned.
 template <class T, class C>
 __global__ void cross_entropy_rows(const T* x, int64_t row_stride, int64_t col_stride,
                                    const int64_t* t, int64_t t_stride, C* lse, int64_t lse_stride,
                                    double* row_loss, int64_t rows, int64_t classes, int64_t ignore,
                                    Fault* slot) {
+  constexpr int V = 16 / sizeof(T);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * row_stride;
-    C m = MaxOp{}.identity<C>();
-    for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
-      m = MaxOp{}.fold(m, C(load(xr + j * col_stride)));
-    m = block_reduce(m, MaxOp{});
-    C s = 0;
-    for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
-      s += fn::ExpFtz{}(C(load(xr + j * col_stride)) - m);
-    s = block_reduce(s, SumOp{});
+    RunningLse<C> run;
+    int64_t done = 0;  // elements taken by the vector loop
+    if (col_stride == 1 && reinterpret_cast<uintptr_t>(xr) % 16 == 0) {
+      const int64_t chunks = classes / V;
+      for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+        const Chunk<T, V> p = *reinterpret_cast<const Chunk<T, V>*>(xr + c * V);
+        C v[V];
+        C m = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < V; ++i) m = MaxOp{}.fold(m, v[i] = C(load(&p.v[i])));
+        C s = 0;
+        if (m != -INFINITY) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) s += fn::ExpFtz{}(v[i] - m);
+        }
+        run.merge(m, s);
+      }
+      done = chunks * V;
+    }
+    for (int64_t j = done + threadIdx.x; j < classes; j += blockDim.x)
+      run.add(C(load(xr + j * col_stride)));
+    run = block_merge(run);
     if (threadIdx.x == 0) {
-      const C log_sum = fn::Log{}(s);
+      const C m = run.m;
+      const C log_sum = fn::Log{}(run.s);
       const C l = isfinite(m) ? m + log_sum : m;
       lse[r * lse_stride] = l;
       const int64_t target = t[r * t_stride];
@@ -133,10 +188,10 @@ void cross_entropy(In in, Out out, const Attrs& a) {
   cudaStream_t stream = detail::stream(device);
   const int64_t* tp = static_cast<const int64_t*>(targets.impl()->data());
   const int64_t ts = targets.strides()[0];
+  const Tensor row_loss = make_tensor({rows}, DType::Float64, logits.device());
+  double* lp = static_cast<double*>(row_loss.impl()->data());
   visit<Kinds::Float>(logits.dtype(), "cross_entropy", [&]<class T>() {
     using C = compute_t<T>;
-    const Tensor row_loss = make_tensor({rows}, DType::Float64, logits.device());
-    double* lp = static_cast<double*>(row_loss.impl()->data());
     if (rows > 0 && classes > 0) {
       const int threads = classes >= 2048 ? 512 : classes >= 256 ? 256 : 64;
       const int blocks = int(rows < 65535 ? rows : 65535);
@@ -146,8 +201,11 @@ void cross_entropy(In in, Out out, const Attrs& a) {
           ignore, detail::fault_slot(device));
       detail::check(cudaGetLastError(), "cross_entropy");
     }
-    cross_entropy_mean<T><<<1, 512, 0, stream>>>(lp, tp, ts, rows, ignore,
-                                                 static_cast<T*>(out[0].impl()->data()));
+  });
+  // The loss in its own dtype: the logits' or, for half logits under autocast, float32.
+  visit<Kinds::Float>(out[0].dtype(), "cross_entropy", [&]<class L>() {
+    cross_entropy_mean<L><<<1, 512, 0, stream>>>(lp, tp, ts, rows, ignore,
+                                                 static_cast<L*>(out[0].impl()->data()));
     detail::check(cudaGetLastError(), "cross_entropy");
   });
 }
