@@ -2,9 +2,12 @@
 // that suits it, while parameters stay float32 (the master weights) and their grads come back
 // in float32 through the casts, which are ordinary differentiable ops.
 //   Lower precision (the scope's dtype, bfloat16 or float16): matmul, bmm, linear, and so the
-//     products inside scaled_dot_product_attention; their float32 inputs are cast.
+//     products inside scaled_dot_product_attention; their float32 inputs are cast (a transposed
+//     matrix, such as a linear layer's weight.t(), is cast as it lies and stays transposed).
 //   Float32: softmax, log_softmax, layer_norm, cross_entropy; their half-precision inputs are
-//     cast up, so reductions, normalizations and losses accumulate in float32.
+//     cast up, so reductions, normalizations and losses accumulate in float32. cross_entropy
+//     reads half logits without the copy (its kernels accumulate in float32; the loss is
+//     float32 and equals the one through a float32 copy), so the grad saves no float32 logits.
 //   Everything else: as outside the scope (the widest input dtype wins).
 // Scopes nest; the innermost decides. The state is per thread, and compiled functions guard on
 // it (a function traced outside a scope is traced again inside one).

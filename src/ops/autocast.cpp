@@ -22,6 +22,11 @@ std::optional<DType> autocast_dtype() { return tls_autocast; }
 
 Tensor autocast_lower(const Tensor& t) {
   if (!tls_autocast || !t.defined() || t.dtype() != DType::Float32) return t;
+  // A transposed matrix (a linear layer's weight.t()) is cast as it lies and transposed back:
+  // the cast is one contiguous pass instead of a transposing copy, and the product reads its
+  // operand transposed at no cost.
+  if (t.dim() == 2 && !t.is_contiguous() && t.t().is_contiguous())
+    return t.t().to(*tls_autocast).t();
   return t.to(*tls_autocast);
 }
 

@@ -33,11 +33,14 @@ std::vector<Tensor> grad_matmul(const GradCtx& c) {
   Tensor ga, gb;
   if (c.needs_grad[0]) ga = sum_to_size(mm(g, mT(b)), a.sizes());
   if (c.needs_grad[1]) {
-    if (b.dim() == 2 && a.dim() > 2) {
+    if (b.dim() == 2 && a.dim() >= 2) {
       // One weight shared by every batch entry (a linear layer): a single gemm over the
-      // stacked rows instead of a batched product and a sum.
+      // stacked rows instead of a batched product and a sum. A transposed b (weight.t()) gets
+      // its grad as the transpose of g^T a, so the weight's own grad comes out contiguous.
       const int64_t k = a.sizes().back(), n = g.sizes().back();
-      gb = mm(a.reshape({-1, k}).t(), g.reshape({-1, n}));
+      const int64_t rows = shape_numel(Shape(a.sizes().begin(), a.sizes().end() - 1));
+      const Tensor a2 = a.reshape({rows, k}), g2 = g.reshape({rows, n});
+      gb = !b.is_contiguous() && b.t().is_contiguous() ? mm(g2.t(), a2).t() : mm(a2.t(), g2);
     } else {
       gb = sum_to_size(mm(mT(a), g), b.sizes());
     }
