@@ -3,12 +3,14 @@
 //   dw = sum over rows of g * xhat, db = sum over rows of g (column partials, then a fold)
 // in the compute type (float for float32 and the half types, double for float64). Both column
 // passes fold in a fixed order, so the grads are the same from run to run. Operands are made
-// contiguous first.
+// contiguous first. Aligned rows of up to 32 * 8 16-byte chunks (1024 float32, 2048 half) are
+// held in registers for dx, and both passes read 16 bytes at a time.
 #include <algorithm>
 
 #include "core/make_tensor.h"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/kernel_table.h"
+#include "kernels/cuda/row_registers.cuh"
 
 namespace ember::cuda {
 
@@ -43,6 +45,62 @@ __global__ void dx_kernel(const T* g, const T* x, const C* mean, const C* rstd, 
   }
 }
 
+// dx with the row held in registers (row_registers.cuh): one read of g and x, 16-byte accesses
+// where rows are aligned (V elements a chunk, E chunks a lane), for rows up to 32 * V * 8.
+template <class T, class C, int V, int E>
+__global__ void dx_rows_kernel(const T* g, const T* x, const C* mean, const C* rstd, const T* w,
+                               T* dx, int64_t rows, int n) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  C wv[E][V];
+  load_row<T, C, V, E>(w, n, lane, 32, wv);
+  for (int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; r < rows; r += warps) {
+    C gv[E][V], xv[E][V];
+    load_row<T, C, V, E>(g + r * n, n, lane, 32, gv);
+    load_row<T, C, V, E>(x + r * n, n, lane, 32, xv);
+    const C mu = mean[r], rs = rstd[r];
+    C sum_gw = 0, sum_gwx = 0;  // elements past n read as 0, so their gw is 0
+#pragma unroll
+    for (int k = 0; k < E; ++k)
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        gv[k][i] *= wv[k][i];
+        xv[k][i] = (xv[k][i] - mu) * rs;
+        sum_gw += gv[k][i];
+        sum_gwx += gv[k][i] * xv[k][i];
+      }
+    const C mean_gw = warp_sum(sum_gw) / C(n), mean_gwx = warp_sum(sum_gwx) / C(n);
+#pragma unroll
+    for (int k = 0; k < E; ++k)
+#pragma unroll
+      for (int i = 0; i < V; ++i) gv[k][i] = rs * (gv[k][i] - mean_gw - xv[k][i] * mean_gwx);
+    store_row<T, C, V, E>(dx + r * n, n, lane, 32, gv);
+  }
+}
+
+// Launches dx_rows_kernel with the fewest chunks a lane that hold the row; false when a row
+// is longer than 8 chunks a lane.
+template <class T, class C, int V>
+bool launch_dx_rows(unsigned blocks, cudaStream_t stream, const T* g, const T* x, const C* mean,
+                    const C* rstd, const T* w, T* dx, int64_t rows, int64_t n) {
+  const int64_t e = (n + 32 * V - 1) / (32 * V);
+  auto go = [&]<int E>() {
+    dx_rows_kernel<T, C, V, E><<<blocks, 256, 0, stream>>>(g, x, mean, rstd, w, dx, rows, int(n));
+    return true;
+  };
+  switch (e) {
+    case 1: return go.template operator()<1>();
+    case 2: return go.template operator()<2>();
+    case 3: return go.template operator()<3>();
+    case 4: return go.template operator()<4>();
+    case 5: return go.template operator()<5>();
+    case 6: return go.template operator()<6>();
+    case 7: return go.template operator()<7>();
+    case 8: return go.template operator()<8>();
+    default: return false;
+  }
+}
+
 // Column partials of dw and db: a block covers 32 columns x 8 row lanes (a warp reads 32
 // neighbouring elements of a row); split s of the rows writes partial[s][col].
 constexpr int kColumns = 32, kRowLanes = 8;
@@ -71,6 +129,48 @@ __global__ void dw_db_partial_kernel(const T* g, const T* x, const C* mean, cons
     }
     pw[int64_t(blockIdx.y) * n + col] = aw;
     pb[int64_t(blockIdx.y) * n + col] = ab;
+  }
+}
+
+// The same with V neighbouring columns a thread through 16-byte loads (n a multiple of V, rows
+// aligned): a warp reads 512 contiguous bytes of g and of x per row.
+template <class T, class C, int V>
+__global__ void dw_db_partial_vec_kernel(const T* g, const T* x, const C* mean, const C* rstd,
+                                         int64_t rows, int64_t n, C* pw, C* pb) {
+  __shared__ C tile_w[kRowLanes][kColumns * V + 1], tile_b[kRowLanes][kColumns * V + 1];
+  const int64_t c0 = (int64_t(blockIdx.x) * kColumns + threadIdx.x) * V;
+  C aw[V] = {}, ab[V] = {};
+  if (c0 < n) {
+    const int64_t step = int64_t(gridDim.y) * kRowLanes;
+    for (int64_t r = int64_t(blockIdx.y) * kRowLanes + threadIdx.y; r < rows; r += step) {
+      const Pack<T, V> gp = *reinterpret_cast<const Pack<T, V>*>(g + r * n + c0);
+      const Pack<T, V> xp = *reinterpret_cast<const Pack<T, V>*>(x + r * n + c0);
+      const C mu = mean[r], rs = rstd[r];
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const C gv = C(load(&gp.v[i]));
+        aw[i] += gv * ((C(load(&xp.v[i])) - mu) * rs);
+        ab[i] += gv;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    tile_w[threadIdx.y][threadIdx.x * V + i] = aw[i];
+    tile_b[threadIdx.y][threadIdx.x * V + i] = ab[i];
+  }
+  __syncthreads();
+  if (threadIdx.y == 0 && c0 < n) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      C w = aw[i], b = ab[i];
+      for (int k = 1; k < kRowLanes; ++k) {
+        w += tile_w[k][threadIdx.x * V + i];
+        b += tile_b[k][threadIdx.x * V + i];
+      }
+      pw[int64_t(blockIdx.y) * n + c0 + i] = w;
+      pb[int64_t(blockIdx.y) * n + c0 + i] = b;
+    }
   }
 }
 
@@ -114,14 +214,22 @@ void layer_norm_backward(std::span<const Tensor> in, std::span<Tensor> out, cons
     T* dx = static_cast<T*>(out[0].impl()->data());
     T* dw = static_cast<T*>(out[1].impl()->data());
     T* db = static_cast<T*>(out[2].impl()->data());
+    // 16-byte accesses where every row (and the weight) starts 16-byte aligned.
+    constexpr int V = 16 / sizeof(T);
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    const bool vec = n % V == 0 && aligned(ptr(g)) && aligned(ptr(x)) && aligned(ptr(w)) &&
+                     aligned(dx);
     if (rows > 0 && n > 0) {
       const int64_t blocks = std::min<int64_t>((rows + 7) / 8, int64_t(sm_count()) * 16);
-      dx_kernel<T, C><<<unsigned(blocks), 256, 0, stream>>>(ptr(g), ptr(x), cptr(mean),
-                                                            cptr(rstd), ptr(w), dx, rows, n);
+      if (!vec || !launch_dx_rows<T, C, V>(unsigned(blocks), stream, ptr(g), ptr(x), cptr(mean),
+                                           cptr(rstd), ptr(w), dx, rows, n))
+        dx_kernel<T, C><<<unsigned(blocks), 256, 0, stream>>>(ptr(g), ptr(x), cptr(mean),
+                                                              cptr(rstd), ptr(w), dx, rows, n);
       detail::check(cudaGetLastError(), "layer_norm_backward");
     }
     if (n == 0) return;
-    const int64_t groups = (n + kColumns - 1) / kColumns;
+    const int64_t columns = vec ? int64_t(kColumns) * V : kColumns;
+    const int64_t groups = (n + columns - 1) / columns;
     const int64_t want = (int64_t(sm_count()) * 8 + groups - 1) / groups;
     const int splits = int(std::clamp<int64_t>(std::min(want, rows / (kRowLanes * 8)), 1, 1024));
     constexpr DType acc = std::is_same_v<C, double> ? DType::Float64 : DType::Float32;
@@ -129,8 +237,12 @@ void layer_norm_backward(std::span<const Tensor> in, std::span<Tensor> out, cons
     C* pw = static_cast<C*>(partial.impl()->data());
     C* pb = pw + int64_t(splits) * n;
     const dim3 grid{unsigned(groups), unsigned(splits)}, block{kColumns, kRowLanes};
-    dw_db_partial_kernel<T, C><<<grid, block, 0, stream>>>(ptr(g), ptr(x), cptr(mean), cptr(rstd),
-                                                          rows, n, pw, pb);
+    if (vec)
+      dw_db_partial_vec_kernel<T, C, V><<<grid, block, 0, stream>>>(
+          ptr(g), ptr(x), cptr(mean), cptr(rstd), rows, n, pw, pb);
+    else
+      dw_db_partial_kernel<T, C><<<grid, block, 0, stream>>>(ptr(g), ptr(x), cptr(mean),
+                                                            cptr(rstd), rows, n, pw, pb);
     const int64_t fb = std::min<int64_t>((n + 255) / 256, 65535);
     dw_db_final_kernel<T, C><<<unsigned(fb), 256, 0, stream>>>(pw, pb, splits, n, dw, db);
     detail::check(cudaGetLastError(), "layer_norm_backward");
