@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
                   "write best.safetensors at every eval, not only when val loss improves");
   train->add_option("--compile", t.compile,
                     "compile the training step (model.loss, its backward and the AdamW step) "
-                    "into generated code; evaluation runs eager")->capture_default_str();
+                    "into generated code; evaluation runs it too, without grad")->capture_default_str();
   train->add_option("--eager_probe_iters", t.eager_probe_iters,
                     "with --compile true: run the first N iterations eager and report both "
                     "speeds")

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 
 #include "ember/compile.h"
@@ -47,25 +48,28 @@ std::string duration_str(double seconds) {
   return buf;
 }
 
-// Mean loss over eval_iters batches of each split, in eval mode without grad.
-std::pair<double, double> estimate_loss(nn::GPT& model, const io::TokenDataset& train,
-                                        const io::TokenDataset& val, const TrainOptions& o,
-                                        uint64_t seed, Device device,
-                                        std::optional<DType> amp) {
+// Mean loss over eval_iters batches of each split, in eval mode without grad, through `loss`
+// (model.loss, or its compiled form: eval mode and no grad are an entry of their own). The
+// losses add up on the device and are read once a split.
+std::pair<double, double> estimate_loss(
+    nn::GPT& model, const std::function<Tensor(const Tensor&, const Tensor&)>& loss,
+    const io::TokenDataset& train, const io::TokenDataset& val, const TrainOptions& o,
+    uint64_t seed, Device device, std::optional<DType> amp) {
   NoGradGuard no_grad;
   model.eval();
   double out[2];
   const io::TokenDataset* splits[2] = {&train, &val};
   for (int s = 0; s < 2; ++s) {
-    double total = 0;
+    Tensor total;
     for (int64_t k = 0; k < o.eval_iters; ++k) {
       auto [x, y] = splits[s]->get_batch(o.batch_size, o.block_size, seed + 1 + uint64_t(s),
                                          uint64_t(k), device);
       std::optional<autocast> scope;
       if (amp) scope.emplace(*amp);
-      total += model.loss(x, y).item();
+      const Tensor l = loss(x, y).to(DType::Float64);
+      total = total.defined() ? total + l : l;
     }
-    out[s] = total / double(o.eval_iters);
+    out[s] = total.item() / double(o.eval_iters);
   }
   model.train();
   return {out[0], out[1]};
@@ -186,7 +190,8 @@ int run_train(const TrainOptions& opts) {
   optim::GradScaler scaler(65536.0, 2.0, 0.5, 2000, amp == DType::Float16);
   // --compile: model.loss captured once and compiled by the generated-code backend into a forward
   // and a backward graph (training compile); backward() runs the compiled backward; AdamW's
-  // step is compiled too (set_compiled above). Evaluation stays eager.
+  // step is compiled too (set_compiled above). Evaluation calls the same compiled function in
+  // eval mode without grad, which guards on both and compiles an inference entry of its own.
   CompileOptions copts;
   copts.backend = "compiler";
   copts.name = "model.loss";
@@ -220,7 +225,12 @@ int run_train(const TrainOptions& opts) {
     double lr = optim::cosine_lr(iter, o.lr, o.min_lr, o.warmup_iters, o.lr_decay_iters);
     opt.set_lr(lr);
     if (iter % o.eval_interval == 0 || iter == o.max_iters) {
-      auto [tl, vl] = estimate_loss(model, train, val, o, o.seed, device, amp);
+      auto [tl, vl] = estimate_loss(
+          model,
+          [&](const Tensor& x, const Tensor& y) {
+            return o.compile ? compiled_loss(x, y) : model.loss(x, y);
+          },
+          train, val, o, o.seed, device, amp);
       std::printf("step %lld: train loss %.4f, val loss %.4f\n", (long long)iter, tl, vl);
       csv << iter << ",," << vl << "," << lr << ",\n";
       csv.flush();
