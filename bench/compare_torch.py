@@ -14,10 +14,12 @@ step compiles the model and the AdamW step, as ember compiles model.loss and
 AdamW::set_compiled). compile_s is torch.compile's first call, cold: dynamo reset, and
 Inductor's and Triton's disk caches in a new directory for the run. The ratio rows then give
 eager over eager (ember_over_torch) and compiled over compiled (compiled_ember_over_torch).
---no-torch-compile skips torch.compile (its compiled fields are null).
+--no-torch-compile skips torch.compile (its compiled fields are null). --profile prints, for
+each compiled GPT step, torch.profiler's table of its kernels by GPU time to stderr (ember's
+side of that: EMBER_BENCH_COMPILED_ONLY=1 EMBER_PROFILE_OPS=shapes ember-bench --filter ROW).
 
 usage: bench/compare_torch.py [--ember PATH] [--quick] [--repeat N] [--only REGEX]
-                              [--no-torch-compile]
+                              [--no-torch-compile] [--profile]
        bench/compare_torch.py --train-run ITERS [--gpt PATH]
 
 --train-run trains nanoGPT's shakespeare_char recipe for ITERS iterations twice, with
@@ -265,12 +267,36 @@ def gpt_compiled_step_row(name, shape, quick, repeat, use_compile):
         compiled = lambda: step(cmodel, opt_step)
         compile_s = seconds_of(compiled)
     ms, cms = pair_ms(eager, compiled, repeat)
+    if PROFILE and compiled:
+        print_kernel_table(name, compiled)
     tokens = x.numel()
     return row(name, ms, compiled_ms=cms, compile_s=compile_s,
                tokens_per_s=tokens / (cms / 1000) if cms else None,
                eager_tokens_per_s=tokens / (ms / 1000), eager_peak_mb=peak_mb(eager),
                compiled_peak_mb=peak_mb(compiled) if compiled else None,
                note="bfloat16 autocast; compiled: torch.compile(model), torch.compile(opt.step)")
+
+
+PROFILE = False  # --profile: the compiled steps' kernels by GPU time, to stderr
+
+
+def print_kernel_table(name, fn, steps=3):
+    """torch.profiler's table of the kernels of `steps` calls of fn, by total GPU time."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    table = None
+    for key in ("self_device_time_total", "self_cuda_time_total"):
+        try:
+            table = prof.key_averages().table(sort_by=key, row_limit=50, max_name_column_width=90)
+            break
+        except (AttributeError, KeyError, ValueError):
+            continue
+    print(f"[profile] {name}: {steps} compiled steps\n{table}", file=sys.stderr, flush=True)
 
 
 # ---- nanoGPT's shakespeare_char run, for the --train-run row ----
@@ -526,9 +552,13 @@ def main():
                     help="time torch.compile on the compiled rows (--no-torch-compile: eager only)")
     ap.add_argument("--train-run", type=int, default=0, metavar="ITERS",
                     help="compare a training run of ITERS iterations instead of the rows")
+    ap.add_argument("--profile", action="store_true",
+                    help="print torch.profiler's kernel table of each compiled GPT step (stderr)")
     ap.add_argument("--gpt", default="build-gpu/apps/ember-gpt")
     ap.add_argument("--data", default="data/tinyshakespeare.txt")
     a = ap.parse_args()
+    global PROFILE
+    PROFILE = a.profile
     if not torch.cuda.is_available():
         raise SystemExit("compare_torch: PyTorch sees no CUDA device")
     if a.train_run:

@@ -59,7 +59,9 @@ TEST(RenderCuda, ElementwiseKernelsMoveSixteenBytesPerAccess) {
   // A grid-stride loop: no more blocks than fill the GPU.
   EXPECT_EQ(cuda_grid(launches[0], 4096 * 1024, 132), 132u * 8);
   EXPECT_EQ(cuda_grid(launches[0], 4096 * 1024, 1000), 4096u * 1024 / (256 * 4));
-  if (nvrtc_available()) EXPECT_FALSE(nvrtc_compile(src, "sm_90a").empty());
+  if (nvrtc_available()) {
+    EXPECT_FALSE(nvrtc_compile(src, "sm_90a").empty());
+  }
 }
 
 TEST(RenderCuda, BroadcastInputsReadThroughIndexMathAndMaskedOnesScalar) {
@@ -72,7 +74,9 @@ TEST(RenderCuda, BroadcastInputsReadThroughIndexMathAndMaskedOnesScalar) {
   std::vector<CudaLaunch> launches;
   const std::string src = render(cuda_kernels(g, &next), &launches);
   EXPECT_NE(src.find("in1[(i%96)]"), std::string::npos) << src;
-  if (nvrtc_available()) EXPECT_FALSE(nvrtc_compile(src, "sm_90a").empty());
+  if (nvrtc_available()) {
+    EXPECT_FALSE(nvrtc_compile(src, "sm_90a").empty());
+  }
 }
 
 TEST(RenderCuda, ShortRowsStayInRegistersAndLongOnesArePassedAgain) {
@@ -91,7 +95,9 @@ TEST(RenderCuda, ShortRowsStayInRegistersAndLongOnesArePassedAgain) {
     EXPECT_EQ(launches[0].work, kir::Index(32));
     EXPECT_EQ(launches[0].block, n == 384 ? 32 : 1024);
     EXPECT_EQ(src.find("xr[") != std::string::npos, n == 384) << src;
-    if (nvrtc_available()) EXPECT_FALSE(nvrtc_compile(src, "sm_90a").empty()) << src;
+    if (nvrtc_available()) {
+      EXPECT_FALSE(nvrtc_compile(src, "sm_90a").empty()) << src;
+    }
   }
 }
 
@@ -117,7 +123,9 @@ TEST(RenderCuda, RowsInRegistersMoveSixteenBytesPerAccessWhenAligned) {
   EXPECT_NE(src.find("} else {"), std::string::npos) << src;
   EXPECT_NE(src.find("L1_1.e[u]"), std::string::npos) << src;  // w
   EXPECT_NE(src.find("L2_1.e[u]"), std::string::npos) << src;  // b, at the same offsets
-  if (nvrtc_available()) EXPECT_FALSE(nvrtc_compile(src, "sm_90a").empty()) << src;
+  if (nvrtc_available()) {
+    EXPECT_FALSE(nvrtc_compile(src, "sm_90a").empty()) << src;
+  }
 }
 
 // Keeps the graphs it is given and runs them as backend "eager" does.
