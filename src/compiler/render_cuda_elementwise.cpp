@@ -2,8 +2,11 @@
 // flat elements. Where every buffer read element for element (and the output) is aligned for
 // it, a thread takes 16 bytes of each at a step, as one vector access per buffer, the
 // statements unrolled over the group; the rest (a tail, or unaligned buffers) runs one element
-// at a time. Inputs read broadcast or strided load per element through their index math.
+// at a time. Inputs read broadcast or strided load per element through their index math; in the
+// vector loop, when the last dim is a multiple of the vector, that math starts from coordinates
+// computed once a vector.
 #include <algorithm>
+#include <functional>
 
 #include "compiler/codegen_util.h"
 #include "compiler/render_common.h"
@@ -28,6 +31,16 @@ std::string parameters(const kir::Kernel& k) {
   }
   for (int sym : k.size_symbols()) p += ", const int64_t " + loop_names(sym);
   return p;
+}
+
+// Symbols of the vector loop's per-vector coordinates: c<d> for the outer dims of the vector's
+// first element, cl for the element's last coordinate (cl0 + u).
+constexpr int kVecLast = kir::kCoord - 4, kVecOuter = kir::kCoord - 64;
+
+std::string vector_names(int id) {
+  if (id == kVecLast) return "cl";
+  if (id >= kVecOuter && id < kVecLast) return "c" + std::to_string(id - kVecOuter);
+  return loop_names(id);
 }
 
 }  // namespace
@@ -83,6 +96,26 @@ CudaLaunch render_cuda_elementwise(std::ostringstream& os, const kir::Kernel& k)
   os << "  int64_t i0 = 0;\n";
   if (l.vector > 1) {
     const int V = l.vector;
+    // When the last dim is a multiple of V, a vector's elements share their outer coordinates:
+    // those are computed once a vector (from its first element, ib) and the last one steps by
+    // u, so inputs read through index math cost a division a vector, not one an element.
+    const size_t nd = k.domain.size();
+    bool strided = false;
+    for (const Stmt& s : k.body)
+      strided |= s.kind == Stmt::Kind::Load && !k.uniform(s) && s.index != flat;
+    const bool shared_coords = strided && nd >= 1 && nd < size_t(kVecLast - kVecOuter) &&
+                               k.domain.back().is_constant() && k.domain.back().constant() % V == 0;
+    const Index::Substitution at_ib = flat_coordinates(k.domain, kVecOuter - 1);
+    auto vec_offset = [&](const Stmt& s) {
+      if (s.index == flat) return std::string("i");
+      return s.index
+          .substitute([&](int id) -> std::optional<Index> {
+            if (id < kir::kCoord || size_t(id - kir::kCoord) >= nd) return std::nullopt;
+            const size_t d = size_t(id - kir::kCoord);
+            return Index::symbol(d + 1 == nd ? kVecLast : kVecOuter + int(d));
+          })
+          .str(vector_names);
+    };
     auto vec = [&](DType t) {
       return std::string("ember_vec<") + storage_type(t) + ", " + std::to_string(V) + ">";
     };
@@ -93,6 +126,15 @@ CudaLaunch render_cuda_elementwise(std::ostringstream& os, const kir::Kernel& k)
     os << "  if (" << aligned << ") {\n"
        << "    const int64_t nv = n / " << V << ";\n"
        << "    for (int64_t q = t; q < nv; q += stride) {\n";
+    if (shared_coords) {
+      auto ib_names = [](int id) { return id == kVecOuter - 1 ? std::string("ib") : loop_names(id); };
+      os << "      const int64_t ib = q * " << V << ";\n";
+      for (size_t d = 0; d < nd; ++d) {
+        const Index c = *at_ib(kir::kCoord + int(d));
+        os << "      const int64_t " << (d + 1 == nd ? std::string("cl0") : "c" + std::to_string(d))
+           << " = " << c.str(ib_names) << ";\n";
+      }
+    }
     for (int b : flat_buffers) {
       const std::string ty = vec(k.buffers[size_t(b)].dtype);
       os << "      const " << ty << " a" << b << " = *reinterpret_cast<const " << ty << "*>(in"
@@ -102,7 +144,10 @@ CudaLaunch render_cuda_elementwise(std::ostringstream& os, const kir::Kernel& k)
        << "#pragma unroll\n"
        << "      for (int u = 0; u < " << V << "; ++u) {\n"
        << "        const int64_t i = q * " << V << " + u;\n";
-    emit_pointwise_body(os, k, "        ", offset, "o.e[u]", [&](const Stmt& s) {
+    if (shared_coords) os << "        const int64_t cl = cl0 + u;\n";
+    emit_pointwise_body(os, k, "        ", shared_coords ? std::function<std::string(const Stmt&)>(vec_offset)
+                                                      : std::function<std::string(const Stmt&)>(offset),
+                        "o.e[u]", [&](const Stmt& s) {
       if (s.index != flat || !s.when.empty()) return std::string();
       return "a" + std::to_string(s.buffer) + ".e[u]";
     });

@@ -79,6 +79,32 @@ TEST(RenderCuda, BroadcastInputsReadThroughIndexMathAndMaskedOnesScalar) {
   }
 }
 
+// In the vector loop, inputs read through index math start from coordinates computed once a
+// vector when the last dim is a multiple of the vector (here 4 floats): a row-broadcast
+// [64, 1] input reads at the vector's row c0, a column-broadcast one at cl = cl0 + u.
+TEST(RenderCuda, VectorLoopsComputeCoordinatesOnceAVector) {
+  for (int64_t n : {96, 95}) {
+    graph::Graph g;
+    graph::Value* x = input(g, {64, n});
+    graph::Value* r = input(g, {64, 1});
+    graph::Value* c = input(g, {n});
+    graph::Value* s = g.add_node(OpId::sub, {x, r}, {}, {})->outputs[0];
+    g.set_outputs({g.add_node(OpId::mul, {s, c}, {}, {})->outputs[0]});
+    int next = 0;
+    std::vector<CudaLaunch> launches;
+    const std::string src = render(cuda_kernels(g, &next), &launches);
+    ASSERT_EQ(launches.size(), 1u);
+    EXPECT_EQ(launches[0].vector, 4);
+    const bool shared = n % 4 == 0;
+    EXPECT_EQ(src.find("const int64_t cl = cl0 + u;") != std::string::npos, shared) << src;
+    EXPECT_EQ(src.find("in1[c0]") != std::string::npos, shared) << src;
+    EXPECT_EQ(src.find("in2[cl]") != std::string::npos, shared) << src;
+    if (nvrtc_available()) {
+      EXPECT_FALSE(nvrtc_compile(src, "sm_90a").empty());
+    }
+  }
+}
+
 TEST(RenderCuda, ShortRowsStayInRegistersAndLongOnesArePassedAgain) {
   for (const int64_t n : {384, 50304}) {
     graph::Graph g;
