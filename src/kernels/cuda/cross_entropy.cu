@@ -124,12 +124,16 @@ __global__ void cross_entropy_rows(const T* x, int64_t row_stride, int64_t col_s
         C m = -INFINITY;
 #pragma unroll
         for (int i = 0; i < V; ++i) m = MaxOp{}.fold(m, v[i] = C(load(&p.v[i])));
-        C s = 0;
-        if (m != -INFINITY) {
-#pragma unroll
-          for (int i = 0; i < V; ++i) s += fn::ExpFtz{}(v[i] - m);
+        // A larger max (or a NaN) rescales what was summed; the chunk then adds at the running
+        // max, one exp an element.
+        if (m != m || m > run.m) {
+          run.s = run.m == -INFINITY ? C(0) : run.s * fn::ExpFtz{}(run.m - m);
+          run.m = m;
         }
-        run.merge(m, s);
+        if (run.m != -INFINITY) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) run.s += fn::ExpFtz{}(v[i] - run.m);
+        }
       }
       done = chunks * V;
     }
