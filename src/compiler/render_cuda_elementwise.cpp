@@ -67,7 +67,12 @@ CudaLaunch render_cuda_elementwise(std::ostringstream& os, const kir::Kernel& k)
   }
   size_t widest = dtype_size(dt);
   for (int b : flat_buffers) widest = std::max(widest, dtype_size(k.buffers[size_t(b)].dtype));
-  l.vector = masked || reads_out ? 1 : int(16 / widest);
+  // Masked loads (conditions on the last coordinate) take the vector loop only where a vector
+  // stays within one row, so its column is cl0 + u there.
+  const int lanes = int(16 / widest);
+  const bool row_of_vectors = !k.domain.empty() && k.domain.back().is_constant() &&
+                              k.domain.back().constant() % lanes == 0;
+  l.vector = reads_out || (masked && !row_of_vectors) ? 1 : lanes;
 
   os << "// " << k.name << ": elementwise over [";
   for (size_t d = 0; d < k.domain.size(); ++d) os << (d ? ", " : "") << k.domain[d].str();
@@ -103,8 +108,8 @@ CudaLaunch render_cuda_elementwise(std::ostringstream& os, const kir::Kernel& k)
     bool strided = false;
     for (const Stmt& s : k.body)
       strided |= s.kind == Stmt::Kind::Load && !k.uniform(s) && s.index != flat;
-    const bool shared_coords = strided && nd >= 1 && nd < size_t(kVecLast - kVecOuter) &&
-                               k.domain.back().is_constant() && k.domain.back().constant() % V == 0;
+    const bool shared_coords = (strided || masked) && row_of_vectors &&
+                               nd < size_t(kVecLast - kVecOuter);
     const Index::Substitution at_ib = flat_coordinates(k.domain, kVecOuter - 1);
     auto vec_offset = [&](const Stmt& s) {
       if (s.index == flat) return std::string("i");
@@ -145,6 +150,7 @@ CudaLaunch render_cuda_elementwise(std::ostringstream& os, const kir::Kernel& k)
        << "      for (int u = 0; u < " << V << "; ++u) {\n"
        << "        const int64_t i = q * " << V << " + u;\n";
     if (shared_coords) os << "        const int64_t cl = cl0 + u;\n";
+    if (masked) os << "        const int64_t j = cl;\n";
     emit_pointwise_body(os, k, "        ", shared_coords ? std::function<std::string(const Stmt&)>(vec_offset)
                                                       : std::function<std::string(const Stmt&)>(offset),
                         "o.e[u]", [&](const Stmt& s) {

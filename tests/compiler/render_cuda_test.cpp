@@ -105,6 +105,38 @@ TEST(RenderCuda, VectorLoopsComputeCoordinatesOnceAVector) {
   }
 }
 
+// Masked loads (a slice's grad, as q, k and v's grads are put together) take the vector loop
+// when a vector stays within a row (96 = 24 vectors of 4 floats), reading the column j as
+// cl; with rows of 95 they stay one element at a time.
+TEST(RenderCuda, MaskedLoadsTakeTheVectorLoopWhenRowsHoldWholeVectors) {
+  for (int64_t n : {96, 95}) {
+    graph::Graph g;
+    const int64_t w = n / 3;
+    graph::Value* parts[3];
+    graph::Value* sum = nullptr;
+    for (int p = 0; p < 3; ++p) {
+      parts[p] = input(g, {64, w});
+      Attrs a;
+      a.shape = {64, n};
+      a.dim = 1;
+      a.start = p * w;
+      a.end = (p + 1) * w;
+      graph::Value* grad = g.add_node(OpId::slice_backward, {parts[p]}, a, {})->outputs[0];
+      sum = sum ? g.add_node(OpId::add, {sum, grad}, {}, {})->outputs[0] : grad;
+    }
+    g.set_outputs({sum});
+    int next = 0;
+    std::vector<CudaLaunch> launches;
+    const std::string src = render(cuda_kernels(g, &next), &launches);
+    ASSERT_EQ(launches.size(), 1u) << src;
+    EXPECT_EQ(launches[0].vector, n % 4 == 0 ? 4 : 1) << src;
+    EXPECT_EQ(src.find("const int64_t j = cl;") != std::string::npos, n % 4 == 0) << src;
+    if (nvrtc_available()) {
+      EXPECT_FALSE(nvrtc_compile(src, "sm_90a").empty());
+    }
+  }
+}
+
 TEST(RenderCuda, ShortRowsStayInRegistersAndLongOnesArePassedAgain) {
   for (const int64_t n : {384, 50304}) {
     graph::Graph g;
