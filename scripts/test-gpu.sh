@@ -25,7 +25,18 @@ else
   scripts/setup.sh
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_REQUIRE_CUDA=ON >/dev/null
+# NCCL (ember::distributed's CUDA backend): the toolkit's, else the nvidia-nccl wheel's header
+# and library where pip installed one (PyTorch's machines have it).
+nccl_args=()
+if [[ ! -e /usr/local/cuda/include/nccl.h && ! -e /usr/include/nccl.h ]]; then
+  if nccl_dir=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null) &&
+     [[ -e "$nccl_dir/include/nccl.h" ]]; then
+    nccl_args=(-DNCCL_INCLUDE_DIR="$nccl_dir/include")
+    export EMBER_NCCL="$nccl_dir/lib/libnccl.so.2"
+  fi
+fi
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_REQUIRE_CUDA=ON \
+  "${nccl_args[@]}" >/dev/null
 # By default the library, the tests, ember-bench (bench/compare_torch.py runs it) and ember-gpt.
 ninja -C build-gpu ${TARGETS:-}
 echo "[test-gpu] running the test suite${1:+ ($1)}"

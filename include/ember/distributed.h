@@ -44,8 +44,10 @@ bool built_with_mpi();
 // a process started without mpirun is a world of one). RANK and WORLD_SIZE, when a launcher
 // sets them, must agree with MPI (Error naming both otherwise: MPI's are the ones ember can
 // communicate with); LOCAL_RANK, when set, gives local_rank(), else the rank among the processes
-// on this host (MPI's shared-memory split). Calling it again is a no-op; Error in a build
-// without MPI.
+// on this host (MPI's shared-memory split). Calling it again is a no-op. In a build without
+// MPI, a process whose environment asks for one rank (WORLD_SIZE unset or 1, RANK unset or 0)
+// is a world of one: CPU collectives keep their data, CUDA tensors go through NCCL as a
+// communicator of one rank; any other WORLD_SIZE is an Error there.
 void init(const InitOptions& opts = {});
 // Whether init() has run (and finalize() not yet).
 bool is_initialized();

@@ -81,6 +81,9 @@ class World {
 
 // Starts MPI (or joins an MPI program that already started it); Error in a build without MPI.
 std::unique_ptr<World> make_mpi_world();
+// Rank 0 of a world of one (single_world.cpp): init() in a build without MPI when the
+// environment asks for no more than one process.
+std::unique_ptr<World> make_single_world();
 
 // The backend for CUDA tensors on `device`: NCCL (nccl_backend.cpp, in builds with CUDA and
 // NCCL's header), or an Error saying the build has none (no_nccl.cpp). Every rank calls it in

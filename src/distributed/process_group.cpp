@@ -259,7 +259,10 @@ void init(const InitOptions& opts) {
   s.opts = opts;
   if (timeout) s.opts.timeout_s = *timeout;
   if (check) s.opts.check_calls = *check != 0;
-  std::unique_ptr<World> world = make_mpi_world();
+  // Without MPI in the build, a process asking for no more than itself is a world of one
+  // (collectives keep their data; CUDA tensors still go through NCCL).
+  const bool alone = !built_with_mpi() && (!env_size || *env_size == 1) && (!env_rank || *env_rank == 0);
+  std::unique_ptr<World> world = alone ? make_single_world() : make_mpi_world();
   const int r = world->rank(), n = world->size();
   if ((env_rank && int(*env_rank) != r) || (env_size && int(*env_size) != n)) {
     world->finalize();
