@@ -40,6 +40,10 @@ std::vector<std::pair<std::string, BenchFn>>& registry();
 // `ember-bench --gpt-first-call NAME`: prints the seconds of the first compiled GPT forward
 // (config "baby" or "384") in this process; the gpt rows run it to time a warm start.
 int gpt_first_call_main(const std::string& config);
+// `ember-bench --cuda-train-first-call NAME [--quick]`: prints the seconds of the first compiled
+// bf16 training step of the GPU GPT shape NAME ("shakespeare_char" or "gpt2") in this process,
+// after one eager step; the cuda/gpt_train_step rows run it to time a warm start. 2 without a GPU.
+int cuda_train_first_call_main(const std::string& shape, bool quick);
 
 // memcpy split across the OpenMP threads, as the kernels are.
 void parallel_memcpy(char* dst, const char* src, size_t n);

@@ -538,6 +538,8 @@ def ratios(ember, torch_):
                   "compiled_peak_mb", "us_per_op", "compile_s"):
             if e.get(k) is not None and t.get(k) is not None:
                 r[f"ember_{k}"], r[f"torch_{k}"] = e[k], t[k]
+        if e.get("warm_start_s") is not None:  # ember's own: torch.compile's has no such row
+            r["ember_warm_start_s"] = e["warm_start_s"]
         out.append(r)
     return out
 

@@ -104,6 +104,10 @@ int main(int argc, char** argv) {
       opt.repeat = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--gpt-first-call" && i + 1 < argc) {
       return gpt_first_call_main(argv[++i]);
+    } else if (a == "--cuda-train-first-call" && i + 1 < argc) {
+      bool quick = false;
+      for (int j = 1; j < argc; ++j) quick |= std::string(argv[j]) == "--quick";
+      return cuda_train_first_call_main(argv[i + 1], quick);
     } else if (a == "--quick") {
       opt.quick = true;
       opt.repeat = 3;
