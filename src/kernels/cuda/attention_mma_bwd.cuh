@@ -94,6 +94,8 @@ EMBER_ATTN_MMA_KERNEL void attention_dkdv_kernel(BackwardArgs<T, float> a) {
       sync_block();
     }
 
+    // A whole tile whose every query sees every key of this block needs no mask.
+    const bool full = rows == kRows && cols == kRows && !(p.causal && c0 + kRows - 1 > r0);
     float st[8][4] = {}, dpt[8][4] = {};
     mma_abt<T>(st, kf, qb, lane);
     mma_abt<T>(dpt, vf, gob, lane);
@@ -102,7 +104,7 @@ EMBER_ATTN_MMA_KERNEL void attention_dkdv_kernel(BackwardArgs<T, float> a) {
       EMBER_UNROLL
       for (int e = 0; e < 4; ++e) {
         const int key = warp * 16 + g + 8 * (e / 2), qr = n * 8 + 2 * q + e % 2;
-        const bool masked = key >= cols || qr >= rows || p.hidden(r0 + qr, c0 + key);
+        const bool masked = !full && (key >= cols || qr >= rows || p.hidden(r0 + qr, c0 + key));
         const PzDs pg = pz_ds(p, masked, st[n][e] * scale2, dpt[n][e], lse_s[qr], d_s[qr],
                                       p.dropout && keep[qr * kRows + key]);
         st[n][e] = pg.pz;
@@ -167,6 +169,7 @@ EMBER_ATTN_MMA_KERNEL void attention_dq_kernel(BackwardArgs<T, float> a) {
       sync_block();
     }
 
+    const bool full = rows == kRows && cols == kRows && !(p.causal && c0 + kRows - 1 > r0);
     float s[8][4] = {}, dp[8][4] = {};
     mma_abt<T>(s, qf, kb, lane);
     mma_abt<T>(dp, gof, vb, lane);
@@ -175,7 +178,7 @@ EMBER_ATTN_MMA_KERNEL void attention_dq_kernel(BackwardArgs<T, float> a) {
       EMBER_UNROLL
       for (int e = 0; e < 4; ++e) {
         const int h = e / 2, r = warp * 16 + g + 8 * h, c = n * 8 + 2 * q + e % 2;
-        const bool masked = c >= cols || r >= rows || p.hidden(r0 + r, c0 + c);
+        const bool masked = !full && (c >= cols || r >= rows || p.hidden(r0 + r, c0 + c));
         s[n][e] = pz_ds(p, masked, s[n][e] * scale2, dp[n][e], lse2[h], d[h],
                             p.dropout && keep[r * kRows + c])
                       .ds;

@@ -70,6 +70,8 @@ EMBER_ATTN_MMA_KERNEL void attention_forward_kernel(ForwardArgs<T, float> a) {
       sync_block();
     }
 
+    // A whole tile every row of which sees every key needs no mask.
+    const bool full = cols == kRows && !(p.causal && c0 + kRows - 1 > r0);
     float s[8][4] = {};
     mma_abt<T>(s, qf, kb, lane);
     EMBER_UNROLL
@@ -81,7 +83,7 @@ EMBER_ATTN_MMA_KERNEL void attention_forward_kernel(ForwardArgs<T, float> a) {
         EMBER_UNROLL
         for (int e = 0; e < 2; ++e) {
           const int c = n * 8 + 2 * q + e;
-          const bool masked = c >= cols || p.hidden(r0 + r, c0 + c);
+          const bool masked = !full && (c >= cols || p.hidden(r0 + r, c0 + c));
           float& x = s[n][2 * h + e];
           x = masked ? -INFINITY : x * scale2;
           tile_max = max_of(tile_max, x);
