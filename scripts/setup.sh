@@ -24,6 +24,11 @@ fi
 
 PY_PACKAGES=(safetensors numpy nanobind scikit-build-core pytest)
 PY_MODULES=(safetensors numpy nanobind scikit_build_core pytest)
+# With a CUDA toolkit: cuDNN's frontend headers (attention on cuDNN's fused kernels).
+if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  PY_PACKAGES+=(nvidia-cudnn-frontend)
+  PY_MODULES+=(cudnn)
+fi
 py_missing=()
 for i in "${!PY_MODULES[@]}"; do
   python3 -c "import ${PY_MODULES[$i]}" >/dev/null 2>&1 || py_missing+=("${PY_PACKAGES[$i]}")

@@ -35,8 +35,26 @@ if [[ ! -e /usr/local/cuda/include/nccl.h && ! -e /usr/include/nccl.h ]]; then
     export EMBER_NCCL="$nccl_dir/lib/libnccl.so.2"
   fi
 fi
+# cuDNN (attention's fused kernels): the toolkit's, else the nvidia-cudnn wheel's header and
+# library; its frontend's headers from pip's nvidia-cudnn-frontend, else the wheel that
+# scripts/gpu-deps.sh put in .gpu-deps.
+cudnn_args=()
+if [[ ! -e /usr/local/cuda/include/cudnn.h && ! -e /usr/include/cudnn.h ]]; then
+  if cudnn_dir=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null) &&
+     [[ -e "$cudnn_dir/include/cudnn.h" ]]; then
+    cudnn_args+=(-DCUDNN_INCLUDE_DIR="$cudnn_dir/include")
+    export EMBER_CUDNN="$cudnn_dir/lib/libcudnn.so.9"
+  fi
+fi
+if ! python3 -c 'import cudnn' >/dev/null 2>&1 && compgen -G ".gpu-deps/nvidia_cudnn_frontend-*.whl" >/dev/null; then
+  fe_dir=${EMBER_DEPS_PREFIX:-/opt/ember-deps}/cudnn_frontend
+  mkdir -p "$fe_dir"
+  python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])' \
+    "$(compgen -G ".gpu-deps/nvidia_cudnn_frontend-*.whl" | head -1)" "$fe_dir"
+  cudnn_args+=(-DCUDNN_FRONTEND_INCLUDE_DIR="$fe_dir/include")
+fi
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_REQUIRE_CUDA=ON \
-  "${nccl_args[@]}" >/dev/null
+  "${nccl_args[@]}" "${cudnn_args[@]}" >/dev/null
 # By default the library, the tests, ember-bench (bench/compare_torch.py runs it) and ember-gpt.
 ninja -C build-gpu ${TARGETS:-}
 echo "[test-gpu] running the test suite${1:+ ($1)}"

@@ -2,6 +2,7 @@
 // that needs one says how to get it.
 #include "ember/cuda.h"
 #include "ember/error.h"
+#include "kernels/cuda/attention_cudnn.h"
 #include "kernels/device_code.h"
 #include "kernels/device_kernels.h"
 #include "kernels/device_memory.h"
@@ -48,6 +49,12 @@ void launch(const void*, int, unsigned, unsigned, void**, const char*) {
   no_cuda("generated CUDA code");
 }
 }  // namespace device_code
+
+namespace cuda {
+void set_cudnn_attention(bool) {}
+bool cudnn_attention_available(int) { return false; }
+int64_t cudnn_attention_runs() { return 0; }
+}  // namespace cuda
 
 namespace multi_tensor {
 bool takes(std::span<const Tensor>) { return false; }

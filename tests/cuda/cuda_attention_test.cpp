@@ -9,6 +9,7 @@
 
 #include "ember/cuda.h"
 #include "ember/ember.h"
+#include "kernels/cuda/attention_cudnn.h"
 #include "ops/attention.h"
 #include "support/expect_error.h"
 #include "support/op_cases.h"
@@ -65,9 +66,16 @@ TEST(CudaAttention, MatchesTheCpuKernelsWithDropout) {
     }
 }
 
+// cuDNN's attention off for a scope (ember's own kernels on problems cuDNN would take).
+struct WithoutCudnn {
+  WithoutCudnn() { cuda::set_cudnn_attention(false); }
+  ~WithoutCudnn() { cuda::set_cudnn_attention(true); }
+};
+
 TEST(CudaAttention, TensorCoreKernelsOverLongSequences) {
   // 16-bit heads of 64 over many tiles of 64 rows and keys (the tensor-core kernels).
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  WithoutCudnn ours;
   for (DType t : {DType::BFloat16, DType::Float16})
     for (double p : {0.0, 0.1}) {
       const Tensor q = random_tensor({1, 2, 600, 64}, t), k = random_tensor({1, 2, 600, 64}, t),
@@ -78,6 +86,41 @@ TEST(CudaAttention, TensorCoreKernelsOverLongSequences) {
                     std::string(dtype_name(t)) + (causal ? " causal" : "") + " dropout " +
                         std::to_string(p));
     }
+}
+
+// 16-bit heads without dropout run on cuDNN's fused kernels where it is there: out, lse and the
+// grads as the CPU kernels give them, for the GPT's strided q, k, v, L != S, causal or not, heads
+// of 64 and 128; with dropout, ember's kernels (their masks are the CPU's).
+TEST(CudaAttention, CudnnTakesSixteenBitHeadsWithoutDropout) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  if (!cuda::cudnn_attention_available(0))
+    GTEST_SKIP() << "ember was built without cuDNN's frontend, or libcudnn did not load";
+  for (DType t : {DType::BFloat16, DType::Float16})
+    for (int64_t hs : {64, 128})
+      for (bool causal : {true, false}) {
+        const int64_t B = 2, T = 130, H = 3, C = H * hs;
+        const Tensor qkv = random_tensor({B, T, 3 * C}, t), w = random_tensor({B, H, T, hs}, t);
+        auto heads = [&](const Tensor& x, int i) {
+          return x.slice(2, i * C, (i + 1) * C).view({B, T, H, hs}).transpose(1, 2);
+        };
+        const std::string what = std::string(dtype_name(t)) + " head " + std::to_string(hs) +
+                                 (causal ? " causal" : "");
+        const int64_t before = cuda::cudnn_attention_runs();
+        const Tensor g = qkv.cuda();
+        const Result gpu = run_fused(heads(g, 0), heads(g, 1), heads(g, 2), w, kGpu, causal, 0, 1);
+        EXPECT_EQ(cuda::cudnn_attention_runs() - before, 2) << what << ": forward and backward";
+        expect_same(gpu, run_fused(heads(qkv, 0), heads(qkv, 1), heads(qkv, 2), w, kCPU, causal, 0, 1),
+                    2e-2, what);
+        // L != S: 70 queries over 130 keys.
+        const Tensor q = random_tensor({B, H, 70, hs}, t), w2 = random_tensor({B, H, 70, hs}, t);
+        expect_same(run_fused(q, heads(g, 1), heads(g, 2), w2, kGpu, causal, 0, 1),
+                    run_fused(q, heads(qkv, 1), heads(qkv, 2), w2, kCPU, causal, 0, 1), 2e-2,
+                    what + " L 70 S 130");
+      }
+  const int64_t before = cuda::cudnn_attention_runs();
+  const Tensor q = random_tensor({1, 2, 100, 64}, DType::BFloat16);
+  run_fused(q, q, q, q, kGpu, true, 0.1, 1);
+  EXPECT_EQ(cuda::cudnn_attention_runs(), before) << "dropout stays on ember's kernels";
 }
 
 TEST(CudaAttention, HeadTileOf128AndOddSizes) {

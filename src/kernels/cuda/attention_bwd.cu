@@ -1,12 +1,14 @@
 // CUDA kernels of the attention_backward op: D, then dK and dV, then dQ (attention_bwd.cuh),
 // launched in that order on the device's stream.
 #include "kernels/cuda/attention_bwd.cuh"
+#include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/kernel_table.h"
 
 namespace ember::cuda {
 
 namespace {
 void attention_backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  if (cudnn_attention_backward(in, out, a)) return;  // cuDNN's where it takes it
   attn::backward(in, out, a, attn::cuda_runner(in[0], "attention_backward"));
 }
 }  // namespace
