@@ -70,6 +70,7 @@ class GPT(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
+        rng = ember.get_rng_state()  # the layers' own draws are undone by _init_weights
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
             wpe=nn.Embedding(config.block_size, config.n_embd),
@@ -80,15 +81,28 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         # The head and the token embedding are one parameter (weight tying).
         self.transformer.wte.weight = self.lm_head.weight
-        # GPT-2's initialization: normal(0, 0.02) for matmul weights and embeddings, zero
-        # biases, and the residual projections scaled down by sqrt(2 * n_layer).
-        for name, p in self.named_parameters():
-            if name.endswith("c_proj.weight"):
-                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * config.n_layer))
-            elif p.dim() >= 2:
-                nn.init.normal_(p, 0.0, 0.02)
-            elif name.endswith(".bias"):
-                nn.init.zeros_(p)
+        ember.set_rng_state(rng)
+        self._init_weights()
+
+    def _init_weights(self):
+        """GPT-2's initialization: normal(0, 0.02) for matmul weights and embeddings, zero
+        biases, and the residual projections scaled down by sqrt(2 * n_layer). Drawn in the
+        order of ember-gpt's C++ nn::GPT (each layer as it is built, the head's own weight
+        before tying replaces it, then the residual projections again), so a seed gives the
+        same starting weights as `ember-gpt train --seed`."""
+        t, std = self.transformer, 0.02
+        nn.init.normal_(t.wte.weight, 0.0, std)  # the token embedding, which the head shares
+        nn.init.normal_(t.wpe.weight, 0.0, std)
+        for block in t.h:
+            for lin in (block.attn.c_attn, block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj):
+                nn.init.normal_(lin.weight, 0.0, std)
+                if lin.bias is not None:
+                    nn.init.zeros_(lin.bias)
+        ember.randn(*self.lm_head.weight.shape)  # the head's draw, dropped by the tying
+        proj_std = std / math.sqrt(2 * self.config.n_layer)
+        for block in t.h:
+            nn.init.normal_(block.attn.c_proj.weight, 0.0, proj_std)
+            nn.init.normal_(block.mlp.c_proj.weight, 0.0, proj_std)
 
     def num_params(self, non_embedding=True):
         """Parameters counted once; without the position embedding by default (as nanoGPT)."""

@@ -7,18 +7,21 @@ and a checkpoint (safetensors) of the best model. The defaults are the CPU confi
     python examples/nanogpt/train.py --max_iters=500 --compile=False
 
 With compile on, the loss (forward, and the backward it records) runs as one compiled call per
-iteration, and AdamW's update as one compiled function; batches are cut with numpy. Python
-does a fixed handful of calls per iteration, independent of the model's size."""
+iteration, and AdamW's update as one compiled function. Python does a fixed handful of calls per
+iteration, independent of the model's size.
+
+The data, the batches (batches.py: ember.data's TokenDataset, ember-gpt's sampler) and the
+starting weights (model.py) are those of `ember-gpt train` for the same seed and settings, so
+the two runs train on the same batches from the same model."""
 import json
 import os
 import sys
 import time
 
-import numpy as np
-
 import ember
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from batches import CharBatches  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from train_settings import apply_overrides  # noqa: E402
 
@@ -39,25 +42,9 @@ save_checkpoint = True
 
 apply_overrides(sys.argv[1:], globals())
 
-# ---- data: characters as tokens, the first 90% for training ----
-with open(data, encoding="utf-8") as f:
-    text = f.read()
-chars = sorted(set(text))
-stoi = {c: i for i, c in enumerate(chars)}
-tokens = np.array([stoi[c] for c in text], dtype=np.int64)
-n_train = int(0.9 * len(tokens))
-splits = {"train": tokens[:n_train], "val": tokens[n_train:]}
-offsets = np.arange(block_size + 1, dtype=np.int64)
-
-
-def get_batch(split, rng):
-    """batch_size windows of block_size + 1 tokens at random starts: inputs and next tokens."""
-    d = splits[split]
-    starts = rng.integers(0, len(d) - block_size - 1, size=batch_size)
-    w = d[starts[:, None] + offsets]
-    return (ember.from_numpy(np.ascontiguousarray(w[:, :-1])).to(device),
-            ember.from_numpy(np.ascontiguousarray(w[:, 1:])).to(device))
-
+# ---- data: characters as tokens, the first 90% for training (out_dir/data, as ember-gpt) ----
+batches = CharBatches(data, out_dir, batch_size, block_size, seed, device)
+chars = batches.tokenizer.chars
 
 # ---- model and optimizer ----
 ember.manual_seed(seed)
@@ -82,18 +69,15 @@ def estimate_loss():
     evaluation)."""
     model.eval()
     out = {}
-    for i, split in enumerate(("train", "val")):
-        rng = np.random.default_rng(seed + 1 + i)
-        out[split] = sum(loss_of(*get_batch(split, rng)).item()
-                         for _ in range(eval_iters)) / eval_iters
+    for split in ("train", "val"):
+        out[split] = sum(loss_of(*batches.eval_batch(split, k)).item()
+                         for k in range(eval_iters)) / eval_iters
     model.train()
     return out
 
 
 print(f"model: {n_layer} layers, {n_head} heads, {n_embd} embd, block {block_size}, "
       f"vocab {len(chars)}: {model.num_params() / 1e6:.2f}M parameters; compile={compile}")
-os.makedirs(out_dir, exist_ok=True)
-rng = np.random.default_rng(seed)
 best_val, first_below = float("inf"), None
 timed_ms, timed_n, interval_ms, interval_n = 0.0, 0, 0.0, 0
 t_start = time.time()
@@ -116,7 +100,7 @@ for it in range(max_iters + 1):
     if it == max_iters:
         break
     t0 = time.perf_counter()
-    x, y = get_batch("train", rng)
+    x, y = batches.train_batch(it)
     loss = train_loss(x, y)
     optimizer.zero_grad()
     loss.backward()

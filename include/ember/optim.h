@@ -1,6 +1,7 @@
 // Optimizers (AdamW, SGD with momentum), gradient clipping and learning-rate schedules.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,9 +10,17 @@
 
 namespace ember::optim {
 
+// Parameters that share a weight decay and, optionally, a learning rate of their own.
 struct ParamGroup {
+  ParamGroup() = default;
+  // group_lr, when given, replaces the optimizer's rate for these parameters.
+  ParamGroup(std::vector<Tensor> group_params, double group_weight_decay = 0.0,
+             std::optional<double> group_lr = std::nullopt)
+      : params(std::move(group_params)), weight_decay(group_weight_decay), lr(group_lr) {}
   std::vector<Tensor> params;
   double weight_decay = 0.0;
+  // This group's learning rate; unset: the optimizer's (set_lr), which schedules change.
+  std::optional<double> lr;
 };
 
 class Optimizer {
@@ -21,7 +30,8 @@ class Optimizer {
   virtual void step() = 0;
   // Drops the .grad of every parameter.
   void zero_grad();
-  // Sets the learning rate of the next steps (schedules call it each iteration).
+  // Sets the learning rate of the next steps (schedules call it each iteration), for the
+  // groups without a rate of their own (ParamGroup::lr).
   void set_lr(double lr) { lr_ = lr; }
   // The learning rate of the next step, and the steps taken.
   double lr() const { return lr_; }
@@ -52,9 +62,10 @@ class AdamW : public Optimizer {
   // backend): the updates of all parameters fuse into generated kernels that write the
   // parameters and moments in place. The step-dependent scalars (learning rate, bias
   // corrections) are tensor inputs, so it compiles once per set of parameters that have
-  // grads. Results agree with the eager step to rounding. Parameters of mixed dtypes step
-  // eagerly; float32 parameters on a GPU take the multi-tensor kernel either way (every
-  // parameter in one launch per 64, which is what compiling would aim for). Off by default.
+  // grads. Results agree with the eager step to rounding. Parameters of mixed dtypes, or of
+  // groups with different learning rates, step eagerly; float32 parameters on a GPU take the
+  // multi-tensor kernel either way (every parameter in one launch per 64, which is what
+  // compiling would aim for). Off by default.
   void set_compiled(bool on);
   nn::StateDict state_dict() const override;
   void load_state_dict(const nn::StateDict& state) override;

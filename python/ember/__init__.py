@@ -11,6 +11,7 @@ if _os.path.isdir(_include):
 from . import _ember
 from ._ember import (Tensor, device, dtype, from_dlpack, get_default_dtype, set_default_dtype,
                      promote_types, is_grad_enabled, manual_seed, initial_seed,
+                     get_rng_state, set_rng_state,
                      empty, zeros, ones, full, zeros_like, ones_like, full_like, empty_like,
                      arange, rand, randn, randint, multinomial, bernoulli,
                      where, cat, concat, stack, bmm, einsum, cumsum, sort, argsort, nonzero,
@@ -21,7 +22,7 @@ from ._creation import tensor, as_tensor, from_numpy
 from ._grad_mode import no_grad, enable_grad, set_grad_enabled
 from ._compile import compile, explain
 from . import _functions
-from . import nn, optim, safetensors
+from . import data, nn, optim, safetensors
 
 # ember.exp(x), ember.sum(x, dim) ...: the Tensor methods as functions.
 for _name in _functions.TENSOR_METHODS:

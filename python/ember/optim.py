@@ -1,7 +1,9 @@
 """ember.optim: AdamW and SGD with PyTorch's signatures over the C++ optimizers
 (include/ember/optim.h), which update the parameters in place, and nanoGPT's learning-rate
 schedule. The learning rate is read from param_groups[i]["lr"] at each step (PyTorch's way of
-scheduling); the C++ step takes one rate, so every group must have the same one."""
+scheduling), per group: while every group has the same rate it is the C++ optimizer's one
+rate (set_lr); groups with different rates each get their own (a compiled AdamW then steps
+eagerly)."""
 import math as _math
 
 from . import _ember
@@ -31,13 +33,22 @@ class Optimizer:
     def __init__(self, groups, impl):
         self.param_groups = groups
         self._impl = impl
+        self._group_lrs = [None] * len(groups)  # the rates the C++ groups hold (None: shared)
 
     def _sync_lr(self):
-        lr = self.param_groups[0]["lr"]
-        if any(g["lr"] != lr for g in self.param_groups):
-            raise ValueError("ember.optim: every param group must have the same lr")
-        if lr != self._impl.lr:
-            self._impl.set_lr(float(lr))
+        """Hands param_groups' rates to the C++ optimizer: one shared rate while they agree
+        (the common case, and the only one a compiled AdamW step fuses), else one per group."""
+        lrs = [float(g["lr"]) for g in self.param_groups]
+        if len(self._group_lrs) != len(lrs):
+            raise ValueError("ember.optim: param groups cannot be added after construction")
+        shared = all(lr == lrs[0] for lr in lrs)
+        if shared and lrs[0] != self._impl.lr:
+            self._impl.set_lr(lrs[0])
+        for i, lr in enumerate(lrs):
+            own = None if shared else lr
+            if own != self._group_lrs[i]:
+                self._impl.set_group_lr(i, own)
+                self._group_lrs[i] = own
 
     def step(self, closure=None):
         loss = closure() if closure is not None else None

@@ -49,5 +49,6 @@ void bind_autograd(nb::module_& m, nb::class_<Tensor>& cls);
 void bind_compile(nb::module_& m);
 void bind_optim(nb::module_& m);
 void bind_io(nb::module_& m);
+void bind_data(nb::module_& m);
 
 }  // namespace ember::python

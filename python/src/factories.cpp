@@ -1,6 +1,8 @@
 // Factories and random numbers with PyTorch's signatures: zeros(2, 3, dtype=..., device=...),
-// arange, rand/randn/randint, manual_seed.
+// arange, rand/randn/randint, manual_seed and the generator's state.
 #include "common.h"
+
+#include <nanobind/stl/pair.h>
 
 namespace ember::python {
 namespace {
@@ -114,6 +116,19 @@ void bind_factories(nb::module_& m) {
         "randint(low, high, size).");
   m.def("manual_seed", &manual_seed, nb::arg("seed"), "Seeds the global generator.");
   m.def("initial_seed", &initial_seed, "The seed the global generator was last given.");
+  // ember's generator is counter-based: its whole state is (seed, offset), not PyTorch's byte
+  // tensor.
+  m.def(
+      "get_rng_state",
+      [] {
+        RngState s = get_rng_state();
+        return std::make_pair(s.seed, s.offset);
+      },
+      "The global generator's position as (seed, offset), for set_rng_state.");
+  m.def(
+      "set_rng_state",
+      [](std::pair<uint64_t, uint64_t> state) { set_rng_state({state.first, state.second}); },
+      nb::arg("state"), "Moves the global generator back to a position get_rng_state returned.");
   m.def("multinomial", &multinomial, nb::arg("input"), nb::arg("num_samples"),
         nb::arg("replacement") = false);
   m.def("bernoulli",

@@ -19,4 +19,5 @@ NB_MODULE(_ember, m) {
   bind_compile(m);
   bind_optim(m);
   bind_io(m);
+  bind_data(m);
 }

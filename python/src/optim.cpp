@@ -1,6 +1,7 @@
 // ember.optim's core: the C++ AdamW and SGD (include/ember/optim.h) over parameter groups of
-// Python tensors, gradient clipping and the cosine schedule. The tensors handed in share their
-// storage with the Python objects, so the in-place updates are seen from Python.
+// Python tensors (a learning rate per group), gradient clipping and the cosine schedule. The
+// tensors handed in share their storage with the Python objects, so the in-place updates are
+// seen from Python.
 // python/ember/optim.py wraps these with PyTorch's signatures.
 #include "common.h"
 
@@ -27,6 +28,17 @@ void bind_common(Cls& cls) {
       .def("zero_grad", &O::zero_grad, "Drops the .grad of every parameter.")
       .def("set_lr", &O::set_lr, nb::arg("lr"))
       .def_prop_ro("lr", &O::lr)
+      .def(
+          "set_group_lr",
+          [](O& o, size_t group, std::optional<double> lr) {
+            if (group >= o.groups().size())
+              throw nb::index_error(("set_group_lr: group " + std::to_string(group) +
+                                     " of " + std::to_string(o.groups().size()))
+                                        .c_str());
+            o.groups()[group].lr = lr;
+          },
+          nb::arg("group"), nb::arg("lr").none(),
+          "Gives a group its own learning rate (None: the optimizer's, set_lr).")
       .def_prop_ro("steps", &O::steps)
       .def("state_dict", &O::state_dict, "The state as (name, tensor) pairs.")
       .def("load_state_dict", &O::load_state_dict, nb::arg("state"));

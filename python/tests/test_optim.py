@@ -56,12 +56,44 @@ def test_sgd_momentum_matches_numpy():
         np.testing.assert_allclose(w.detach().numpy(), ref, rtol=1e-6)
 
 
-def test_param_groups_must_share_lr():
-    a, b = nn.Parameter(ember.ones(2)), nn.Parameter(ember.ones(2))
+def test_sgd_learning_rate_per_group():
+    a, b = nn.Parameter(ember.tensor([1.0, 2.0])), nn.Parameter(ember.tensor([3.0]))
     opt = ember.optim.SGD([{"params": [a]}, {"params": [b], "lr": 0.5}], lr=0.1)
-    (a.sum() + b.sum()).backward()
-    with pytest.raises(ValueError, match="same lr"):
+    ref_a, ref_b = np.array([1.0, 2.0]), np.array([3.0])
+    for lrs in ((0.1, 0.5), (0.2, 0.2), (0.05, 0.3)):  # per group, shared, per group again
+        for g, lr in zip(opt.param_groups, lrs):
+            g["lr"] = lr
+        opt.zero_grad()
+        ((a * a).sum() + (b * b).sum()).backward()
         opt.step()
+        ref_a, ref_b = ref_a - lrs[0] * 2 * ref_a, ref_b - lrs[1] * 2 * ref_b
+        np.testing.assert_allclose(a.detach().numpy(), ref_a, rtol=1e-6)
+        np.testing.assert_allclose(b.detach().numpy(), ref_b, rtol=1e-6)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_adamw_learning_rate_per_group(compiled):
+    lin = nn.Linear(4, 3)
+    x = ember.randn(5, 4)
+    groups = ember.optim.decay_groups(lin, 0.1)
+    groups[1]["lr"] = 0.05  # the bias steps faster than the default rate
+    opt = ember.optim.AdamW(groups, lr=0.01, betas=(0.9, 0.95), compiled=compiled)
+    assert [g["lr"] for g in opt.param_groups] == [0.01, 0.05]
+    ref = {"w": lin.weight.detach().numpy().copy(), "b": lin.bias.detach().numpy().copy()}
+    mom = {k: (np.zeros_like(v), np.zeros_like(v)) for k, v in ref.items()}
+    # Different rates, then one shared rate (one compiled step), then different again.
+    for t, lrs in enumerate(((0.01, 0.05), (0.02, 0.02), (0.003, 0.03)), start=1):
+        for g, lr in zip(opt.param_groups, lrs):
+            g["lr"] = lr
+        opt.zero_grad()
+        (lin(x) ** 2).sum().backward()
+        grads = {"w": lin.weight.grad.numpy().copy(), "b": lin.bias.grad.numpy().copy()}
+        opt.step()
+        for k, wd, lr in (("w", 0.1, lrs[0]), ("b", 0.0, lrs[1])):
+            ref[k], m, v = np_adamw(ref[k], grads[k], *mom[k], t, lr, 0.9, 0.95, 1e-8, wd)
+            mom[k] = (m, v)
+        np.testing.assert_allclose(lin.weight.detach().numpy(), ref["w"], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(lin.bias.detach().numpy(), ref["b"], rtol=1e-5, atol=1e-6)
 
 
 def test_cosine_lr_schedule():

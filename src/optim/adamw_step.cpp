@@ -69,32 +69,34 @@ void AdamW::step() {
   ++step_;
   const double bc1 = 1 - std::pow(beta1, double(step_));
   const double bc2 = 1 - std::pow(beta2, double(step_));
-  // The parameters with grads, by dtype and device: each batch's scalars are tensors of that
-  // dtype on that device.
+  // The parameters with grads, by dtype, device and learning rate: each batch's scalars are
+  // tensors of that dtype on that device, its step size that of its rate.
   struct Batch {
     DType dtype;
     Device device;
+    double lr;
     Tensors ps, gs, ms, vs;
     std::vector<double> decay;  // 1 - lr * weight_decay of each parameter's group
   };
   std::vector<Batch> batches;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const ParamGroup& g = groups_[gi];
+    const double lr = g.lr.value_or(lr_);
     for (size_t i = 0; i < g.params.size(); ++i) {
       const Tensor& p = g.params[i];
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
       auto b = std::find_if(batches.begin(), batches.end(), [&](const Batch& x) {
-        return x.dtype == p.dtype() && x.device == p.device();
+        return x.dtype == p.dtype() && x.device == p.device() && x.lr == lr;
       });
       if (b == batches.end())
-        b = batches.insert(batches.end(), Batch{p.dtype(), p.device(), {}, {}, {}, {}, {}});
+        b = batches.insert(batches.end(), Batch{p.dtype(), p.device(), lr, {}, {}, {}, {}, {}});
       b->ps.push_back(p);
       b->gs.push_back(grad);
       b->ms.push_back(exp_avg_[gi][i]);
       b->vs.push_back(exp_avg_sq_[gi][i]);
       // 1 without decay: p * 1 is p exactly.
-      b->decay.push_back(1 - lr_ * g.weight_decay);
+      b->decay.push_back(1 - lr * g.weight_decay);
     }
   }
   for (const Batch& b : batches) {
@@ -104,7 +106,7 @@ void AdamW::step() {
       std::vector<float> decay(b.decay.begin(), b.decay.end());
       multi_tensor::adamw_step(b.ps, b.gs, b.ms, b.vs, decay,
                                {float(beta1), float(1 - beta1), float(beta2), float(1 - beta2),
-                                float(bc2), float(eps), float(lr_ / bc1)});
+                                float(bc2), float(eps), float(b.lr / bc1)});
       continue;
     }
     auto s = [&](double v) { return scalar_on(v, b.dtype, b.device); };
@@ -112,10 +114,10 @@ void AdamW::step() {
     for (double d : b.decay) decay.push_back(s(d));
     if (compiled_ && batches.size() == 1)
       compiled_->fn(b.ps, b.gs, b.ms, b.vs, decay, s(beta1), s(1 - beta1), s(beta2),
-                    s(1 - beta2), s(bc2), s(eps), s(lr_ / bc1));
-    else  // eager, or parameters of several dtypes
+                    s(1 - beta2), s(bc2), s(eps), s(b.lr / bc1));
+    else  // eager, or parameters of several dtypes or learning rates
       adamw_update(b.ps, b.gs, b.ms, b.vs, decay, s(beta1), s(1 - beta1), s(beta2),
-                   s(1 - beta2), s(bc2), s(eps), s(lr_ / bc1));
+                   s(1 - beta2), s(bc2), s(eps), s(b.lr / bc1));
   }
 }
 

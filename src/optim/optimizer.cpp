@@ -157,7 +157,7 @@ void SGD::step() {
         else b.mul_(momentum).add_(grad);
         grad = b;
       }
-      p.sub_(grad * lr_);
+      p.sub_(grad * g.lr.value_or(lr_));
     }
   }
 }

@@ -70,6 +70,36 @@ TEST(SGD, MomentumUpdate) {
   }
 }
 
+TEST(ParamGroup, OwnLearningRateStepsAsASeparateOptimizerWould) {
+  // Group 1 has its own rate; group 0 follows set_lr. Each must move as a one-group optimizer
+  // with that rate moves its parameter, eager or compiled.
+  for (bool compiled : {false, true}) {
+    Tensor a = tensor({1.0, -2.0}).requires_grad_(), b = tensor({0.5}).requires_grad_();
+    Tensor ra = a.detach().clone().requires_grad_(), rb = b.detach().clone().requires_grad_();
+    AdamW opt({ParamGroup({a}, 0.1), ParamGroup({b}, 0.0, 0.05)}, 0.01, 0.9, 0.99);
+    opt.set_compiled(compiled);
+    AdamW ref_a({{{ra}, 0.1}}, 0.01, 0.9, 0.99), ref_b({{{rb}, 0.0}}, 0.05, 0.9, 0.99);
+    for (int step = 0; step < 3; ++step) {
+      opt.set_lr(0.01 / (step + 1));
+      ref_a.set_lr(0.01 / (step + 1));
+      for (Tensor* p : {&a, &b, &ra, &rb}) {
+        p->set_grad(Tensor());
+        (*p * *p * *p).sum().backward();
+      }
+      opt.step();
+      ref_a.step();
+      ref_b.step();
+      EXPECT_EQ(a.to_vector<float>(), ra.to_vector<float>()) << "compiled " << compiled;
+      EXPECT_EQ(b.to_vector<float>(), rb.to_vector<float>()) << "compiled " << compiled;
+    }
+  }
+  Tensor p = tensor({1.0}, DType::Float64).requires_grad_();
+  SGD sgd({ParamGroup({p}, 0.0, 0.25)}, 0.1);
+  (p * p).sum().backward();
+  sgd.step();
+  EXPECT_DOUBLE_EQ(p.item(), 1.0 - 0.25 * 2.0);
+}
+
 TEST(ClipGradNorm, ScalesToMaxNorm) {
   Tensor a = tensor({3.0, 0.0}).requires_grad_(), b = tensor({4.0}).requires_grad_();
   ((a * a).sum() * 0.5 + (b * b).sum() * 0.5).backward();  // grads 3,0 and 4: norm 5
