@@ -199,8 +199,8 @@ enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
 // Runs the graph of `key` (built by make() the first time) on the device's stream; false when
 // cuDNN refuses the problem or the run.
 template <class Make>
-bool run(const std::string& key, int device, Make make, std::unordered_map<int64_t, void*> pack) {
-  std::lock_guard<std::mutex> lock(mutex());
+bool run_locked(const std::string& key, int device, Make make,
+                std::unordered_map<int64_t, void*>& pack) {
   cudnnHandle_t h = handle(device);
   if (!h) return false;
   auto& cache = graphs();
@@ -221,6 +221,21 @@ bool run(const std::string& key, int device, Make make, std::unordered_map<int64
   }
   ++g_runs;
   return true;
+}
+
+// run_locked under the mutex; the frontend's exceptions (a library it cannot load, say) end
+// in false, and that key is not tried again.
+template <class Make>
+bool run(const std::string& key, int device, Make make, std::unordered_map<int64_t, void*> pack) {
+  std::lock_guard<std::mutex> lock(mutex());
+  try {
+    return run_locked(key, device, make, pack);
+  } catch (const std::exception& e) {
+    note("attention: cuDNN raised (" + std::string(e.what()) + ") for " + key +
+         "; ember's kernels run");
+    graphs()[key].reset();
+    return false;
+  }
 }
 
 void* ptr(const Tensor& t) { return t.impl()->data(); }
