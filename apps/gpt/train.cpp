@@ -3,13 +3,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <memory>
 
 #include "ember/compile.h"
 #include "ember/cuda.h"
+#include "ember/distributed.h"
 #include "ember/ember.h"
 #include "ember/io.h"
 #include "ember/nn.h"
@@ -89,6 +92,14 @@ void validate(const TrainOptions& o) {
   EMBER_CHECK(o.lr > 0 && o.min_lr >= 0, "--lr must be positive and --min_lr non-negative");
 }
 
+// Whether this process is one rank of a launch of several (mpirun sets OMPI_COMM_WORLD_SIZE or
+// PMI_SIZE; other launchers WORLD_SIZE).
+bool launched_as_ranks() {
+  for (const char* name : {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+    if (const char* v = std::getenv(name); v && std::atoi(v) > 1) return true;
+  return false;
+}
+
 io::Checkpoint make_checkpoint(const nn::GPT& model, const optim::Optimizer& opt, int64_t iter,
                                double best_val, const io::CharTokenizer& tok) {
   io::Checkpoint c;
@@ -134,6 +145,14 @@ std::optional<DType> app_autocast(const std::string& dtype, Device device) {
 int run_train(const TrainOptions& opts) {
   TrainOptions o = opts;
   validate(o);
+  // Under mpirun each process is a rank of one data-parallel job: the same model (rank 0's
+  // weights, DistributedDataParallel averaging the grads), its own batches, and rank 0 alone
+  // evaluating, logging and writing the checkpoints (in a single run's format).
+  const bool ranks = launched_as_ranks();
+  if (ranks) distributed::init();
+  const int rank = ranks ? distributed::rank() : 0, world = ranks ? distributed::world_size() : 1;
+  const bool master = rank == 0;
+  if (!master) static_cast<void>(std::freopen("/dev/null", "w", stdout));
   const std::string data = o.data.empty() ? default_data_path() : o.data;
   fs::create_directories(o.out_dir);
   const std::string ckpt_path = o.out_dir + "/ckpt.safetensors";
@@ -170,10 +189,14 @@ int run_train(const TrainOptions& opts) {
       best_val = std::stod(it->second);
   }
   manual_seed(o.seed);
-  const Device device = app_device(o.device);
+  Device device = app_device(o.device);
+  if (ranks && device.type == DeviceType::CUDA && o.device == "cuda")
+    device.index = distributed::local_rank() % std::max(1, cuda::device_count());
   const std::optional<DType> amp = app_autocast(o.dtype, device);
   nn::GPT model(cfg);  // initialized on the CPU (the same weights on every device), then moved
   model.to(device);
+  std::unique_ptr<nn::DistributedDataParallel> ddp;
+  if (ranks) ddp = std::make_unique<nn::DistributedDataParallel>(model);
   optim::AdamW opt(optim::decay_groups(model, o.weight_decay), o.lr, o.beta1, o.beta2);
   // --compile also compiles the optimizer step: every parameter's update in one function (from
   // the first compiled iteration on, after --eager_probe_iters eager ones).
@@ -184,6 +207,9 @@ int run_train(const TrainOptions& opts) {
     set_rng_state(resumed.rng);
     std::cout << "resumed from " << ckpt_path << " at iter " << iter << "\n";
   }
+  // Ranks past 0 draw their own dropout masks (their own batches come from their own seed).
+  const uint64_t batch_seed = o.seed + uint64_t(rank) * 1000003;
+  if (rank > 0) manual_seed(batch_seed + uint64_t(iter));
   const std::vector<Tensor> params = model.parameters();
   // float16 autocast: the loss scaled so that small grads survive float16, steps with inf or
   // NaN grads skipped (the scale halved). A pass-through for the other dtypes.
@@ -207,11 +233,17 @@ int run_train(const TrainOptions& opts) {
                   : "float32");
   std::printf("data: %s (%lld train / %lld val tokens); %lld tokens per iteration\n", data.c_str(),
               (long long)train.size(), (long long)val.size(),
-              (long long)(o.batch_size * o.block_size));
+              (long long)(o.batch_size * o.block_size * world));
+  if (ranks)
+    std::printf("data parallel: %d ranks of %lld sequences each (DistributedDataParallel); rank 0 "
+                "evaluates, logs and saves\n",
+                world, (long long)o.batch_size);
 
+  // loss.csv, the plot and the checkpoints: rank 0's (the stream stays closed on the others).
   const std::string csv_path = o.out_dir + "/loss.csv";
   bool csv_new = o.init_from == "scratch" || !fs::exists(csv_path);
-  std::ofstream csv(csv_path, csv_new ? std::ios::trunc : std::ios::app);
+  std::ofstream csv;
+  if (master) csv.open(csv_path, csv_new ? std::ios::trunc : std::ios::app);
   if (csv_new) csv << "iter,train_loss,val_loss,lr,ms\n";
 
   const auto t_start = Clock::now();
@@ -224,7 +256,7 @@ int run_train(const TrainOptions& opts) {
   for (;; ++iter) {
     double lr = optim::cosine_lr(iter, o.lr, o.min_lr, o.warmup_iters, o.lr_decay_iters);
     opt.set_lr(lr);
-    if (iter % o.eval_interval == 0 || iter == o.max_iters) {
+    if (master && (iter % o.eval_interval == 0 || iter == o.max_iters)) {
       auto [tl, vl] = estimate_loss(
           model,
           [&](const Tensor& x, const Tensor& y) {
@@ -248,7 +280,7 @@ int run_train(const TrainOptions& opts) {
     const bool use_compiled = o.compile && iter - first_iter >= o.eager_probe_iters;
     if (use_compiled && !compile_reported && o.eager_probe_iters > 0) opt.set_compiled(true);
     const auto t0 = Clock::now();
-    auto [x, y] = train.get_batch(o.batch_size, o.block_size, o.seed, uint64_t(iter), device);
+    auto [x, y] = train.get_batch(o.batch_size, o.block_size, batch_seed, uint64_t(iter), device);
     Tensor loss;
     {
       std::optional<autocast> scope;  // the forward (and so the loss) under --dtype's autocast
@@ -291,7 +323,7 @@ int run_train(const TrainOptions& opts) {
     train_ms_total += ms;
     if (!o.quiet && (iter % o.log_interval == 0 || iter + 1 == o.max_iters)) {
       double avg = interval_ms / double(interval_n);
-      double tok_s = double(o.batch_size * o.block_size) / (avg / 1000.0);
+      double tok_s = double(o.batch_size * o.block_size * world) / (avg / 1000.0);
       double eta = avg / 1000.0 * double(o.max_iters - iter - 1);
       std::printf("iter %lld/%lld: loss %.4f, lr %.2e, %.1f ms/iter, %.0f tok/s, ETA %s\n",
                   (long long)iter, (long long)o.max_iters, lossf, lr, avg, tok_s,
@@ -301,8 +333,10 @@ int run_train(const TrainOptions& opts) {
       interval_n = 0;
     }
   }
-  csv.flush();
-  write_loss_plot(csv_path, o.out_dir + "/loss.svg");
+  if (master) {
+    csv.flush();
+    write_loss_plot(csv_path, o.out_dir + "/loss.svg");
+  }
   if (probe_n > 0 && compiled_n > 0) {
     const double e = probe_ms / double(probe_n), c = compiled_ms / double(compiled_n);
     std::printf("speed: eager %.1f ms/iter (iterations %lld-%lld), compiled %.1f ms/iter (the "

@@ -1,12 +1,14 @@
 // A job whose ranks do not agree must end, with an error that names the rank and the op, rather
 // than hang: ember-dist-tests launched under mpirun with one rank misbehaving
 // (EMBER_DIST_TEST_FAULT, see tests/distributed/ranks/main.cpp), each run bounded by a timeout.
+// And ember-gpt train launched as two ranks.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <string>
 
 #include "ember/distributed.h"
+#include "ember/io.h"
 #include "support/run_command.h"
 
 namespace ember::test {
@@ -80,6 +82,44 @@ TEST_F(DistributedLaunch, LauncherVariablesMustAgreeWithMpi) {
   expect_failed_in_time(l);
   expect_says(l, "distributed init: WORLD_SIZE=3 in the environment, but MPI started this "
                  "process as rank 0 of 2");
+}
+
+// ember-gpt train under mpirun: one job of two ranks, rank 0 alone logging and saving, and its
+// checkpoint in a single run's format (the same tensors, shapes and step).
+TEST_F(DistributedLaunch, EmberGptTrainsAsRanksAndSavesASingleRunsCheckpoint) {
+  const std::string dir = ::testing::TempDir() + "ember-gpt-ranks";
+  const std::string args = " train --max_iters 20 --eval_interval 10 --eval_iters 2 --n_layer 1"
+                           " --n_head 2 --n_embd 32 --block_size 16 --batch_size 4 --log_interval 5";
+  const CommandResult one = run_command(std::string(EMBER_GPT_BIN) + args + " --out_dir " + dir +
+                                        "-one 2>&1");
+  ASSERT_EQ(one.status, 0) << one.output;
+  const CommandResult two = run_command(
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 " +
+      std::string(EMBER_MPIEXEC) + " --oversubscribe -np 2 " + EMBER_GPT_BIN + args +
+      " --out_dir " + dir + "-two 2>&1");
+  ASSERT_EQ(two.status, 0) << two.output;
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(two.output, "data parallel: 2 ranks"), 1u) << two.output;
+  EXPECT_EQ(count(two.output, "done: 20 iterations"), 1u) << "rank 0 alone logs:\n" << two.output;
+  EXPECT_EQ(count(two.output, "step 20: train loss"), 1u) << two.output;
+  const io::Checkpoint a = io::load_checkpoint(dir + "-one/ckpt.safetensors");
+  const io::Checkpoint b = io::load_checkpoint(dir + "-two/ckpt.safetensors");
+  EXPECT_EQ(b.step, a.step);
+  EXPECT_EQ(b.config, a.config);
+  ASSERT_EQ(b.model.size(), a.model.size());
+  for (size_t i = 0; i < a.model.size(); ++i) {
+    EXPECT_EQ(b.model[i].first, a.model[i].first);
+    EXPECT_EQ(b.model[i].second.sizes(), a.model[i].second.sizes()) << a.model[i].first;
+  }
+  ASSERT_EQ(b.optimizer.size(), a.optimizer.size());
+  for (size_t i = 0; i < a.optimizer.size(); ++i)
+    EXPECT_EQ(b.optimizer[i].first, a.optimizer[i].first);
+  // Two ranks train on twice the data: their weights are not the single run's.
+  EXPECT_GT((b.model[0].second - a.model[0].second).abs().amax().item(), 0.0);
 }
 
 TEST(Distributed, CollectivesBeforeInitSayHowToStart) {
