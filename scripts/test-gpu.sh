@@ -28,10 +28,11 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 # NCCL (ember::distributed's CUDA backend): the toolkit's, else the nvidia-nccl wheel's header
 # and library where pip installed one (PyTorch's machines have it).
 nccl_args=()
-if [[ ! -e /usr/local/cuda/include/nccl.h && ! -e /usr/include/nccl.h ]]; then
-  if nccl_dir=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null) &&
-     [[ -e "$nccl_dir/include/nccl.h" ]]; then
+if nccl_dir=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null); then
+  if [[ ! -e /usr/local/cuda/include/nccl.h && ! -e /usr/include/nccl.h && -e "$nccl_dir/include/nccl.h" ]]; then
     nccl_args=(-DNCCL_INCLUDE_DIR="$nccl_dir/include")
+  fi
+  if ! ldconfig -p | grep -q 'libnccl\.so\.2 ' && [[ -e "$nccl_dir/lib/libnccl.so.2" ]]; then
     export EMBER_NCCL="$nccl_dir/lib/libnccl.so.2"
   fi
 fi
@@ -39,11 +40,14 @@ fi
 # library; its frontend's headers from pip's nvidia-cudnn-frontend, else the wheel that
 # scripts/gpu-deps.sh put in .gpu-deps.
 cudnn_args=()
-if [[ ! -e /usr/local/cuda/include/cudnn.h && ! -e /usr/include/cudnn.h ]]; then
-  if cudnn_dir=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null) &&
-     [[ -e "$cudnn_dir/include/cudnn.h" ]]; then
+if cudnn_dir=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null); then
+  if [[ ! -e /usr/local/cuda/include/cudnn.h && ! -e /usr/include/cudnn.h && -e "$cudnn_dir/include/cudnn.h" ]]; then
     cudnn_args+=(-DCUDNN_INCLUDE_DIR="$cudnn_dir/include")
+  fi
+  if ! ldconfig -p | grep -q 'libcudnn\.so\.9 ' && [[ -e "$cudnn_dir/lib/libcudnn.so.9" ]]; then
     export EMBER_CUDNN="$cudnn_dir/lib/libcudnn.so.9"
+    # libcudnn opens its engine libraries by name: the same directory on the search path.
+    export LD_LIBRARY_PATH="$cudnn_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   fi
 fi
 if ! python3 -c 'import cudnn' >/dev/null 2>&1 && compgen -G ".gpu-deps/nvidia_cudnn_frontend-*.whl" >/dev/null; then
