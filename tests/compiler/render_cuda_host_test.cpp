@@ -1,9 +1,10 @@
 // The CUDA renderer's elementwise kernels run on the host: their grid-stride loops are plain
 // C++ once the few CUDA words are defined (a block after a block, a thread after a thread), so
 // the system compiler builds the rendered source and the test calls each kernel for every
-// (block, thread) of its launch, against the graph's eager result. This checks the index math,
-// vector loops and masked loads without a GPU; tests/cuda/cuda_compile_test.cpp runs the same
-// code on one.
+// (block, thread) of its launch, against the graph's eager result: hand-made graphs for the
+// vector loop's coordinates and masked loads, and every elementwise kernel of random programs.
+// This checks the index math, vector loops and masked loads without a GPU;
+// tests/cuda/cuda_compile_test.cpp runs the same code on one.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -13,10 +14,15 @@
 #include <filesystem>
 #include <fstream>
 
+#include "capture/capture.h"
+#include "compiler/graph_run.h"
 #include "compiler/lower.h"
 #include "compiler/pointwise_fusion.h"
 #include "compiler/render_cuda.h"
+#include "ember/compile.h"
 #include "ember/ember.h"
+#include "support/program_check.h"
+#include "support/program_gen.h"
 #include "support/run_command.h"
 
 namespace ember::compiler {
@@ -175,6 +181,118 @@ TEST(RenderCudaHost, MaskedLoadsInTheVectorLoopMatchEager) {
       g.set_outputs({sum});
       expect_host_run_matches(g, inputs, std::string(dtype_name(t)) + " n " + std::to_string(n));
     }
+}
+
+// A backend that keeps each graph with the inputs of its runs, and runs it as "eager" does.
+class RunKeeper : public capture::Backend {
+ public:
+  struct Run {
+    std::shared_ptr<const graph::Graph> g;
+    std::vector<Tensor> inputs;
+  };
+  std::string name() const override { return "keep-runs-for-cuda-host"; }
+  std::shared_ptr<const capture::Runnable> compile(std::shared_ptr<const graph::Graph> g) override {
+    struct Keeping : capture::Runnable {
+      std::shared_ptr<const graph::Graph> g;
+      std::shared_ptr<const capture::Runnable> eager;
+      std::vector<Run>* runs;
+      std::vector<Tensor> run(const std::vector<Tensor>& in) const override {
+        std::vector<Tensor> copies;
+        for (const Tensor& t : in) copies.push_back(t.defined() ? t.clone() : t);
+        runs->push_back({g, copies});
+        return eager->run(in);
+      }
+    };
+    auto k = std::make_shared<Keeping>();
+    k->g = g;
+    k->eager = capture::backend("eager").compile(g);
+    k->runs = &runs;
+    return k;
+  }
+  std::vector<Run> runs;
+};
+
+// Every elementwise kernel of 150 random programs (test/support/program_gen.h), rendered for
+// CUDA and run on the host on the values its graph computes eagerly, against those values.
+TEST(RenderCudaHost, ElementwiseKernelsOfRandomProgramsMatchEager) {
+  auto keeper = std::make_unique<RunKeeper>();
+  RunKeeper* kept = keeper.get();
+  capture::register_backend(std::move(keeper));
+  std::vector<testgen::Program> ps;
+  std::vector<testgen::Expected> es;
+  for (uint64_t seed = 1; seed <= 150; ++seed) {
+    ps.push_back(testgen::generate_program(seed));
+    es.push_back(testgen::expected(ps.back()));
+  }
+  CompileOptions opts;
+  opts.backend = kept->name();
+  auto f = ember::compile(testgen::batch_function(ps, es), opts);
+  const testgen::ProgramsFn call = [&f](const std::vector<Tensor>& xs) { return f(xs); };
+  ASSERT_EQ(testgen::call_and_check(call, ps, es, 0, true), "");
+  ASSERT_FALSE(kept->runs.empty());
+  size_t ran = 0, vector_loops = 0, shared_coords = 0, masked = 0;
+  for (const RunKeeper::Run& r : kept->runs) {
+    // Every value of the graph, as eager computes it.
+    std::vector<Tensor> env = bind_inputs(*r.g, r.inputs);
+    for (const auto& n : r.g->nodes())
+      if (!run_captured_view(*n, env)) dispatch_node(*n, env);
+    const FusionPlan plan = plan_fusion(*r.g);
+    std::vector<const FusionGroup*> groups;
+    std::vector<kir::Kernel> ks;
+    for (const FusionGroup& grp : plan.groups) {
+      if (grp.row || grp.gemm || is_pattern(grp)) continue;
+      kir::Kernel k = lower_elementwise(grp, "kernel_" + std::to_string(ks.size()));
+      if (!k.size_symbols().empty()) continue;
+      groups.push_back(&grp);
+      ks.push_back(std::move(k));
+    }
+    if (ks.empty()) continue;
+    std::ostringstream os;
+    os << cuda_prelude();
+    std::vector<CudaLaunch> launches;
+    for (const kir::Kernel& k : ks) launches.push_back(render_cuda_kernel(os, k));
+    HostModule m(os.str());
+    ASSERT_TRUE(m.ok());
+    for (size_t i = 0; i < ks.size(); ++i) {
+      const FusionGroup& grp = *groups[i];
+      // As the compiled graph runs it: a kernel's index math is its captured layout's, so an
+      // input laid out otherwise (as eager may make it here) leaves the group to eager there.
+      bool captured_layout = true;
+      std::vector<uint64_t> args;
+      for (const graph::Value* v : grp.inputs) {
+        const Tensor& t = env[size_t(v->id)];
+        captured_layout &= t.sizes() == v->meta.sizes && t.dtype() == v->meta.dtype &&
+                           (t.numel() <= 1 || t.strides() == v->meta.strides);
+        args.push_back(reinterpret_cast<uint64_t>(t.impl()->data()));
+      }
+      if (!captured_layout) continue;
+      const Tensor& want = env[size_t(grp.output->id)];
+      Tensor out = empty(want.sizes(), TensorOptions(want.dtype()));
+      args.push_back(reinterpret_cast<uint64_t>(out.impl()->data()));
+      if (args.size() > 8 || !want.is_contiguous()) continue;
+      const unsigned grid = std::min<unsigned>(3, cuda_grid(launches[i], want.numel(), 1));
+      if (grid > 0) m.launch(ks[i].name, grid, unsigned(launches[i].block), args);
+      ++ran;
+      vector_loops += launches[i].vector > 1;
+      std::ostringstream one;
+      render_cuda_kernel(one, ks[i]);
+      shared_coords += one.str().find("cl0") != std::string::npos;
+      masked += one.str().find("const int64_t j = cl;") != std::string::npos;
+      const Tensor got = out.to(DType::Float64), ref = want.to(DType::Float64);
+      const double tol = want.dtype() == DType::Float64 ? 1e-12 : is_floating(want.dtype()) ? 1e-5 : 0;
+      // Off by more than tol, or NaN on one side only (NaN on both is a match).
+      const Tensor bad =
+          (got - ref).abs().gt(ref.abs() * tol + tol).logical_or(got.ne(got).ne(ref.ne(ref)));
+      EXPECT_EQ(bad.sum().item(), 0.0) << ks[i].name << " of a graph with " << r.g->nodes().size()
+                                       << " nodes";
+    }
+  }
+  std::printf("[render_cuda host] %zu elementwise kernels of random programs ran on the host "
+              "(%zu with a vector loop, %zu of them with coordinates once a vector, %zu with "
+              "masked loads there)\n", ran, vector_loops, shared_coords, masked);
+  EXPECT_GT(ran, 200u);
+  EXPECT_GT(vector_loops, 100u);
+  EXPECT_GT(shared_coords, 20u);
 }
 
 }  // namespace
