@@ -205,17 +205,7 @@ TEST(RenderCuda, NvrtcBuildsEveryKernelOfTheRandomPrograms) {
   constexpr uint64_t kPrograms = 200, kBatch = 50;
   size_t kernels = 0, rows = 0;
   for (uint64_t first = 1; first <= kPrograms; first += kBatch) {
-    std::vector<testgen::Program> ps;
-    std::vector<testgen::Expected> es;
-    for (uint64_t seed = first; seed < first + kBatch; ++seed) {
-      ps.push_back(testgen::generate_program(seed));
-      es.push_back(testgen::expected(ps.back()));
-    }
-    CompileOptions opts;
-    opts.backend = kept->name();
-    auto f = ember::compile(testgen::batch_function(ps, es), opts);
-    const testgen::ProgramsFn call = [&f](const std::vector<Tensor>& xs) { return f(xs); };
-    ASSERT_EQ(testgen::call_and_check(call, ps, es, 0, true), "");
+    ASSERT_EQ(testgen::check_programs_through(kept->name(), first, kBatch), "");
     std::vector<kir::Kernel> ks;
     int next = 0;
     for (const auto& g : kept->graphs)

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "ember/autograd.h"
+#include "ember/compile.h"
 
 namespace ember::testgen {
 namespace {
@@ -184,6 +185,20 @@ std::string call_and_check(const ProgramsFn& f, const std::vector<Program>& ps,
     if (!d.empty()) return std::string("seed ").append(std::to_string(ps[j].seed)).append(", ") + d;
   }
   return {};
+}
+
+std::string check_programs_through(const std::string& backend, uint64_t first, uint64_t count) {
+  std::vector<Program> ps;
+  std::vector<Expected> es;
+  for (uint64_t seed = first; seed < first + count; ++seed) {
+    ps.push_back(generate_program(seed));
+    es.push_back(expected(ps.back()));
+  }
+  CompileOptions opts;
+  opts.backend = backend;
+  auto f = ember::compile(batch_function(ps, es), opts);
+  const ProgramsFn call = [&f](const std::vector<Tensor>& xs) { return f(xs); };
+  return call_and_check(call, ps, es, 0, true);
 }
 
 }  // namespace ember::testgen

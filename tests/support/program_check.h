@@ -46,5 +46,9 @@ ProgramsFn batch_function(const std::vector<Program>& ps, const std::vector<Expe
 // first difference, naming the program's seed.
 std::string call_and_check(const ProgramsFn& f, const std::vector<Program>& ps,
                            const std::vector<Expected>& es, size_t at, bool eager_backend);
+// The random programs of seeds [first, first + count) (generate_program) as one batch
+// function compiled with `backend` (one that gives eager's results), called once and checked
+// (call_and_check at call 0). Empty when all agree.
+std::string check_programs_through(const std::string& backend, uint64_t first, uint64_t count);
 
 }  // namespace ember::testgen
