@@ -44,6 +44,9 @@ int gpt_first_call_main(const std::string& config);
 // bf16 training step of the GPU GPT shape NAME ("shakespeare_char" or "gpt2") in this process,
 // after one eager step; the cuda/gpt_train_step rows run it to time a warm start. 2 without a GPU.
 int cuda_train_first_call_main(const std::string& shape, bool quick);
+// Runs this ember-bench again with `args` (a new process, the same environment) and reads the
+// number it prints (the --*-first-call modes' seconds); -1 when the child fails.
+double seconds_from_new_process(const std::string& args);
 
 // memcpy split across the OpenMP threads, as the kernels are.
 void parallel_memcpy(char* dst, const char* src, size_t n);

@@ -31,7 +31,6 @@
 //                            cold compile put the kernels on disk
 // GPU times are wall times around the work with the device synchronized before and after.
 // EMBER_BENCH_COMPILED_ONLY=1 times the compiled sides alone (for EMBER_PROFILE_OPS tables).
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -233,22 +232,6 @@ struct GpuTrainStep {
   Tensor x, y;
   CompiledFunction<std::function<Tensor(const Tensor&, const Tensor&)>> loss_fn;
 };
-
-// Runs `ember-bench --cuda-train-first-call NAME` in a new process sharing EMBER_CACHE_DIR: the
-// compiled training step's warm start. -1 when the child fails.
-double cuda_train_warm_start_seconds(const std::string& shape, bool quick) {
-  char exe[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return -1;
-  exe[n] = 0;
-  const std::string cmd = std::string("'") + exe + "' --cuda-train-first-call " + shape +
-                          (quick ? " --quick" : "");
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  double secs = -1;
-  if (std::fscanf(p, "%lf", &secs) != 1) secs = -1;
-  return ::pclose(p) == 0 ? secs : -1;
-}
 
 }  // namespace
 
@@ -482,7 +465,8 @@ EMBER_BENCH(cuda) {
     step(false);
     const double compile_s = seconds_of([&] { step(true); });
     // The same step's first compiled call in a new process, its kernels on disk by now.
-    const double warm_s = cuda_train_warm_start_seconds(g.shape.name, opt.quick);
+    const double warm_s = seconds_from_new_process(std::string("--cuda-train-first-call ") +
+                                                   g.shape.name + (opt.quick ? " --quick" : ""));
     const int64_t batch = g.shape.batch, block = g.shape.block;
     const auto [ms, cms] =
         gpu_pair_ms([&] { step(false); }, [&] { step(true); }, opt.quick ? 2 : 10);

@@ -1,7 +1,6 @@
 // GPT rows: one training step (forward, backward, AdamW) and a forward pass, for nanoGPT's
 // CPU recipe ("baby": 4 layers, 4 heads, 128 embd, block 64, batch 12) and a larger config
 // (6 layers, 6 heads, 384 embd, block 256, batch 8).
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -31,21 +30,6 @@ double first_call_seconds(nn::GPT& model, const Tensor& x) {
   const auto t0 = std::chrono::steady_clock::now();
   Tensor logits = cm(x);
   return seconds_since(t0);
-}
-
-// Runs `ember-bench --gpt-first-call NAME` in a new process sharing EMBER_CACHE_DIR: the warm
-// start (kernels loaded from the disk cache). -1 when the child fails.
-double warm_start_seconds(const char* config) {
-  char exe[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return -1;
-  exe[n] = 0;
-  const std::string cmd = std::string("'") + exe + "' --gpt-first-call " + config;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  double secs = -1;
-  if (std::fscanf(p, "%lf", &secs) != 1) secs = -1;
-  return ::pclose(p) == 0 ? secs : -1;
 }
 
 const Config* find_config(const std::string& name) {
@@ -103,7 +87,7 @@ EMBER_BENCH(gpt) {
       if (::mkdtemp(dir)) {
         ::setenv("EMBER_CACHE_DIR", dir, 1);
         cold = first_call_seconds(model, x);
-        warm = warm_start_seconds(c.name);
+        warm = seconds_from_new_process(std::string("--gpt-first-call ") + c.name);
       }
       auto cm = compile([&model](const Tensor& t) { return model.forward(t); });
       cm(x);

@@ -39,7 +39,8 @@ constexpr int kVecLast = kir::kCoord - 4, kVecOuter = kir::kCoord - 64;
 
 std::string vector_names(int id) {
   if (id == kVecLast) return "cl";
-  if (id >= kVecOuter && id < kVecLast) return "c" + std::to_string(id - kVecOuter);
+  if (id >= kVecOuter && id < kVecLast)
+    return std::string("c").append(std::to_string(id - kVecOuter));
   return loop_names(id);
 }
 
@@ -55,12 +56,13 @@ CudaLaunch render_cuda_elementwise(std::ostringstream& os, const kir::Kernel& k)
   const DType dt = k.buffers[size_t(out_buffer)].dtype;
   const Index flat = k.contiguous_index();
   // The buffers a vector step reads element for element: each is loaded as one access.
-  bool masked = false, reads_out = false;
+  bool masked = false, reads_out = false, strided = false;
   std::vector<int> flat_buffers;
   for (const Stmt& s : k.body) {
     if (s.kind != Stmt::Kind::Load || k.uniform(s)) continue;
     masked |= !s.when.empty();
     reads_out |= k.buffers[size_t(s.buffer)].output;
+    strided |= s.index != flat;
     if (s.when.empty() && s.index == flat &&
         std::find(flat_buffers.begin(), flat_buffers.end(), s.buffer) == flat_buffers.end())
       flat_buffers.push_back(s.buffer);
@@ -105,9 +107,6 @@ CudaLaunch render_cuda_elementwise(std::ostringstream& os, const kir::Kernel& k)
     // those are computed once a vector (from its first element, ib) and the last one steps by
     // u, so inputs read through index math cost a division a vector, not one an element.
     const size_t nd = k.domain.size();
-    bool strided = false;
-    for (const Stmt& s : k.body)
-      strided |= s.kind == Stmt::Kind::Load && !k.uniform(s) && s.index != flat;
     const bool shared_coords = (strided || masked) && row_of_vectors &&
                                nd < size_t(kVecLast - kVecOuter);
     const Index::Substitution at_ib = flat_coordinates(k.domain, kVecOuter - 1);
@@ -136,8 +135,12 @@ CudaLaunch render_cuda_elementwise(std::ostringstream& os, const kir::Kernel& k)
       os << "      const int64_t ib = q * " << V << ";\n";
       for (size_t d = 0; d < nd; ++d) {
         const Index c = *at_ib(kir::kCoord + int(d));
-        os << "      const int64_t " << (d + 1 == nd ? std::string("cl0") : "c" + std::to_string(d))
-           << " = " << c.str(ib_names) << ";\n";
+        os << "      const int64_t ";
+        if (d + 1 == nd)
+          os << "cl0";
+        else
+          os << "c" << d;
+        os << " = " << c.str(ib_names) << ";\n";
       }
     }
     for (int b : flat_buffers) {

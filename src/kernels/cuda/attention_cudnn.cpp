@@ -9,7 +9,9 @@
 #include <cudnn_frontend.h>
 #include <dlfcn.h>
 
+#include <array>
 #include <atomic>
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -87,15 +89,18 @@ cudnnHandle_t handle(int device) {
   return h;
 }
 
+// Compute capability 8.0 or more, asked once a device (no lock on the calls after).
 bool capable(int device) {
-  static std::mutex m;
-  static std::map<int, bool> seen;
-  std::lock_guard<std::mutex> lock(m);
-  auto it = seen.find(device);
-  if (it != seen.end()) return it->second;
-  int major = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  return seen[device] = major >= 8;
+  static std::array<std::atomic<int8_t>, 64> seen{};  // 0 not asked, 1 yes, 2 no
+  if (device < 0 || device >= int(seen.size())) return false;
+  int8_t v = seen[size_t(device)].load(std::memory_order_relaxed);
+  if (v == 0) {
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    v = major >= 8 ? 1 : 2;
+    seen[size_t(device)].store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
 }
 
 std::vector<int64_t> dims_of(const Tensor& t) {
@@ -132,28 +137,44 @@ struct Built {
   std::shared_ptr<fe::graph::Graph> graph;
   int64_t workspace = 0;
 };
-std::map<std::string, std::optional<Built>>& graphs() {
-  static std::map<std::string, std::optional<Built>> g;
-  return g;
+// What a graph is built for: direction, causal, scale, then each tensor's dtype, device, sizes
+// and strides. Integers, so that the per-call lookup formats nothing.
+using Key = std::vector<int64_t>;
+enum Direction : int64_t { kForward, kBackward };
+
+Key key_of(Direction dir, const std::vector<const Tensor*>& ts, const Attrs& a) {
+  Key k{dir, a.flag, std::bit_cast<int64_t>(a.value2)};
+  for (const Tensor* t : ts) {
+    k.push_back(int64_t(t->dtype()));
+    k.push_back(t->device().index);
+    for (int64_t d = 0; d < t->dim(); ++d) {
+      k.push_back(t->size(d));
+      k.push_back(t->stride(d));
+    }
+  }
+  return k;
 }
 
-std::string key_of(const char* kind, const std::vector<const Tensor*>& ts, const Attrs& a) {
-  std::ostringstream k;
-  k << kind << (a.flag ? " causal" : " full") << " scale " << std::hexfloat << a.value2
-    << std::dec;
-  for (const Tensor* t : ts) {
-    k << " " << dtype_name(t->dtype()) << " " << t->device().str();
-    for (int64_t d = 0; d < t->dim(); ++d) k << " " << t->size(d) << ":" << t->stride(d);
-  }
-  return k.str();
+// The key in words, for the log lines.
+std::string describe(const Key& k) {
+  std::ostringstream os;
+  os << (k[0] == kForward ? "forward" : "backward") << (k[1] ? " causal" : "") << " scale "
+     << std::bit_cast<double>(k[2]) << ", tensors (dtype, device, size:stride ...):";
+  for (size_t i = 3; i < k.size(); ++i) os << " " << k[i];
+  return os.str();
+}
+
+std::map<Key, std::optional<Built>>& graphs() {
+  static std::map<Key, std::optional<Built>> g;
+  return g;
 }
 
 // Validates, plans and builds g; the Built, or nullopt (noted) when a step fails.
 std::optional<Built> build(std::shared_ptr<fe::graph::Graph> g, cudnnHandle_t h,
-                           const std::string& key) {
+                           const Key& key) {
   auto failed = [&](fe::error_t e, const char* step) {
     if (e.is_good()) return false;
-    note("attention: cuDNN " + std::string(step) + " failed (" + e.get_message() + ") for " + key +
+    note("attention: cuDNN " + std::string(step) + " failed (" + e.get_message() + ") for " + describe(key) +
          "; ember's kernels run");
     return true;
   };
@@ -163,7 +184,7 @@ std::optional<Built> build(std::shared_ptr<fe::graph::Graph> g, cudnnHandle_t h,
     return std::nullopt;
   Built b{g, 0};
   if (failed(g->get_workspace_size(b.workspace), "workspace")) return std::nullopt;
-  note("attention: cuDNN graph built for " + key);
+  note("attention: cuDNN graph built for " + describe(key));
   return b;
 }
 
@@ -199,7 +220,7 @@ enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
 // Runs the graph of `key` (built by make() the first time) on the device's stream; false when
 // cuDNN refuses the problem or the run.
 template <class Make>
-bool run_locked(const std::string& key, int device, Make make,
+bool run_locked(const Key& key, int device, Make make,
                 std::unordered_map<int64_t, void*>& pack) {
   cudnnHandle_t h = handle(device);
   if (!h) return false;
@@ -214,7 +235,7 @@ bool run_locked(const std::string& key, int device, Make make,
   if (fe::detail::set_stream(h, detail::stream(device)) != CUDNN_STATUS_SUCCESS) return false;
   fe::error_t e = b.graph->execute(h, pack, ws.defined() ? ws.impl()->data() : nullptr);
   if (e.is_bad()) {
-    note("attention: cuDNN execute failed (" + e.get_message() + ") for " + key +
+    note("attention: cuDNN execute failed (" + e.get_message() + ") for " + describe(key) +
          "; ember's kernels run from now on");
     it->second.reset();
     return false;
@@ -226,12 +247,12 @@ bool run_locked(const std::string& key, int device, Make make,
 // run_locked under the mutex; the frontend's exceptions (a library it cannot load, say) end
 // in false, and that key is not tried again.
 template <class Make>
-bool run(const std::string& key, int device, Make make, std::unordered_map<int64_t, void*> pack) {
+bool run(const Key& key, int device, Make make, std::unordered_map<int64_t, void*> pack) {
   std::lock_guard<std::mutex> lock(mutex());
   try {
     return run_locked(key, device, make, pack);
   } catch (const std::exception& e) {
-    note("attention: cuDNN raised (" + std::string(e.what()) + ") for " + key +
+    note("attention: cuDNN raised (" + std::string(e.what()) + ") for " + describe(key) +
          "; ember's kernels run");
     graphs()[key].reset();
     return false;
@@ -247,7 +268,7 @@ bool cudnn_attention(std::span<const Tensor> in, std::span<Tensor> out, const At
   if (!takes(q, k, v, a) || !laid_out(out[0]) || out[1].dtype() != DType::Float32 ||
       !out[1].is_contiguous())
     return false;
-  const std::string key = key_of("forward", {&q, &k, &v, &out[0]}, a);
+  const Key key = key_of(kForward, {&q, &k, &v, &out[0]}, a);
   auto make = [&] {
     auto g = new_graph(q.dtype());
     auto Q = input(*g, "q", kQ, q), K = input(*g, "k", kK, k), V = input(*g, "v", kV, v);
@@ -275,7 +296,7 @@ bool cudnn_attention_backward(std::span<const Tensor> in, std::span<Tensor> out,
   if (!takes(q, k, v, a) || !laid_out(o) || !laid_out(go) || lse.dtype() != DType::Float32 ||
       !lse.is_contiguous() || !laid_out(out[0]) || !laid_out(out[1]) || !laid_out(out[2]))
     return false;
-  const std::string key = key_of("backward", {&q, &k, &v, &o, &go, &out[0], &out[1], &out[2]}, a);
+  const Key key = key_of(kBackward, {&q, &k, &v, &o, &go, &out[0], &out[1], &out[2]}, a);
   auto make = [&] {
     auto g = new_graph(q.dtype());
     auto Q = input(*g, "q", kQ, q), K = input(*g, "k", kK, k), V = input(*g, "v", kV, v);

@@ -245,8 +245,8 @@ void launch_columns(const T* in, T* out, const ReducePlan& p, Op op, bool divide
     return n > 0 ? n : 80;
   }();
   // A plain [rows, n] matrix with aligned rows takes the vector kernel.
-  constexpr int V = 16 / sizeof(T) >= 1 ? int(16 / sizeof(T)) : 1;
-  const bool vec = V > 1 && p.kept_ndim == 1 && p.red_ndim == 1 && p.outputs % V == 0 &&
+  constexpr int V = int(16 / sizeof(T));
+  const bool vec = p.kept_ndim == 1 && p.red_ndim == 1 && p.outputs % V == 0 &&
                    reinterpret_cast<uintptr_t>(in) % 16 == 0 &&
                    (p.red_strides[0] * int64_t(sizeof(T))) % 16 == 0;
   const int64_t columns = vec ? int64_t(kColumns) * V : kColumns;
@@ -262,15 +262,11 @@ void launch_columns(const T* in, T* out, const ReducePlan& p, Op op, bool divide
   A* pp = static_cast<A*>(partial.impl()->data());
   cudaStream_t s = detail::stream(dev.index);
   const dim3 grid{unsigned(groups), unsigned(splits)}, block{kColumns, kRowLanes};
-  if constexpr (V > 1) {
-    if (vec)
-      column_partial_vec_kernel<T, A, Op, V><<<grid, block, 0, s>>>(in, pp, p.outputs, p.reduced,
-                                                                    p.red_strides[0], op);
-    else
-      column_partial_kernel<T, A, Op><<<grid, block, 0, s>>>(in, pp, p, op);
-  } else {
+  if (vec)
+    column_partial_vec_kernel<T, A, Op, V><<<grid, block, 0, s>>>(in, pp, p.outputs, p.reduced,
+                                                                  p.red_strides[0], op);
+  else
     column_partial_kernel<T, A, Op><<<grid, block, 0, s>>>(in, pp, p, op);
-  }
   detail::check(cudaGetLastError(), name);
   const int threads = 256;
   const int64_t blocks = std::min<int64_t>((p.outputs + threads - 1) / threads, 65535);
