@@ -381,10 +381,7 @@ std::string CompiledGraph::describe_step(size_t s) const {
                     : g.gemm     ? "gemm + epilogue"
                     : g.row      ? "row"
                                  : "pointwise";
-    d += " (";
-    for (size_t i = 0; i < g.nodes.size(); ++i)
-      d += (i ? ", " : "") + std::string(op_name(g.nodes[i]->op));
-    return d + ") -> " + value_type_str(*g.output);
+    return d + " " + group_ops_str(g);
   };
   if (batch_at_[s] < 0) return kernel(st.kernel);
   const Batch& b = batches_[size_t(batch_at_[s])];

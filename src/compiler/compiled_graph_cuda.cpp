@@ -36,10 +36,7 @@ void log_decision(const std::string& text) {
 
 // The EMBER_PROFILE_OPS row of a generated kernel: its kind, its ops and its output's type.
 std::string profile_key(const FusionGroup& g) {
-  std::string d = g.row ? "generated row (" : "generated pointwise (";
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    d += (i ? ", " : "") + std::string(op_name(g.nodes[i]->op));
-  return d + ") -> " + graph::value_type_str(*g.output);
+  return (g.row ? "generated row " : "generated pointwise ") + group_ops_str(g);
 }
 
 }  // namespace

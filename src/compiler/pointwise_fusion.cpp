@@ -578,4 +578,11 @@ FusionPlan plan_fusion(const graph::Graph& g, Device device) {
   return plan;
 }
 
+std::string group_ops_str(const FusionGroup& g) {
+  std::string d = "(";
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    d += (i ? ", " : "") + std::string(op_name(g.nodes[i]->op));
+  return d + ") -> " + graph::value_type_str(*g.output);
+}
+
 }  // namespace ember::compiler

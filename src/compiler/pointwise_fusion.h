@@ -122,5 +122,7 @@ struct FusionPlan {
 // form: matmuls, attention and column sums stay the eager kernels' (cuBLAS, the fused
 // attention), their producers and consumers fused around them.
 FusionPlan plan_fusion(const graph::Graph& g, Device device = kCPU);
+// A group's ops and output for profiles and logs: "(add, relu) -> f32[4, 8]".
+std::string group_ops_str(const FusionGroup& g);
 
 }  // namespace ember::compiler
