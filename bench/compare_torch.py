@@ -81,6 +81,20 @@ def seconds_of(fn):
     return time.perf_counter() - t0
 
 
+def host_ms(fn, repeat=5):
+    """Median wall ms to queue one call of fn, the device idle at its start: near fn's device
+    time, the GPU waits on the host."""
+    times = []
+    for _ in range(repeat):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1000)
+    torch.cuda.synchronize()
+    times.sort()
+    return times[len(times) // 2]
+
+
 def peak_mb(fn):
     """Peak allocated MB over one call of fn, above what was allocated before it."""
     torch.cuda.synchronize()
@@ -272,7 +286,9 @@ def gpt_compiled_step_row(name, shape, quick, repeat, use_compile):
     tokens = x.numel()
     return row(name, ms, compiled_ms=cms, compile_s=compile_s,
                tokens_per_s=tokens / (cms / 1000) if cms else None,
-               eager_tokens_per_s=tokens / (ms / 1000), eager_peak_mb=peak_mb(eager),
+               eager_tokens_per_s=tokens / (ms / 1000), host_ms=host_ms(eager),
+               compiled_host_ms=host_ms(compiled) if compiled else None,
+               eager_peak_mb=peak_mb(eager),
                compiled_peak_mb=peak_mb(compiled) if compiled else None,
                note="bfloat16 autocast; compiled: torch.compile(model), torch.compile(opt.step)")
 
@@ -535,7 +551,7 @@ def ratios(ember, torch_):
                      compiled_ember_over_torch=e["compiled_ms"] / t["compiled_ms"])
         e = dict(e, compile_s=e.get("compile_s", e.get("cold_compile_s")))  # gpt_forward rows
         for k in ("fraction_of_copy", "eager_fraction_of_copy", "peak_mb", "eager_peak_mb",
-                  "compiled_peak_mb", "us_per_op", "compile_s"):
+                  "compiled_peak_mb", "us_per_op", "compile_s", "host_ms", "compiled_host_ms"):
             if e.get(k) is not None and t.get(k) is not None:
                 r[f"ember_{k}"], r[f"torch_{k}"] = e[k], t[k]
         if e.get("warm_start_s") is not None:  # ember's own: torch.compile's has no such row

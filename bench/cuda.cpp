@@ -100,6 +100,22 @@ double seconds_of(const std::function<void()>& fn) {
 }
 
 // Peak allocated MB on the device over one call of fn, above what was allocated before it.
+// The host's share of fn: the median time to queue it, the device idle at its start. Near fn's
+// device time, the GPU waits on the host; well below, the kernels are what take the time.
+double host_ms(const std::function<void()>& fn, int repeat) {
+  std::vector<double> host;
+  for (int i = 0; i < repeat; ++i) {
+    cuda::synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    host.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  cuda::synchronize();
+  std::sort(host.begin(), host.end());
+  return host[host.size() / 2];
+}
+
 double peak_mb(const std::function<void()>& fn) {
   sync_all();
   cuda::reset_peak_memory_stats();
@@ -391,21 +407,9 @@ EMBER_BENCH(cuda) {
     cuda::reset_peak_memory_stats();
     const size_t before = cuda::memory_stats().allocated_bytes;
     const double ms = gpu_ms(step, opt.quick ? 2 : 10);
-    // The host's share: the time to queue one step (the device idle at its start). Near the
-    // step time, the GPU waits on the host; well below, the kernels are what take the time.
-    std::vector<double> host;
-    for (int i = 0; i < (opt.quick ? 2 : 5); ++i) {
-      cuda::synchronize();
-      const auto t0 = std::chrono::steady_clock::now();
-      step();
-      host.push_back(
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    }
-    cuda::synchronize();
-    std::sort(host.begin(), host.end());
     Row r{name, ms};
     r.device = kGpu.str();
-    r.extra.push_back({"host_ms", host[host.size() / 2]});
+    r.extra.push_back({"host_ms", host_ms(step, opt.quick ? 2 : 5)});
     r.extra.push_back({"peak_mb", double(cuda::memory_stats().peak_allocated_bytes - before) / 1e6});
     r.extra.push_back({"tokens_per_s", double(c.batch * c.block) / (ms / 1000)});
     r.note = bf16 ? "bfloat16 autocast, eager" : "float32, eager";
@@ -478,6 +482,8 @@ EMBER_BENCH(cuda) {
     r.extra.push_back({"warm_start_s", warm_s});
     r.extra.push_back({"tokens_per_s", tokens / (cms / 1000)});
     r.extra.push_back({"eager_tokens_per_s", tokens / (ms / 1000)});
+    r.extra.push_back({"host_ms", host_ms([&] { step(false); }, opt.quick ? 2 : 5)});
+    r.extra.push_back({"compiled_host_ms", host_ms([&] { step(true); }, opt.quick ? 2 : 5)});
     r.extra.push_back({"eager_peak_mb", peak_mb([&] { step(false); })});
     r.extra.push_back({"compiled_peak_mb", peak_mb([&] { step(true); })});
     r.note = "bfloat16 autocast; compiled: model.loss and AdamW::set_compiled";

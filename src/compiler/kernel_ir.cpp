@@ -93,6 +93,7 @@ std::string print(const Kernel& k) {
         for (size_t c = 0; c < s.when.size(); ++c)
           os << (c ? " and " : " where ") << s.when[c].str(names);
         if (k.uniform(s)) os << " (uniform)";
+        if (s.iota) os << " (iota " << s.iota_start << " + " << s.iota_step << " * offset)";
         break;
       case Stmt::Kind::Call:
         os << s.out << " = " << s.functor << "(";
@@ -175,6 +176,7 @@ void stmt_form(const Stmt& s, std::string& out) {
     std::snprintf(v, sizeof v, " %.17g", s.constant);
     out += v;
   }
+  if (s.iota) out += " iota" + std::to_string(s.iota_start) + ',' + std::to_string(s.iota_step);
   out += s.size_valued ? " sized;" : ";";
 }
 

@@ -62,6 +62,11 @@ struct Stmt {
   std::vector<std::string> args;  // Call operands; Cast, Store: the one value
   double constant = 0;            // Const
   bool size_valued = false;       // Const: the value is the size expression `index`
+  // Load of an arange's buffer (contiguous, integral start and step, every value exact in
+  // dtype): the value is iota_start + iota_step * index, computed instead of read. The buffer
+  // still holds those values, so a renderer may read it instead.
+  bool iota = false;
+  int64_t iota_start = 0, iota_step = 1;
 };
 
 // A row kernel computes a row op over the last dim of its input (the kernel's domain) with

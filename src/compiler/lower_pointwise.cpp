@@ -2,6 +2,7 @@
 // node, the store of the root. slice_backward becomes a load of its grad under the slice's
 // conditions on the last coordinate.
 #include <algorithm>
+#include <cmath>
 
 #include "compiler/codegen_util.h"
 #include "compiler/lower.h"
@@ -50,6 +51,32 @@ kir::Stmt slice_backward_load(const graph::Node& node, int buffer) {
 
 }  // namespace
 
+// Marks a load of `v` as an iota (kir::Stmt::iota) where v is an arange's output that the
+// kernel can compute at each offset: contiguous, integral start and step, every value exact in
+// its dtype (a float's mantissa holds it).
+void mark_iota(kir::Stmt& s, const graph::Value& v) {
+  const graph::Node* p = v.producer;
+  if (!p || p->op != OpId::arange || v.meta.sizes.size() != 1 || v.meta.strides[0] != 1) return;
+  const double start = p->attrs.value, step = p->attrs.value2;
+  const double last = start + step * double(std::max<int64_t>(v.meta.sizes[0] - 1, 0));
+  double exact = 0;  // the largest magnitude every integer below is exact at
+  switch (v.meta.dtype) {
+    case DType::Int64: exact = 0x1p62; break;
+    case DType::Int32: exact = 0x1p31 - 1; break;
+    case DType::Float64: exact = 0x1p53; break;
+    case DType::Float32: exact = 0x1p24; break;
+    case DType::Float16: exact = 0x1p11; break;
+    case DType::BFloat16: exact = 0x1p8; break;
+    default: return;
+  }
+  if (start != std::trunc(start) || step != std::trunc(step) ||
+      std::max(std::fabs(start), std::fabs(last)) > exact)
+    return;
+  s.iota = true;
+  s.iota_start = int64_t(start);
+  s.iota_step = int64_t(step);
+}
+
 kir::Kernel kernel_of_group(const FusionGroup& grp, const Shape& domain,
                             const std::string& name) {
   kir::Kernel k;
@@ -97,6 +124,7 @@ kir::Kernel lower_elementwise(const FusionGroup& grp, const std::string& name) {
     s.dtype = v->meta.dtype;
     s.buffer = buffer_of(v);
     s.index = shape_numel(v->meta.sizes) == 1 ? kir::Index(0) : broadcast_index(*v, shape);
+    mark_iota(s, *v);
     k.body.push_back(s);
   }
   for (const graph::Node* node : grp.nodes) {

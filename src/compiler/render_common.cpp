@@ -48,6 +48,13 @@ std::string value_decl(const Stmt& s) {
   return std::string("const ") + compute_type(s.dtype) + " " + s.out + " = ";
 }
 
+std::string iota_value(const Stmt& s, const std::string& offset) {
+  std::string v = "(" + offset + ")";
+  if (s.iota_step != 1) v = std::to_string(s.iota_step) + "LL * " + v;
+  if (s.iota_start != 0) v = std::to_string(s.iota_start) + "LL + " + v;
+  return std::string(compute_type(s.dtype)) + "(int64_t(" + v + "))";
+}
+
 void emit_pointwise_body(std::ostringstream& os, const kir::Kernel& k, const std::string& in,
                          const std::function<std::string(const Stmt&)>& offset,
                          const std::string& store_to,
@@ -59,6 +66,10 @@ void emit_pointwise_body(std::ostringstream& os, const kir::Kernel& k, const std
     switch (s.kind) {
       case Stmt::Kind::Load: {
         if (k.uniform(s)) break;
+        if (s.iota) {  // an arange's value at this offset, computed instead of read
+          os << in << value_decl(s) << iota_value(s, offset(s)) << ";\n";
+          break;
+        }
         if (s.when.empty()) {
           std::string e = element ? element(s) : std::string();
           if (e.empty()) e = buffer_name(k, s.buffer) + "[" + offset(s) + "]";

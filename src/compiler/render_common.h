@@ -23,6 +23,8 @@ kir::Index::Substitution flat_coordinates(const std::vector<kir::Index>& dims, i
 std::string buffer_name(const kir::Kernel& k, int b);
 // "const float v12 = ": the declaration of a statement's value in its compute type.
 std::string value_decl(const kir::Stmt& s);
+// An iota load's value (kir::Stmt::iota) at element offset `offset`, in its compute type.
+std::string iota_value(const kir::Stmt& s, const std::string& offset);
 
 // An elementwise kernel's statements at one element, one a line: `offset(load)` spells a
 // load's element offset, `element(load)` (when given and not "") the whole element read

@@ -60,6 +60,10 @@ CudaLaunch render_cuda_elementwise(std::ostringstream& os, const kir::Kernel& k)
   std::vector<int> flat_buffers;
   for (const Stmt& s : k.body) {
     if (s.kind != Stmt::Kind::Load || k.uniform(s)) continue;
+    if (s.iota) {  // computed from its offset: nothing to load
+      strided |= s.index != flat;
+      continue;
+    }
     masked |= !s.when.empty();
     reads_out |= k.buffers[size_t(s.buffer)].output;
     strided |= s.index != flat;

@@ -108,8 +108,10 @@ graph::Value* input(graph::Graph& g, const Shape& sizes, DType t) {
 
 // g's one elementwise group rendered for CUDA and run on the host on `inputs`, against the
 // graph's eager result.
+// `given`: the values of group inputs that are not graph inputs (a node's output left to eager).
 void expect_host_run_matches(const graph::Graph& g, const std::vector<Tensor>& inputs,
-                             const std::string& what) {
+                             const std::string& what,
+                             const std::vector<std::pair<const graph::Value*, Tensor>>& given = {}) {
   const FusionPlan plan = plan_fusion(g);
   ASSERT_EQ(plan.groups.size(), 1u) << what;
   const FusionGroup& grp = plan.groups[0];
@@ -125,8 +127,10 @@ void expect_host_run_matches(const graph::Graph& g, const std::vector<Tensor>& i
   // Arguments as the compiled graph passes them: the group's inputs, then its output.
   std::vector<uint64_t> args;
   for (const graph::Value* v : grp.inputs) {
-    const Tensor& t = inputs[size_t(std::find(g.inputs().begin(), g.inputs().end(), v) -
-                                    g.inputs().begin())];
+    const auto at = std::find(g.inputs().begin(), g.inputs().end(), v);
+    const auto kept = std::find_if(given.begin(), given.end(), [&](const auto& p) { return p.first == v; });
+    ASSERT_TRUE(at != g.inputs().end() || kept != given.end()) << what;
+    const Tensor& t = at != g.inputs().end() ? inputs[size_t(at - g.inputs().begin())] : kept->second;
     args.push_back(reinterpret_cast<uint64_t>(t.impl()->data()));
   }
   Tensor out = empty(want[0].sizes(), TensorOptions(want[0].dtype()));
@@ -180,6 +184,40 @@ TEST(RenderCudaHost, MaskedLoadsInTheVectorLoopMatchEager) {
       }
       g.set_outputs({sum});
       expect_host_run_matches(g, inputs, std::string(dtype_name(t)) + " n " + std::to_string(n));
+    }
+}
+
+// Cross entropy's grad compares each column with its class index, an arange: the kernel computes
+// the index instead of reading it. The arange's buffer is handed over filled with -1, so a
+// read of it would show.
+TEST(RenderCudaHost, ArangeValuesAreComputedNotRead) {
+  for (DType t : {DType::Float32, DType::BFloat16})
+    for (int64_t n : {96, 77}) {
+      graph::Graph g;
+      graph::Value* logits = input(g, {13, n}, t);
+      graph::Value* target = input(g, {13, 1}, DType::Int64);
+      Attrs a;
+      a.shape = {n};
+      a.value = 0;
+      a.value2 = 1;
+      a.dtype = DType::Int64;
+      graph::Value* classes = g.add_node(OpId::arange, {}, a, {})->outputs[0];
+      graph::Value* hit = g.add_node(OpId::eq, {target, classes}, {}, {})->outputs[0];
+      Attrs c;
+      c.dtype = t;
+      graph::Value* one = g.add_node(OpId::cast, {hit}, c, {})->outputs[0];
+      g.set_outputs({g.add_node(OpId::sub, {logits, one}, {}, {})->outputs[0]});
+      const FusionPlan plan = plan_fusion(g);
+      ASSERT_EQ(plan.groups.size(), 1u);
+      const kir::Kernel k = lower_elementwise(plan.groups[0], "kernel_0");
+      int iotas = 0;
+      for (const kir::Stmt& s : k.body) iotas += s.kind == kir::Stmt::Kind::Load && s.iota;
+      EXPECT_EQ(iotas, 1) << kir::print(k);
+      manual_seed(uint64_t(n));
+      const Tensor poison = full({n}, -1.0, DType::Int64);
+      expect_host_run_matches(g, {randn({13, n}).to(t), randint(0, n, {13, 1}, DType::Int64)},
+                              std::string(dtype_name(t)) + " n " + std::to_string(n),
+                              {{classes, poison}});
     }
 }
 
