@@ -66,10 +66,14 @@ void OpNode::release() {
 }
 
 namespace {
+// A view counts when it is all of its memory (a reshape of a result whose base is gone): with
+// the storage held by this handle alone, nothing else can see the grad's elements.
 bool sole_owner(const Tensor& g) {
   const TensorImpl& t = *g.impl();
-  return g.impl_ptr().use_count() == 1 && t.storage && t.storage.use_count() == 1 &&
-         !t.is_view && t.offset == 0 && t.is_contiguous() && !t.requires_grad() &&
+  if (!t.storage) return false;
+  const bool whole = !t.is_view || t.storage->nbytes == size_t(g.numel()) * dtype_size(g.dtype());
+  return g.impl_ptr().use_count() == 1 && t.storage.use_count() == 1 && whole &&
+         t.offset == 0 && t.is_contiguous() && !t.requires_grad() &&
          !(t.autograd && t.autograd->grad_fn) && !t.symbolic;
 }
 }  // namespace

@@ -63,19 +63,23 @@ struct Table {
       std::fprintf(stderr, "[ember op profile] the last %zu GPU timings could not be read\n",
                    pending.size());
     }
+    if (!rows.empty()) print("");
+    // The CUDA runtime may be gone at exit: the events are left to the driver to free.
+    for (auto& e : events) static_cast<void>(e.release());
+  }
+  void print(const std::string& title) const {
     std::vector<std::pair<std::pair<std::string, std::string>, Entry>> v(rows.begin(), rows.end());
     std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second.ms > b.second.ms; });
     double total = 0;
     for (auto& [k, e] : v) total += e.ms;
-    std::fprintf(stderr, "[ember op profile] %.3f ms in kernels, by op:\n", total);
+    std::fprintf(stderr, "[ember op profile] %.3f ms in kernels%s%s, by op:\n", total,
+                 title.empty() ? "" : " of ", title.c_str());
     std::fprintf(stderr, "  %-22s %-8s %10s %12s %9s %6s\n", "op", "device", "calls", "total ms",
                  "us/call", "share");
     for (auto& [k, e] : v)
       std::fprintf(stderr, "  %-22s %-8s %10lld %12.3f %9.2f %5.1f%%\n", k.first.c_str(),
                    k.second.c_str(), (long long)e.calls, e.ms, 1000 * e.ms / double(e.calls),
                    total > 0 ? 100 * e.ms / total : 0.0);
-    // The CUDA runtime may be gone at exit: the events are left to the driver to free.
-    for (auto& e : events) static_cast<void>(e.release());
   }
 };
 
@@ -136,6 +140,23 @@ void gpu_end(GpuMark mark, const std::string& key, Device device) {
   t.events[size_t(end)]->record(device.index);
   t.pending.push_back({{key, device.str()}, mark.slot, end});
   if (t.pending.size() >= kFlushAt) t.flush();
+}
+
+void restart() {
+  if (!enabled()) return;
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.flush();
+  t.rows.clear();
+}
+
+void print_now(const std::string& title) {
+  if (!enabled()) return;
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.flush();
+  t.print(title);
+  t.rows.clear();
 }
 
 }  // namespace ember::op_profile

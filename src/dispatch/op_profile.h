@@ -22,6 +22,11 @@ std::string row_key(OpId op, std::span<const Tensor> inputs);
 // Adds one run of the row `key` on `device` taking `ms` (host-timed ops).
 void record(const std::string& key, Device device, double ms);
 
+// Drops what was recorded so far (GPU timings pending are read first).
+void restart();
+// Prints the table now, headed by `title`, and starts a new one (no-op when not enabled).
+void print_now(const std::string& title);
+
 // Events around a GPU kernel: begin before launching it, end after.
 struct GpuMark {
   int slot = -1;

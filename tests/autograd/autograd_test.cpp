@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/allocator.h"
 #include "ember/ember.h"
 
 namespace ember {
@@ -73,6 +74,25 @@ TEST(Autograd, FirstGradsNeverAliasOtherTensors) {
   expect_near(vals(w.grad()), {5, 5, 5, 5});
   (big * big).sum().backward();
   expect_near(vals(big.grad()), {10, 12});
+}
+
+// A first grad that arrives as a view covering all of its memory (a reshape's grad, the
+// reshaped result held by nothing else) is taken as it is, not copied: backward allocates the
+// one grad, and the grad is right.
+TEST(Autograd, AWholeViewGradIsTakenWithoutACopy) {
+  const int64_t n = 1 << 20;
+  Tensor w = randn({1024, 1024}, DType::Float32).requires_grad_();
+  Tensor c = randn({n}, DType::Float32);
+  Tensor loss = (w.reshape({n}) * c).sum();
+  cpu_reset_peak();
+  const size_t before = cpu_allocator_stats().allocated_bytes;
+  loss.backward();
+  const double peak = double(cpu_allocator_stats().peak_allocated_bytes - before);
+  EXPECT_LT(peak, 1.5 * double(n) * 4) << "the grad was copied";
+  EXPECT_EQ((w.grad().reshape({n}) - c).abs().amax().item(), 0.0);
+  // It is the leaf's own: changing it leaves c alone.
+  w.grad().mul_(2.0);
+  EXPECT_EQ((w.grad().reshape({n}) - c * 2.0).abs().amax().item(), 0.0);
 }
 
 TEST(Autograd, DiamondGraphSumsBothPaths) {

@@ -103,5 +103,33 @@ TEST(CudaOps, GradientsMatchTheCpuGradients) {
   EXPECT_GT(compared, 0);
 }
 
+// layer_norm's grads over many rows (the column sums of dw and db span several blocks, and rows
+// that are no multiple of a block's) and rows of several lengths (held in registers, or not:
+// 1001 columns are no whole number of 16-byte chunks), against the CPU in float64.
+TEST(CudaOps, LayerNormGradsOverManyRowsMatchTheCpu) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  for (DType t : {DType::Float32, DType::BFloat16})
+    for (auto [rows, n] : {std::pair<int64_t, int64_t>{4099, 768}, {2500, 384}, {700, 1001}}) {
+      manual_seed(uint64_t(rows + n));
+      const Tensor x = randn({rows, n}), w = randn({n}), b = randn({n}), g = randn({rows, n});
+      auto grads = [&](DType dt, Device d) {
+        Tensor xl = x.to(t).to(dt).to(d).requires_grad_(true);
+        Tensor wl = w.to(t).to(dt).to(d).requires_grad_(true);
+        Tensor bl = b.to(t).to(dt).to(d).requires_grad_(true);
+        (layer_norm(xl, {n}, wl, bl, 1e-5) * g.to(t).to(dt).to(d)).sum().backward();
+        return std::vector<Tensor>{xl.grad(), wl.grad(), bl.grad()};
+      };
+      const std::vector<Tensor> got = grads(t, kGpu), want = grads(DType::Float64, kCPU);
+      const char* names[] = {"dx", "dw", "db"};
+      for (size_t k = 0; k < 3; ++k) {
+        const Tensor a = got[k].to(kCPU).to(DType::Float64);
+        const double scale = want[k].abs().amax().item();
+        const double err = (a - want[k]).abs().amax().item();
+        EXPECT_LE(err, (t == DType::Float32 ? 1e-4 : 2e-2) * scale)
+            << dtype_name(t) << " [" << rows << ", " << n << "] " << names[k];
+      }
+    }
+}
+
 }  // namespace
 }  // namespace ember::test

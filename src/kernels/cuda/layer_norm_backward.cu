@@ -1,10 +1,12 @@
 // CUDA layer_norm_backward: with xhat = (x - mean) * rstd and gw = g * w,
 //   dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))   (a warp a row, two passes over it)
 //   dw = sum over rows of g * xhat, db = sum over rows of g (column partials, then a fold)
-// in the compute type (float for float32 and the half types, double for float64). Both column
-// passes fold in a fixed order, so the grads are the same from run to run. Operands are made
+// in the compute type (float for float32 and the half types, double for float64). The column
+// sums fold in a fixed order, so the grads are the same from run to run. Operands are made
 // contiguous first. Aligned rows of up to 32 * 8 16-byte chunks (1024 float32, 2048 half) are
-// held in registers for dx, and both passes read 16 bytes at a time.
+// held in registers, and one kernel computes dx and the column partials from a single read of g
+// and x; other rows take a dx pass and a column pass, each reading 16 bytes at a time where
+// aligned.
 #include <algorithm>
 
 #include "core/make_tensor.h"
@@ -45,27 +47,40 @@ __global__ void dx_kernel(const T* g, const T* x, const C* mean, const C* rstd, 
   }
 }
 
-// dx with the row held in registers (row_registers.cuh): one read of g and x, 16-byte accesses
-// where rows are aligned (V elements a chunk, E chunks a lane), for rows up to 32 * V * 8.
+// dx with the row held in registers (row_registers.cuh), and dw and db summed over the rows
+// from the g and x it holds: one read of g and x, 16-byte accesses (V elements a chunk, E chunks
+// a lane), for aligned rows up to 32 * V * 8. A lane's columns are the same in every row, so each lane adds its rows' g * xhat and g to registers;
+// the block's warps then fold those in warp order (shared memory, 2 n values) and the block
+// writes one row of partials, pw[block][col] and pb[block][col], for dw_db_final_kernel. g and
+// x are read once in all.
 template <class T, class C, int V, int E>
-__global__ void dx_rows_kernel(const T* g, const T* x, const C* mean, const C* rstd, const T* w,
-                               T* dx, int64_t rows, int n) {
+__global__ void dx_dw_rows_kernel(const T* g, const T* x, const C* mean, const C* rstd,
+                                  const T* w, T* dx, int64_t rows, int n, C* pw, C* pb) {
+  extern __shared__ unsigned char shared_bytes[];
+  C* sw = reinterpret_cast<C*>(shared_bytes);
+  C* sb = sw + n;
   const int lane = threadIdx.x & 31;
   const int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
-  C wv[E][V];
+  C wv[E][V], aw[E][V], ab[E][V];
   load_row<T, C, V, E>(w, n, lane, 32, wv);
+#pragma unroll
+  for (int k = 0; k < E; ++k)
+#pragma unroll
+    for (int i = 0; i < V; ++i) aw[k][i] = ab[k][i] = C(0);
   for (int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; r < rows; r += warps) {
     C gv[E][V], xv[E][V];
     load_row<T, C, V, E>(g + r * n, n, lane, 32, gv);
     load_row<T, C, V, E>(x + r * n, n, lane, 32, xv);
     const C mu = mean[r], rs = rstd[r];
-    C sum_gw = 0, sum_gwx = 0;  // elements past n read as 0, so their gw is 0
+    C sum_gw = 0, sum_gwx = 0;  // elements past n read as 0, so they add nothing anywhere
 #pragma unroll
     for (int k = 0; k < E; ++k)
 #pragma unroll
       for (int i = 0; i < V; ++i) {
-        gv[k][i] *= wv[k][i];
         xv[k][i] = (xv[k][i] - mu) * rs;
+        aw[k][i] += gv[k][i] * xv[k][i];
+        ab[k][i] += gv[k][i];
+        gv[k][i] *= wv[k][i];
         sum_gw += gv[k][i];
         sum_gwx += gv[k][i] * xv[k][i];
       }
@@ -76,16 +91,38 @@ __global__ void dx_rows_kernel(const T* g, const T* x, const C* mean, const C* r
       for (int i = 0; i < V; ++i) gv[k][i] = rs * (gv[k][i] - mean_gw - xv[k][i] * mean_gwx);
     store_row<T, C, V, E>(dx + r * n, n, lane, 32, gv);
   }
+  for (int c = threadIdx.x; c < n; c += blockDim.x) sw[c] = sb[c] = C(0);
+  __syncthreads();
+  const int warp = threadIdx.x >> 5;
+  for (int turn = 0; turn < int(blockDim.x >> 5); ++turn) {  // warp order: the same every run
+    if (warp == turn)
+#pragma unroll
+      for (int k = 0; k < E; ++k)
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          const int c = (k * 32 + lane) * V + i;
+          if (c < n) {
+            sw[c] += aw[k][i];
+            sb[c] += ab[k][i];
+          }
+        }
+    __syncthreads();
+  }
+  for (int c = threadIdx.x; c < n; c += blockDim.x) {
+    pw[int64_t(blockIdx.x) * n + c] = sw[c];
+    pb[int64_t(blockIdx.x) * n + c] = sb[c];
+  }
 }
 
-// Launches dx_rows_kernel with the fewest chunks a lane that hold the row; false when a row
+// Launches dx_dw_rows_kernel with the fewest chunks a lane that hold the row; false when a row
 // is longer than 8 chunks a lane.
 template <class T, class C, int V>
 bool launch_dx_rows(unsigned blocks, cudaStream_t stream, const T* g, const T* x, const C* mean,
-                    const C* rstd, const T* w, T* dx, int64_t rows, int64_t n) {
+                    const C* rstd, const T* w, T* dx, int64_t rows, int64_t n, C* pw, C* pb) {
   const int64_t e = (n + 32 * V - 1) / (32 * V);
   auto go = [&]<int E>() {
-    dx_rows_kernel<T, C, V, E><<<blocks, 256, 0, stream>>>(g, x, mean, rstd, w, dx, rows, int(n));
+    dx_dw_rows_kernel<T, C, V, E><<<blocks, 256, 2 * size_t(n) * sizeof(C), stream>>>(
+        g, x, mean, rstd, w, dx, rows, int(n), pw, pb);
     return true;
   };
   switch (e) {
@@ -219,12 +256,24 @@ void layer_norm_backward(std::span<const Tensor> in, std::span<Tensor> out, cons
     auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
     const bool vec = n % V == 0 && aligned(ptr(g)) && aligned(ptr(x)) && aligned(ptr(w)) &&
                      aligned(dx);
+    constexpr DType acc = std::is_same_v<C, double> ? DType::Float64 : DType::Float32;
+    // Rows held in registers: dx, dw and db from one read of g and x, a block's partials a row.
+    if (vec && rows > 0 && n > 0 && n <= 32 * V * 8) {
+      const int64_t blocks = std::min<int64_t>((rows + 7) / 8, int64_t(sm_count()) * 2);
+      Tensor partial = make_tensor({2, blocks, n}, acc, x.device());
+      C* pw = static_cast<C*>(partial.impl()->data());
+      C* pb = pw + blocks * n;
+      launch_dx_rows<T, C, V>(unsigned(blocks), stream, ptr(g), ptr(x), cptr(mean), cptr(rstd),
+                              ptr(w), dx, rows, n, pw, pb);
+      const int64_t fb = std::min<int64_t>((n + 255) / 256, 65535);
+      dw_db_final_kernel<T, C><<<unsigned(fb), 256, 0, stream>>>(pw, pb, int(blocks), n, dw, db);
+      detail::check(cudaGetLastError(), "layer_norm_backward");
+      return;
+    }
     if (rows > 0 && n > 0) {
       const int64_t blocks = std::min<int64_t>((rows + 7) / 8, int64_t(sm_count()) * 16);
-      if (!vec || !launch_dx_rows<T, C, V>(unsigned(blocks), stream, ptr(g), ptr(x), cptr(mean),
-                                           cptr(rstd), ptr(w), dx, rows, n))
-        dx_kernel<T, C><<<unsigned(blocks), 256, 0, stream>>>(ptr(g), ptr(x), cptr(mean),
-                                                              cptr(rstd), ptr(w), dx, rows, n);
+      dx_kernel<T, C><<<unsigned(blocks), 256, 0, stream>>>(ptr(g), ptr(x), cptr(mean),
+                                                            cptr(rstd), ptr(w), dx, rows, n);
       detail::check(cudaGetLastError(), "layer_norm_backward");
     }
     if (n == 0) return;
@@ -232,7 +281,6 @@ void layer_norm_backward(std::span<const Tensor> in, std::span<Tensor> out, cons
     const int64_t groups = (n + columns - 1) / columns;
     const int64_t want = (int64_t(sm_count()) * 8 + groups - 1) / groups;
     const int splits = int(std::clamp<int64_t>(std::min(want, rows / (kRowLanes * 8)), 1, 1024));
-    constexpr DType acc = std::is_same_v<C, double> ? DType::Float64 : DType::Float32;
     Tensor partial = make_tensor({2, int64_t(splits), n}, acc, x.device());
     C* pw = static_cast<C*>(partial.impl()->data());
     C* pb = pw + int64_t(splits) * n;
