@@ -70,10 +70,15 @@ void emit_pointwise_body(std::ostringstream& os, const kir::Kernel& k, const std
           os << in << value_decl(s) << iota_value(s, offset(s)) << ";\n";
           break;
         }
-        if (s.when.empty()) {
-          std::string e = element ? element(s) : std::string();
-          if (e.empty()) e = buffer_name(k, s.buffer) + "[" + offset(s) + "]";
+        // A value the renderer loaded already (a vector's element; masked ones read 0 outside
+        // their conditions there too).
+        if (std::string e = element ? element(s) : std::string(); !e.empty()) {
           os << in << value_decl(s) << load_value(s.dtype, e) << ";\n";
+          break;
+        }
+        if (s.when.empty()) {
+          os << in << value_decl(s)
+             << load_value(s.dtype, buffer_name(k, s.buffer) + "[" + offset(s) + "]") << ";\n";
           break;
         }
         const char* T = compute_type(s.dtype);

@@ -44,6 +44,33 @@ std::string vector_names(int id) {
   return loop_names(id);
 }
 
+// Whether masked load s reads, for the V columns cl0 .. cl0 + V - 1 of a vector (cl0 a multiple
+// of V), either all of them at consecutive offsets or none: each condition is j >= a or j < a
+// with a a multiple of V, and the offset steps by one along j. Such a load takes one vector
+// access a vector (cat's and slice grads' pieces).
+bool vector_uniform_mask(const Stmt& s, int last, int V) {
+  const Index j = kir::coord(last);
+  auto step = [&](const Index& e) {
+    return e.substitute([&](int id) -> std::optional<Index> {
+      if (id == kir::kCoord + last) return j + 1;
+      return std::nullopt;
+    }) - e;
+  };
+  auto at0 = [&](const Index& e) {
+    return e.substitute([&](int id) -> std::optional<Index> {
+      if (id == kir::kCoord + last) return Index(0);
+      return std::nullopt;
+    });
+  };
+  if (s.when.empty() || step(s.index) != Index(1)) return false;
+  for (const sym::Rel& r : s.when) {
+    if (r.op != sym::Rel::Op::Ge && r.op != sym::Rel::Op::Lt) return false;
+    const Index c = at0(r.diff);
+    if (step(r.diff) != Index(1) || !c.is_constant() || c.constant() % V != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 CudaLaunch render_cuda_elementwise(std::ostringstream& os, const kir::Kernel& k) {
@@ -152,6 +179,41 @@ CudaLaunch render_cuda_elementwise(std::ostringstream& os, const kir::Kernel& k)
       os << "      const " << ty << " a" << b << " = *reinterpret_cast<const " << ty << "*>(in"
          << b << " + q * " << V << ");\n";
     }
+    // Masked loads that hold or fail for a whole vector: one access at cl0 where they hold
+    // (16-byte aligned, else element by element), zeros where they fail.
+    std::vector<std::string> masked_vectors(k.body.size());
+    if (shared_coords)
+      for (size_t i = 0; i < k.body.size(); ++i) {
+        const Stmt& s = k.body[i];
+        if (s.kind != Stmt::Kind::Load || k.uniform(s) || s.iota ||
+            !vector_uniform_mask(s, int(nd) - 1, V))
+          continue;
+        auto at_cl0 = [&](int id) {
+          return id == kVecLast ? std::string("cl0") : vector_names(id);
+        };
+        auto first = [&](const Index& e) {
+          return e.substitute([&](int id) -> std::optional<Index> {
+            if (id < kir::kCoord || size_t(id - kir::kCoord) >= nd) return std::nullopt;
+            const size_t d = size_t(id - kir::kCoord);
+            return Index::symbol(d + 1 == nd ? kVecLast : kVecOuter + int(d));
+          });
+        };
+        std::string cond;
+        for (const sym::Rel& r : s.when)
+          cond += (cond.empty() ? "" : " && ") +
+                  sym::Rel{r.op, first(r.diff)}.str(at_cl0);
+        const std::string ty = vec(s.dtype), m = "m" + std::to_string(i);
+        const std::string src = buffer_name(k, s.buffer);
+        os << "      " << ty << " " << m << " = {};\n"
+           << "      if (" << cond << ") {\n"
+           << "        const " << storage_type(s.dtype) << "* p = " << src << " + ("
+           << first(s.index).str(at_cl0) << ");\n"
+           << "        if (reinterpret_cast<uintptr_t>(p) % sizeof(" << ty << ") == 0) " << m
+           << " = *reinterpret_cast<const " << ty << "*>(p);\n"
+           << "        else for (int u = 0; u < " << V << "; ++u) " << m << ".e[u] = p[u];\n"
+           << "      }\n";
+        masked_vectors[i] = m + ".e[u]";
+      }
     os << "      " << vec(dt) << " o;\n"
        << "#pragma unroll\n"
        << "      for (int u = 0; u < " << V << "; ++u) {\n"
@@ -161,7 +223,9 @@ CudaLaunch render_cuda_elementwise(std::ostringstream& os, const kir::Kernel& k)
     emit_pointwise_body(os, k, "        ", shared_coords ? std::function<std::string(const Stmt&)>(vec_offset)
                                                       : std::function<std::string(const Stmt&)>(offset),
                         "o.e[u]", [&](const Stmt& s) {
-      if (s.index != flat || !s.when.empty()) return std::string();
+      const size_t i = size_t(&s - k.body.data());
+      if (i < masked_vectors.size() && !masked_vectors[i].empty()) return masked_vectors[i];
+      if (s.index != flat || !s.when.empty() || s.iota) return std::string();
       return "a" + std::to_string(s.buffer) + ".e[u]";
     });
     os << "      }\n"

@@ -164,26 +164,43 @@ TEST(RenderCudaHost, VectorLoopsWithBroadcastInputsMatchEager) {
     }
 }
 
+// Slice grads summed into one row (cat's grad): pieces whose bounds are multiples of the
+// vector take a vector access each (one per piece a vector), others an element at a time.
 TEST(RenderCudaHost, MaskedLoadsInTheVectorLoopMatchEager) {
+  const std::vector<std::vector<int64_t>> cuts = {{0, 32, 64, 96}, {0, 16, 32, 48},
+                                                  {0, 20, 60, 96}, {0, 8, 12, 48}};
   for (DType t : {DType::Float32, DType::BFloat16})
-    for (int64_t n : {96, 48}) {
+    for (const std::vector<int64_t>& cut : cuts) {
       graph::Graph g;
-      const int64_t w = n / 3;
+      const int64_t n = cut.back();
       graph::Value* sum = nullptr;
       std::vector<Tensor> inputs;
-      for (int p = 0; p < 3; ++p) {
+      for (size_t p = 0; p + 1 < cut.size(); ++p) {
+        const int64_t w = cut[p + 1] - cut[p];
         graph::Value* part = input(g, {20, w}, t);
         inputs.push_back(randn({20, w}).to(t));
         Attrs a;
         a.shape = {20, n};
         a.dim = 1;
-        a.start = p * w;
-        a.end = (p + 1) * w;
+        a.start = cut[p];
+        a.end = cut[p + 1];
         graph::Value* grad = g.add_node(OpId::slice_backward, {part}, a, {})->outputs[0];
         sum = sum ? g.add_node(OpId::add, {sum, grad}, {}, {})->outputs[0] : grad;
       }
       g.set_outputs({sum});
-      expect_host_run_matches(g, inputs, std::string(dtype_name(t)) + " n " + std::to_string(n));
+      const std::string what = std::string(dtype_name(t)) + " cuts ending at " + std::to_string(n);
+      // Which pieces take a vector access: one whose bounds are multiples of the vector.
+      const int64_t lanes = t == DType::Float32 ? 4 : 8;
+      int64_t whole = 0;
+      for (size_t p = 0; p + 1 < cut.size(); ++p)
+        whole += cut[p] % lanes == 0 && cut[p + 1] % lanes == 0;
+      std::ostringstream os;
+      render_cuda_kernel(os, lower_elementwise(plan_fusion(g).groups.at(0), "kernel_0"));
+      int64_t vector_pieces = 0;
+      for (size_t at = 0; (at = os.str().find(" = {};", at)) != std::string::npos; ++at)
+        ++vector_pieces;
+      EXPECT_EQ(vector_pieces, whole) << what << "\n" << os.str();
+      expect_host_run_matches(g, inputs, what);
     }
 }
 
