@@ -24,6 +24,7 @@
 #include "ember/autograd.h"
 #include "ember/ops.h"
 #include "graph/graph_util.h"
+#include "kernels/multi_tensor.h"
 
 namespace ember::compiler {
 
@@ -37,6 +38,20 @@ void log_decision(const std::string& text) {
 // The EMBER_PROFILE_OPS row of a generated kernel: its kind, its ops and its output's type.
 std::string profile_key(const FusionGroup& g) {
   return (g.row ? "generated row " : "generated pointwise ") + group_ops_str(g);
+}
+
+// Whether grp only casts a float32 graph input (a parameter, laid out contiguously) to a
+// 16-bit float: multi_tensor::cast_'s case.
+bool parameter_cast(const FusionGroup& grp) {
+  if (grp.nodes.size() != 1 || grp.row || grp.gemm || grp.col || !grp.extra_outputs.empty() ||
+      grp.inputs.size() != 1)
+    return false;
+  const graph::Node& n = *grp.nodes[0];
+  const graph::Value& in = *grp.inputs[0];
+  const DType to = n.outputs[0]->meta.dtype;
+  return n.op == OpId::cast && in.producer == nullptr && in.meta.dtype == DType::Float32 &&
+         (to == DType::BFloat16 || to == DType::Float16) && contiguous(in) &&
+         contiguous(*n.outputs[0]) && shape_numel(in.meta.sizes) > 0;
 }
 
 }  // namespace
@@ -70,18 +85,25 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   draws_ = g_->trailing_skipped_draws() > 0;
   for (const auto& n : g_->nodes()) draws_ |= graph::is_random(n->op) || n->skipped_draws;
   plan_ = plan_fusion(*g_, device_);
+  for (size_t k = 0; k < plan_.groups.size(); ++k)
+    if (parameter_cast(plan_.groups[k])) cast_groups_.push_back(int(k));
+  if (cast_groups_.size() < 2) cast_groups_.clear();
+  if (!cast_groups_.empty()) steps_.push_back({-1, nullptr, -1, true});
   const auto& nodes = g_->nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
     const int k = plan_.group_of_node[i];
     if (k < 0)
       steps_.push_back({-1, nodes[i].get(), int(i)});
-    else if (nodes[i]->outputs[0] == plan_.groups[size_t(k)].output)
+    else if (nodes[i]->outputs[0] == plan_.groups[size_t(k)].output &&
+             std::find(cast_groups_.begin(), cast_groups_.end(), k) == cast_groups_.end())
       steps_.push_back({k, nullptr});
   }
   // Last readers: intermediates are released as early as eager code would release them.
   std::vector<int> last(g_->values().size(), -1);
   for (size_t s = 0; s < steps_.size(); ++s) {
-    if (steps_[s].kernel >= 0)
+    if (steps_[s].casts)
+      for (int k : cast_groups_) last[size_t(plan_.groups[size_t(k)].inputs[0]->id)] = int(s);
+    else if (steps_[s].kernel >= 0)
       for (const graph::Value* v : plan_.groups[size_t(steps_[s].kernel)].inputs)
         last[size_t(v->id)] = int(s);
     else
@@ -92,8 +114,11 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   release_after_.resize(steps_.size());
   for (size_t id = 0; id < last.size(); ++id)
     if (last[id] >= 0 && last[id] != INT_MAX) release_after_[size_t(last[id])].push_back(int(id));
-  log_decision(std::to_string(plan_.groups.size()) + " fused CUDA kernel(s), " +
-               std::to_string(steps_.size() - plan_.groups.size()) + " eager node(s)");
+  const auto eager = std::count_if(steps_.begin(), steps_.end(),
+                                   [](const Step& st) { return st.node != nullptr; });
+  log_decision(std::to_string(plan_.groups.size()) + " fused CUDA kernel(s) (" +
+               std::to_string(cast_groups_.size()) + " parameter casts in one launch a dtype), " +
+               std::to_string(eager) + " eager node(s)");
   if (plan_.groups.empty()) return;
   lowered_.reserve(plan_.groups.size());
   for (size_t k = 0; k < plan_.groups.size(); ++k) {
@@ -229,6 +254,38 @@ void CudaCompiledGraph::run_kernel(int kernel, std::vector<Tensor>& env) const {
     env[size_t(grp.extra_outputs[j]->id)] = std::move(outs[j + 1]);
 }
 
+void CudaCompiledGraph::run_casts(std::vector<Tensor>& env) const {
+  for (DType to : {DType::BFloat16, DType::Float16}) {
+    std::vector<Tensor> src, dst;
+    std::vector<const graph::Value*> outs;
+    for (int k : cast_groups_) {
+      const FusionGroup& grp = plan_.groups[size_t(k)];
+      if (grp.output->meta.dtype != to) continue;
+      const graph::Value* v = grp.inputs[0];
+      const Tensor& t = env[size_t(v->id)];
+      if (!t.defined() || t.dtype() != DType::Float32 || t.device() != device_ ||
+          t.sizes() != v->meta.sizes || !t.is_contiguous()) {
+        run_kernel(k, env);
+        continue;
+      }
+      TensorOptions o(to);
+      o.device = device_;
+      src.push_back(t);
+      dst.push_back(empty(v->meta.sizes, o));
+      outs.push_back(grp.output);
+    }
+    if (src.empty()) continue;
+    const bool timed = op_profile::enabled();
+    const op_profile::GpuMark mark = timed ? op_profile::gpu_begin(device_) : op_profile::GpuMark{};
+    multi_tensor::cast_(src, dst);
+    if (timed)
+      op_profile::gpu_end(mark, "generated batched casts to " + std::string(dtype_name(to)) + " (" +
+                                    std::to_string(src.size()) + " tensors)",
+                          device_);
+    for (size_t i = 0; i < outs.size(); ++i) env[size_t(outs[i]->id)] = std::move(dst[i]);
+  }
+}
+
 std::vector<Tensor> CudaCompiledGraph::run(const std::vector<Tensor>& inputs) const {
   return execute(inputs, nullptr);
 }
@@ -250,7 +307,9 @@ std::vector<Tensor> CudaCompiledGraph::execute(const std::vector<Tensor>& inputs
   const std::vector<RandomRange> draws = draws_ ? g_->reserve_draws() : std::vector<RandomRange>();
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& st = steps_[s];
-    if (st.kernel >= 0)
+    if (st.casts)
+      run_casts(env);
+    else if (st.kernel >= 0)
       run_kernel(st.kernel, env);
     else
       run_node(*st.node, env, draws_ ? &draws[size_t(st.index)] : nullptr);

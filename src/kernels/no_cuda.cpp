@@ -64,6 +64,7 @@ void adamw_step(std::span<const Tensor>, std::span<const Tensor>, std::span<cons
                 std::span<const Tensor>, std::span<const float>, const AdamWScalars&) {
   no_cuda("multi_tensor::adamw_step");
 }
+void cast_(std::span<const Tensor>, std::span<const Tensor>) { no_cuda("multi_tensor::cast_"); }
 }  // namespace multi_tensor
 
 }  // namespace ember

@@ -64,6 +64,31 @@ TEST(CudaOptim, MultiTensorAdamWEqualsTheEagerUpdateBitForBit) {
   }
 }
 
+// The batched parameter cast (a compiled autocast graph's) rounds as the eager cast does, over
+// more tensors than one launch takes and chunk boundaries, with specials among the values.
+TEST(CudaOptim, BatchedCastsEqualTheEagerCastsBitForBit) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  NoGradGuard no_grad;
+  std::vector<Tensor> src = make_params(kGpu);
+  src[1] = tensor({std::nan("")}).to(kGpu);
+  src[2] = (tensor({1e30, -1e-30, 65520.0, 3.0}) * (randn({4}).abs() + 1.0)).to(kGpu);
+  for (DType t : {DType::BFloat16, DType::Float16}) {
+    std::vector<Tensor> dst;
+    TensorOptions o(t);
+    o.device = kGpu;
+    for (const Tensor& x : src) dst.push_back(empty(x.sizes(), o));
+    multi_tensor::cast_(src, dst);
+    for (size_t i = 0; i < src.size(); ++i) {
+      const Tensor want = src[i].to(t).cpu().to(DType::Float32), got = dst[i].cpu().to(DType::Float32);
+      const std::vector<float> a = want.to_vector<float>(), b = got.to_vector<float>();
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t j = 0; j < a.size(); ++j)
+        ASSERT_TRUE(a[j] == b[j] || (std::isnan(a[j]) && std::isnan(b[j])))
+            << dtype_name(t) << " tensor " << i << " element " << j << ": " << b[j] << " vs " << a[j];
+    }
+  }
+}
+
 TEST(CudaOptim, ClippingOnTheGpuMatchesTheCpu) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
   for (double scale : {1.0, 1e-4}) {  // clipped, and left alone (norm below max_norm)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/make_tensor.h"
+#include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/runtime.h"
 #include "kernels/multi_tensor.h"
 
@@ -133,6 +134,16 @@ __global__ void sum_partials_kernel(const double* partial, int64_t n, double* ou
   if (threadIdx.x == 0) *out = sums[0];
 }
 
+template <class D>
+__global__ void cast_kernel(List l) {
+  const int t = find_tensor(l, blockIdx.x);
+  const float* x = l.ptr[0][t];
+  D* y = reinterpret_cast<D*>(l.ptr[1][t]);
+  const int64_t begin = (int64_t(blockIdx.x) - l.first_block[t]) * kChunk;
+  const int64_t end = ::min(l.numel[t], begin + kChunk);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) cuda::store(y + i, x[i]);
+}
+
 int device_of(std::span<const Tensor> ts) { return ts[0].device().index; }
 
 }  // namespace
@@ -203,6 +214,29 @@ void adamw_step(std::span<const Tensor> p, std::span<const Tensor> g, std::span<
     adamw_kernel<<<unsigned(nb), kThreads, 0, stream(dev)>>>(l, s);
   });
   check(cudaGetLastError(), "multi_tensor::adamw_step");
+}
+
+void cast_(std::span<const Tensor> src, std::span<const Tensor> dst) {
+  EMBER_CHECK(src.size() == dst.size() && takes(src) && !dst.empty(),
+              "multi_tensor::cast_: needs as many destinations as contiguous float32 sources "
+              "on one CUDA device (", src.size(), " sources, ", dst.size(), " destinations)");
+  const DType t = dst[0].dtype();
+  EMBER_CHECK(t == DType::BFloat16 || t == DType::Float16,
+              "multi_tensor::cast_: casts to bfloat16 or float16, not ", dtype_name(t));
+  for (size_t i = 0; i < src.size(); ++i)
+    EMBER_CHECK(dst[i].defined() && dst[i].dtype() == t && dst[i].is_contiguous() &&
+                    dst[i].device() == src[0].device() && dst[i].sizes() == src[i].sizes(),
+                "multi_tensor::cast_: destination ", i, " is not a contiguous ", dtype_name(t),
+                " tensor of shape ", src[i].shape_str(), " on ", src[0].device().str());
+  const int dev = device_of(src);
+  use_device(dev);
+  for_lists({src, dst}, {}, [&](const List& l, int64_t nb) {
+    if (t == DType::BFloat16)
+      cast_kernel<__nv_bfloat16><<<unsigned(nb), kThreads, 0, stream(dev)>>>(l);
+    else
+      cast_kernel<__half><<<unsigned(nb), kThreads, 0, stream(dev)>>>(l);
+  });
+  check(cudaGetLastError(), "multi_tensor::cast_");
 }
 
 }  // namespace ember::multi_tensor
