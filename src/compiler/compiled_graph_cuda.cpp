@@ -54,6 +54,28 @@ bool parameter_cast(const FusionGroup& grp) {
          contiguous(*n.outputs[0]) && shape_numel(in.meta.sizes) > 0;
 }
 
+// Whether grp only casts a 16-bit value to a float32 result that the graph hands out and
+// nothing else reads (a parameter's grad), both laid out contiguously.
+bool grad_cast(const FusionGroup& grp, const graph::Graph& g) {
+  if (grp.nodes.size() != 1 || grp.row || grp.gemm || grp.col || !grp.extra_outputs.empty() ||
+      grp.inputs.size() != 1)
+    return false;
+  const graph::Node& n = *grp.nodes[0];
+  const graph::Value& in = *grp.inputs[0];
+  const graph::Value* out = n.outputs[0];
+  if (n.op != OpId::cast || out->meta.dtype != DType::Float32 ||
+      (in.meta.dtype != DType::BFloat16 && in.meta.dtype != DType::Float16) ||
+      !contiguous(in) || !contiguous(*out) || shape_numel(in.meta.sizes) == 0)
+    return false;
+  if (std::find(g.outputs().begin(), g.outputs().end(), out) == g.outputs().end()) return false;
+  for (const graph::Mutation& m : g.mutations())
+    if (m.value == out) return false;
+  for (const auto& other : g.nodes())
+    if (std::find(other->inputs.begin(), other->inputs.end(), out) != other->inputs.end())
+      return false;
+  return true;
+}
+
 }  // namespace
 
 bool cuda_compilable(const graph::Graph& g, Device* device, std::string* why) {
@@ -85,24 +107,32 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   draws_ = g_->trailing_skipped_draws() > 0;
   for (const auto& n : g_->nodes()) draws_ |= graph::is_random(n->op) || n->skipped_draws;
   plan_ = plan_fusion(*g_, device_);
-  for (size_t k = 0; k < plan_.groups.size(); ++k)
-    if (parameter_cast(plan_.groups[k])) cast_groups_.push_back(int(k));
-  if (cast_groups_.size() < 2) cast_groups_.clear();
-  if (!cast_groups_.empty()) steps_.push_back({-1, nullptr, -1, true});
+  for (size_t k = 0; k < plan_.groups.size(); ++k) {
+    if (parameter_cast(plan_.groups[k])) first_casts_.push_back(int(k));
+    if (grad_cast(plan_.groups[k], *g_)) last_casts_.push_back(int(k));
+  }
+  if (first_casts_.size() < 2) first_casts_.clear();
+  if (last_casts_.size() < 2) last_casts_.clear();
+  if (!first_casts_.empty()) steps_.push_back({-1, nullptr, -1, 1});
+  auto batched = [&](int k) {
+    return std::find(first_casts_.begin(), first_casts_.end(), k) != first_casts_.end() ||
+           std::find(last_casts_.begin(), last_casts_.end(), k) != last_casts_.end();
+  };
   const auto& nodes = g_->nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
     const int k = plan_.group_of_node[i];
     if (k < 0)
       steps_.push_back({-1, nodes[i].get(), int(i)});
-    else if (nodes[i]->outputs[0] == plan_.groups[size_t(k)].output &&
-             std::find(cast_groups_.begin(), cast_groups_.end(), k) == cast_groups_.end())
+    else if (nodes[i]->outputs[0] == plan_.groups[size_t(k)].output && !batched(k))
       steps_.push_back({k, nullptr});
   }
+  if (!last_casts_.empty()) steps_.push_back({-1, nullptr, -1, 2});
   // Last readers: intermediates are released as early as eager code would release them.
   std::vector<int> last(g_->values().size(), -1);
   for (size_t s = 0; s < steps_.size(); ++s) {
     if (steps_[s].casts)
-      for (int k : cast_groups_) last[size_t(plan_.groups[size_t(k)].inputs[0]->id)] = int(s);
+      for (int k : steps_[s].casts == 1 ? first_casts_ : last_casts_)
+        last[size_t(plan_.groups[size_t(k)].inputs[0]->id)] = int(s);
     else if (steps_[s].kernel >= 0)
       for (const graph::Value* v : plan_.groups[size_t(steps_[s].kernel)].inputs)
         last[size_t(v->id)] = int(s);
@@ -117,7 +147,8 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   const auto eager = std::count_if(steps_.begin(), steps_.end(),
                                    [](const Step& st) { return st.node != nullptr; });
   log_decision(std::to_string(plan_.groups.size()) + " fused CUDA kernel(s) (" +
-               std::to_string(cast_groups_.size()) + " parameter casts in one launch a dtype), " +
+               std::to_string(first_casts_.size() + last_casts_.size()) +
+               " parameter and grad casts batched), " +
                std::to_string(eager) + " eager node(s)");
   if (plan_.groups.empty()) return;
   lowered_.reserve(plan_.groups.size());
@@ -254,16 +285,20 @@ void CudaCompiledGraph::run_kernel(int kernel, std::vector<Tensor>& env) const {
     env[size_t(grp.extra_outputs[j]->id)] = std::move(outs[j + 1]);
 }
 
-void CudaCompiledGraph::run_casts(std::vector<Tensor>& env) const {
-  for (DType to : {DType::BFloat16, DType::Float16}) {
+void CudaCompiledGraph::run_casts(const std::vector<int>& groups, std::vector<Tensor>& env) const {
+  const std::pair<DType, DType> pairs[] = {{DType::Float32, DType::BFloat16},
+                                           {DType::Float32, DType::Float16},
+                                           {DType::BFloat16, DType::Float32},
+                                           {DType::Float16, DType::Float32}};
+  for (const auto& [from, to] : pairs) {
     std::vector<Tensor> src, dst;
     std::vector<const graph::Value*> outs;
-    for (int k : cast_groups_) {
+    for (int k : groups) {
       const FusionGroup& grp = plan_.groups[size_t(k)];
-      if (grp.output->meta.dtype != to) continue;
       const graph::Value* v = grp.inputs[0];
+      if (v->meta.dtype != from || grp.output->meta.dtype != to) continue;
       const Tensor& t = env[size_t(v->id)];
-      if (!t.defined() || t.dtype() != DType::Float32 || t.device() != device_ ||
+      if (!t.defined() || t.dtype() != from || t.device() != device_ ||
           t.sizes() != v->meta.sizes || !t.is_contiguous()) {
         run_kernel(k, env);
         continue;
@@ -279,8 +314,12 @@ void CudaCompiledGraph::run_casts(std::vector<Tensor>& env) const {
     const op_profile::GpuMark mark = timed ? op_profile::gpu_begin(device_) : op_profile::GpuMark{};
     multi_tensor::cast_(src, dst);
     if (timed)
-      op_profile::gpu_end(mark, "generated batched casts to " + std::string(dtype_name(to)) + " (" +
-                                    std::to_string(src.size()) + " tensors)",
+      op_profile::gpu_end(mark,
+                          std::string("generated batched casts ")
+                              .append(dtype_name(from))
+                              .append(" -> ")
+                              .append(dtype_name(to))
+                              .append(" (" + std::to_string(src.size()) + " tensors)"),
                           device_);
     for (size_t i = 0; i < outs.size(); ++i) env[size_t(outs[i]->id)] = std::move(dst[i]);
   }
@@ -308,7 +347,7 @@ std::vector<Tensor> CudaCompiledGraph::execute(const std::vector<Tensor>& inputs
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& st = steps_[s];
     if (st.casts)
-      run_casts(env);
+      run_casts(st.casts == 1 ? first_casts_ : last_casts_, env);
     else if (st.kernel >= 0)
       run_kernel(st.kernel, env);
     else

@@ -30,14 +30,16 @@ class CudaCompiledGraph : public capture::Runnable {
     int kernel = -1;  // a fused kernel, or (< 0) `node` through the dispatcher
     const graph::Node* node = nullptr;
     int index = -1;  // the node's index in the graph
-    bool casts = false;  // the batched casts (cast_groups_), instead of the above
+    // The batched casts instead of the above: 1 the parameter casts (first_casts_), 2 the
+    // grad casts (last_casts_).
+    int casts = 0;
   };
   std::vector<Tensor> execute(const std::vector<Tensor>& inputs,
                               std::vector<Tensor>* owned) const;
   void run_kernel(int kernel, std::vector<Tensor>& env) const;
-  // The groups of cast_groups_ in one launch a dtype (multi_tensor::cast_); a group whose input
-  // is not laid out as captured runs its own kernel.
-  void run_casts(std::vector<Tensor>& env) const;
+  // The cast groups `groups` in one launch a pair of dtypes (multi_tensor::cast_); a group
+  // whose input is not laid out as captured runs its own kernel.
+  void run_casts(const std::vector<int>& groups, std::vector<Tensor>& env) const;
   void run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const;
   void run_node(const graph::Node& n, std::vector<Tensor>& env,
                 const RandomRange* draws = nullptr) const;
@@ -60,9 +62,10 @@ class CudaCompiledGraph : public capture::Runnable {
   std::vector<int64_t> dims_;  // the values of the size symbols
   std::vector<std::vector<int>> symbols_;  // per kernel: the symbols it takes
   int sms_ = 1;
-  // Groups that only cast a float32 graph input (a parameter) to a 16-bit float: run together,
-  // first, as one step.
-  std::vector<int> cast_groups_;
+  // Groups that only cast a float32 graph input (a parameter) to a 16-bit float, run together
+  // first; and groups that only cast a 16-bit value to a float32 graph output (a parameter's
+  // grad), run together last.
+  std::vector<int> first_casts_, last_casts_;
   std::vector<Step> steps_;
   std::vector<std::vector<int>> release_after_;  // per step: value ids read for the last time
 };

@@ -38,10 +38,11 @@ struct AdamWScalars {
 void adamw_step(std::span<const Tensor> p, std::span<const Tensor> g, std::span<const Tensor> m,
                 std::span<const Tensor> v, std::span<const float> decay, const AdamWScalars& s);
 
-// dst[i] = src[i] rounded to dst's dtype (bfloat16 or float16, one for the whole list), as
-// the eager cast rounds it (to nearest even): src contiguous float32, dst contiguous tensors of
-// the same sizes on the same device. A compiled graph casts its float32 parameters to the
-// autocast dtype this way, in one launch instead of one a parameter.
+// dst[i] = src[i] converted to dst's dtype as the eager cast converts it (rounded to nearest
+// even): float32 to bfloat16 or float16, or back, one dtype for all sources and one for all
+// destinations, every tensor contiguous, dst[i] of src[i]'s sizes, all on one CUDA device. A
+// compiled graph casts its float32 parameters to the autocast dtype this way, and its 16-bit
+// grads of them back, in one launch instead of one a parameter.
 void cast_(std::span<const Tensor> src, std::span<const Tensor> dst);
 
 }  // namespace ember::multi_tensor

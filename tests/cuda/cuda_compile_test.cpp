@@ -8,12 +8,15 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "capture/capture_test_util.h"
 #include "compiler/compiler_test_util.h"
 #include "compiler/toolchain_cuda.h"
 #include "ember/autograd.h"
 #include "ember/compile.h"
 #include "ember/cuda.h"
 #include "ember/ember.h"
+#include "ember/nn.h"
+#include "ember/autocast.h"
 #include "support/op_cases.h"
 #include "support/program_check.h"
 #include "support/program_gen.h"
@@ -127,6 +130,42 @@ TEST_F(CudaCompile, AttentionWithDropoutTrainsFusedWithFreshMasks) {
   }
   EXPECT_NE(losses[0], losses[1]);  // a frozen mask would repeat the loss
   EXPECT_NE(losses[1], losses[2]);
+}
+
+// A GPT's training step under bfloat16 autocast, compiled (its parameters cast to bfloat16 in
+// one launch, their grads back to float32 in another) against eager: the loss and every
+// parameter's grad, within what bfloat16 rounding in another order allows.
+TEST_F(CudaCompile, AutocastTrainingStepMatchesEager) {
+  EnableGradGuard grad;
+  manual_seed(5);
+  nn::GPT m(tiny_gpt());
+  m.to(kGpu);
+  TensorOptions ids(DType::Int64);
+  ids.device = kGpu;
+  const Tensor x = randint(0, 11, {4, 8}, ids), y = randint(0, 11, {4, 8}, ids);
+  auto loss_fn = compile([&m](const Tensor& a, const Tensor& b) { return m.loss(a, b); },
+                         compiler_opts());
+  std::vector<std::vector<Tensor>> grads(2);
+  std::vector<float> losses;
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    for (Tensor& p : m.parameters()) p.set_grad(Tensor());
+    Tensor loss;
+    {
+      autocast scope(DType::BFloat16);
+      loss = compiled ? loss_fn(x, y) : m.loss(x, y);
+    }
+    loss.backward();
+    losses.push_back(loss.detach().cpu().item<float>());
+    for (const Tensor& p : m.parameters()) grads[size_t(compiled)].push_back(p.grad().detach().cpu());
+  }
+  EXPECT_NEAR(losses[1], losses[0], 2e-2 * std::abs(losses[0]));
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    ASSERT_TRUE(grads[1][i].defined()) << "parameter " << i;
+    EXPECT_EQ(grads[1][i].dtype(), DType::Float32);
+    const double scale = grads[0][i].abs().amax().item();
+    EXPECT_LE((grads[1][i] - grads[0][i]).abs().amax().item(), 0.05 * scale + 1e-6)
+        << "parameter " << i << " " << grads[0][i].shape_str();
+  }
 }
 
 TEST_F(CudaCompile, KernelsAreCachedOnDiskAcrossProcesses) {

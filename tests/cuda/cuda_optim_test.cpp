@@ -78,14 +78,20 @@ TEST(CudaOptim, BatchedCastsEqualTheEagerCastsBitForBit) {
     o.device = kGpu;
     for (const Tensor& x : src) dst.push_back(empty(x.sizes(), o));
     multi_tensor::cast_(src, dst);
-    for (size_t i = 0; i < src.size(); ++i) {
-      const Tensor want = src[i].to(t).cpu().to(DType::Float32), got = dst[i].cpu().to(DType::Float32);
-      const std::vector<float> a = want.to_vector<float>(), b = got.to_vector<float>();
+    auto same = [&](const Tensor& want, const Tensor& got, const char* what) {
+      const std::vector<float> a = want.cpu().to(DType::Float32).to_vector<float>(),
+                               b = got.cpu().to(DType::Float32).to_vector<float>();
       ASSERT_EQ(a.size(), b.size());
       for (size_t j = 0; j < a.size(); ++j)
         ASSERT_TRUE(a[j] == b[j] || (std::isnan(a[j]) && std::isnan(b[j])))
-            << dtype_name(t) << " tensor " << i << " element " << j << ": " << b[j] << " vs " << a[j];
-    }
+            << what << " " << dtype_name(t) << " element " << j << ": " << b[j] << " vs " << a[j];
+    };
+    for (size_t i = 0; i < src.size(); ++i) same(src[i].to(t), dst[i], "to");
+    // And back to float32 (exact: every 16-bit float is a float32).
+    std::vector<Tensor> back;
+    for (const Tensor& x : src) back.push_back(empty(x.sizes(), TensorOptions(DType::Float32)).to(kGpu));
+    multi_tensor::cast_(dst, back);
+    for (size_t i = 0; i < src.size(); ++i) same(dst[i].to(DType::Float32), back[i], "back");
   }
 }
 

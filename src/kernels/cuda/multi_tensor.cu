@@ -134,14 +134,14 @@ __global__ void sum_partials_kernel(const double* partial, int64_t n, double* ou
   if (threadIdx.x == 0) *out = sums[0];
 }
 
-template <class D>
+template <class S, class D>
 __global__ void cast_kernel(List l) {
   const int t = find_tensor(l, blockIdx.x);
-  const float* x = l.ptr[0][t];
+  const S* x = reinterpret_cast<const S*>(l.ptr[0][t]);
   D* y = reinterpret_cast<D*>(l.ptr[1][t]);
   const int64_t begin = (int64_t(blockIdx.x) - l.first_block[t]) * kChunk;
   const int64_t end = ::min(l.numel[t], begin + kChunk);
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) cuda::store(y + i, x[i]);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) cuda::store(y + i, cuda::load(x + i));
 }
 
 int device_of(std::span<const Tensor> ts) { return ts[0].device().index; }
@@ -217,24 +217,31 @@ void adamw_step(std::span<const Tensor> p, std::span<const Tensor> g, std::span<
 }
 
 void cast_(std::span<const Tensor> src, std::span<const Tensor> dst) {
-  EMBER_CHECK(src.size() == dst.size() && takes(src) && !dst.empty(),
-              "multi_tensor::cast_: needs as many destinations as contiguous float32 sources "
-              "on one CUDA device (", src.size(), " sources, ", dst.size(), " destinations)");
-  const DType t = dst[0].dtype();
-  EMBER_CHECK(t == DType::BFloat16 || t == DType::Float16,
-              "multi_tensor::cast_: casts to bfloat16 or float16, not ", dtype_name(t));
+  EMBER_CHECK(!src.empty() && src.size() == dst.size() && src[0].defined() && dst[0].defined(),
+              "multi_tensor::cast_: needs as many destinations as sources (", src.size(),
+              " sources, ", dst.size(), " destinations)");
+  const DType from = src[0].dtype(), to = dst[0].dtype();
+  auto half = [](DType t) { return t == DType::BFloat16 || t == DType::Float16; };
+  EMBER_CHECK((from == DType::Float32 && half(to)) || (half(from) && to == DType::Float32),
+              "multi_tensor::cast_: casts float32 to bfloat16 or float16 or back, not ",
+              dtype_name(from), " to ", dtype_name(to));
+  const Device dev = src[0].device();
+  EMBER_CHECK(dev.type == DeviceType::CUDA, "multi_tensor::cast_: needs CUDA tensors");
   for (size_t i = 0; i < src.size(); ++i)
-    EMBER_CHECK(dst[i].defined() && dst[i].dtype() == t && dst[i].is_contiguous() &&
-                    dst[i].device() == src[0].device() && dst[i].sizes() == src[i].sizes(),
-                "multi_tensor::cast_: destination ", i, " is not a contiguous ", dtype_name(t),
-                " tensor of shape ", src[i].shape_str(), " on ", src[0].device().str());
-  const int dev = device_of(src);
-  use_device(dev);
+    EMBER_CHECK(src[i].defined() && src[i].dtype() == from && src[i].is_contiguous() &&
+                    src[i].device() == dev && dst[i].defined() && dst[i].dtype() == to &&
+                    dst[i].is_contiguous() && dst[i].device() == dev &&
+                    dst[i].sizes() == src[i].sizes(),
+                "multi_tensor::cast_: pair ", i, " is not a contiguous ", dtype_name(from),
+                " tensor and a contiguous ", dtype_name(to), " tensor of its shape on ", dev.str());
+  use_device(dev.index);
+  const cudaStream_t s = stream(dev.index);
   for_lists({src, dst}, {}, [&](const List& l, int64_t nb) {
-    if (t == DType::BFloat16)
-      cast_kernel<__nv_bfloat16><<<unsigned(nb), kThreads, 0, stream(dev)>>>(l);
-    else
-      cast_kernel<__half><<<unsigned(nb), kThreads, 0, stream(dev)>>>(l);
+    const unsigned g = unsigned(nb);
+    if (to == DType::BFloat16) cast_kernel<float, __nv_bfloat16><<<g, kThreads, 0, s>>>(l);
+    else if (to == DType::Float16) cast_kernel<float, __half><<<g, kThreads, 0, s>>>(l);
+    else if (from == DType::BFloat16) cast_kernel<__nv_bfloat16, float><<<g, kThreads, 0, s>>>(l);
+    else cast_kernel<__half, float><<<g, kThreads, 0, s>>>(l);
   });
   check(cudaGetLastError(), "multi_tensor::cast_");
 }
