@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "compiler/codegen_util.h"
+#include "compiler/cuda_folds.h"
 #include "compiler/families.h"
 #include "compiler/lower.h"
 #include "compiler/toolchain.h"
@@ -24,6 +25,7 @@
 #include "ember/autograd.h"
 #include "ember/ops.h"
 #include "graph/graph_util.h"
+#include "kernels/layer_norm_grad.h"
 #include "kernels/multi_tensor.h"
 
 namespace ember::compiler {
@@ -38,42 +40,6 @@ void log_decision(const std::string& text) {
 // The EMBER_PROFILE_OPS row of a generated kernel: its kind, its ops and its output's type.
 std::string profile_key(const FusionGroup& g) {
   return (g.row ? "generated row " : "generated pointwise ") + group_ops_str(g);
-}
-
-// Whether grp only casts a float32 graph input (a parameter, laid out contiguously) to a
-// 16-bit float: multi_tensor::cast_'s case.
-bool parameter_cast(const FusionGroup& grp) {
-  if (grp.nodes.size() != 1 || grp.row || grp.gemm || grp.col || !grp.extra_outputs.empty() ||
-      grp.inputs.size() != 1)
-    return false;
-  const graph::Node& n = *grp.nodes[0];
-  const graph::Value& in = *grp.inputs[0];
-  const DType to = n.outputs[0]->meta.dtype;
-  return n.op == OpId::cast && in.producer == nullptr && in.meta.dtype == DType::Float32 &&
-         (to == DType::BFloat16 || to == DType::Float16) && contiguous(in) &&
-         contiguous(*n.outputs[0]) && shape_numel(in.meta.sizes) > 0;
-}
-
-// Whether grp only casts a 16-bit value to a float32 result that the graph hands out and
-// nothing else reads (a parameter's grad), both laid out contiguously.
-bool grad_cast(const FusionGroup& grp, const graph::Graph& g) {
-  if (grp.nodes.size() != 1 || grp.row || grp.gemm || grp.col || !grp.extra_outputs.empty() ||
-      grp.inputs.size() != 1)
-    return false;
-  const graph::Node& n = *grp.nodes[0];
-  const graph::Value& in = *grp.inputs[0];
-  const graph::Value* out = n.outputs[0];
-  if (n.op != OpId::cast || out->meta.dtype != DType::Float32 ||
-      (in.meta.dtype != DType::BFloat16 && in.meta.dtype != DType::Float16) ||
-      !contiguous(in) || !contiguous(*out) || shape_numel(in.meta.sizes) == 0)
-    return false;
-  if (std::find(g.outputs().begin(), g.outputs().end(), out) == g.outputs().end()) return false;
-  for (const graph::Mutation& m : g.mutations())
-    if (m.value == out) return false;
-  for (const auto& other : g.nodes())
-    if (std::find(other->inputs.begin(), other->inputs.end(), out) != other->inputs.end())
-      return false;
-  return true;
 }
 
 }  // namespace
@@ -114,7 +80,12 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   if (first_casts_.size() < 2) first_casts_.clear();
   if (last_casts_.size() < 2) last_casts_.clear();
   if (!first_casts_.empty()) steps_.push_back({-1, nullptr, -1, 1});
-  auto batched = [&](int k) {
+  folds_ = layer_norm_folds(*g_, plan_);
+  fold_of_node_.assign(g_->nodes().size(), -1);
+  for (size_t f = 0; f < folds_.size(); ++f) fold_of_node_[size_t(folds_[f].node)] = int(f);
+  auto batched = [&](int k) {  // run by a batched-casts step or a folded layer_norm_backward
+    for (const LayerNormFold& f : folds_)
+      if (f.cast_group == k || f.add_group == k) return true;
     return std::find(first_casts_.begin(), first_casts_.end(), k) != first_casts_.end() ||
            std::find(last_casts_.begin(), last_casts_.end(), k) != last_casts_.end();
   };
@@ -136,6 +107,8 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
     else if (steps_[s].kernel >= 0)
       for (const graph::Value* v : plan_.groups[size_t(steps_[s].kernel)].inputs)
         last[size_t(v->id)] = int(s);
+    else if (const int f = fold_of_node_[size_t(steps_[s].index)]; f >= 0)
+      for (const graph::Value* v : fold_reads(folds_[size_t(f)])) last[size_t(v->id)] = int(s);
     else
       for (const graph::Value* v : steps_[s].node->inputs) last[size_t(v->id)] = int(s);
   }
@@ -148,8 +121,9 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
                                    [](const Step& st) { return st.node != nullptr; });
   log_decision(std::to_string(plan_.groups.size()) + " fused CUDA kernel(s) (" +
                std::to_string(first_casts_.size() + last_casts_.size()) +
-               " parameter and grad casts batched), " +
-               std::to_string(eager) + " eager node(s)");
+               " parameter and grad casts batched), " + std::to_string(eager) +
+               " eager node(s) (" + std::to_string(folds_.size()) +
+               " layer_norm_backward with a cast or add folded in)");
   if (plan_.groups.empty()) return;
   lowered_.reserve(plan_.groups.size());
   for (size_t k = 0; k < plan_.groups.size(); ++k) {
@@ -237,6 +211,44 @@ void CudaCompiledGraph::run_group_eagerly(const FusionGroup& grp, std::vector<Te
 void CudaCompiledGraph::run_node(const graph::Node& n, std::vector<Tensor>& env,
                                  const RandomRange* draws) const {
   if (!run_captured_view(n, env)) dispatch_node(n, env, draws);
+}
+
+std::vector<const graph::Value*> CudaCompiledGraph::fold_reads(const LayerNormFold& f) const {
+  const graph::Node& n = *g_->nodes()[size_t(f.node)];
+  std::vector<const graph::Value*> r = {f.grad, n.inputs[1], n.inputs[2], n.inputs[3],
+                                        n.inputs[4]};
+  if (f.residual) r.push_back(f.residual);
+  return r;
+}
+
+void CudaCompiledGraph::run_fold(const LayerNormFold& f, std::vector<Tensor>& env) const {
+  const graph::Node& n = *g_->nodes()[size_t(f.node)];
+  auto at = [&](const graph::Value* v) -> const Tensor& { return env[size_t(v->id)]; };
+  const Tensor& x = at(n.inputs[1]);
+  const Tensor& w = at(n.inputs[4]);
+  TensorOptions o(DType::Float32);
+  o.device = device_;
+  Tensor dx = empty(x.sizes(), o), dw = empty(w.sizes(), o), db = empty(w.sizes(), o);
+  const bool timed = op_profile::enabled();
+  const op_profile::GpuMark mark = timed ? op_profile::gpu_begin(device_) : op_profile::GpuMark{};
+  const bool done = layer_norm_grad::backward_fused(
+      at(f.grad), x, at(n.inputs[2]), at(n.inputs[3]), w,
+      f.residual ? at(f.residual) : Tensor(), dx, dw, db);
+  if (!done) {  // the kernel does not take these tensors: the plan's steps, one by one
+    if (f.cast_group >= 0) run_kernel(f.cast_group, env);
+    run_node(n, env);
+    if (f.add_group >= 0) run_kernel(f.add_group, env);
+    return;
+  }
+  if (timed)
+    op_profile::gpu_end(mark,
+                        std::string("layer_norm_backward") +
+                            (f.cast_group >= 0 ? " + grad cast" : "") +
+                            (f.add_group >= 0 ? " + residual add" : "") + " " + x.shape_str(),
+                        device_);
+  env[size_t((f.sum ? f.sum : n.outputs[0])->id)] = std::move(dx);
+  env[size_t(n.outputs[1]->id)] = std::move(dw);
+  env[size_t(n.outputs[2]->id)] = std::move(db);
 }
 
 void CudaCompiledGraph::run_kernel(int kernel, std::vector<Tensor>& env) const {
@@ -350,6 +362,8 @@ std::vector<Tensor> CudaCompiledGraph::execute(const std::vector<Tensor>& inputs
       run_casts(st.casts == 1 ? first_casts_ : last_casts_, env);
     else if (st.kernel >= 0)
       run_kernel(st.kernel, env);
+    else if (const int f = fold_of_node_[size_t(st.index)]; f >= 0)
+      run_fold(folds_[size_t(f)], env);
     else
       run_node(*st.node, env, draws_ ? &draws[size_t(st.index)] : nullptr);
     for (int id : release_after_[s]) env[size_t(id)] = Tensor();

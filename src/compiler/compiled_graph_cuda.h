@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "capture/capture.h"
+#include "compiler/cuda_folds.h"
 #include "compiler/graph_run.h"
 #include "compiler/kernel_ir.h"
 #include "compiler/pointwise_fusion.h"
@@ -40,6 +41,10 @@ class CudaCompiledGraph : public capture::Runnable {
   // The cast groups `groups` in one launch a pair of dtypes (multi_tensor::cast_); a group
   // whose input is not laid out as captured runs its own kernel.
   void run_casts(const std::vector<int>& groups, std::vector<Tensor>& env) const;
+  // A layer_norm_backward with its folded neighbours in one kernel (the plan's steps where the
+  // kernel does not take the tensors); the values it reads.
+  void run_fold(const LayerNormFold& f, std::vector<Tensor>& env) const;
+  std::vector<const graph::Value*> fold_reads(const LayerNormFold& f) const;
   void run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const;
   void run_node(const graph::Node& n, std::vector<Tensor>& env,
                 const RandomRange* draws = nullptr) const;
@@ -66,6 +71,8 @@ class CudaCompiledGraph : public capture::Runnable {
   // first; and groups that only cast a 16-bit value to a float32 graph output (a parameter's
   // grad), run together last.
   std::vector<int> first_casts_, last_casts_;
+  std::vector<LayerNormFold> folds_;
+  std::vector<int> fold_of_node_;  // per graph node: its fold in folds_, or -1
   std::vector<Step> steps_;
   std::vector<std::vector<int>> release_after_;  // per step: value ids read for the last time
 };

@@ -8,6 +8,8 @@
 
 #include "ember/autograd.h"
 #include "ember/cuda.h"
+#include "kernels/layer_norm_grad.h"
+#include "ops/frontend.h"
 #include "support/op_cases.h"
 
 namespace ember::test {
@@ -129,6 +131,43 @@ TEST(CudaOps, LayerNormGradsOverManyRowsMatchTheCpu) {
             << dtype_name(t) << " [" << rows << ", " << n << "] " << names[k];
       }
     }
+}
+
+// layer_norm_backward with a 16-bit incoming grad and a residual folded in (what compiled
+// graphs run) equals the ops it replaces, bit for bit: the cast to float32, the op, the add.
+TEST(CudaOps, FoldedLayerNormBackwardEqualsTheOpsItReplaces) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  NoGradGuard no_grad;
+  for (DType gt : {DType::BFloat16, DType::Float32})
+    for (bool with_residual : {true, false})
+      for (auto [rows, n] : {std::pair<int64_t, int64_t>{3001, 768}, {64, 384}}) {
+        manual_seed(uint64_t(rows + n));
+        auto gpu = [](const Tensor& t) { return t.to(kGpu); };
+        const Tensor x = gpu(randn({rows, n})), w = gpu(randn({n})), b = gpu(randn({n}));
+        const Tensor g = gpu(randn({rows, n}).to(gt)), r = gpu(randn({rows, n}));
+        const std::vector<Tensor> fwd = dispatch(OpId::layer_norm, {x, w, b}, [&] {
+          Attrs a;
+          a.shape = {n};
+          a.value = 1e-5;
+          return a;
+        }());
+        Attrs a;
+        a.shape = {n};
+        a.value = 1e-5;
+        std::vector<Tensor> want =
+            dispatch(OpId::layer_norm_backward, {g.to(DType::Float32), x, fwd[1], fwd[2], w}, a);
+        if (with_residual) want[0] = want[0] + r;
+        TensorOptions o(DType::Float32);
+        o.device = kGpu;
+        const Tensor dx = empty({rows, n}, o), dw = empty({n}, o), db = empty({n}, o);
+        ASSERT_TRUE(layer_norm_grad::backward_fused(g, x, fwd[1], fwd[2], w,
+                                                    with_residual ? r : Tensor(), dx, dw, db));
+        const std::string what = std::string(dtype_name(gt)) + (with_residual ? " + residual" : "") +
+                                 " [" + std::to_string(rows) + ", " + std::to_string(n) + "]";
+        EXPECT_EQ(dx.cpu().to_vector<float>(), want[0].cpu().to_vector<float>()) << what << " dx";
+        EXPECT_EQ(dw.cpu().to_vector<float>(), want[1].cpu().to_vector<float>()) << what << " dw";
+        EXPECT_EQ(db.cpu().to_vector<float>(), want[2].cpu().to_vector<float>()) << what << " db";
+      }
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/kernel_table.h"
 #include "kernels/cuda/row_registers.cuh"
+#include "kernels/layer_norm_grad.h"
 
 namespace ember::cuda {
 
@@ -53,9 +54,20 @@ __global__ void dx_kernel(const T* g, const T* x, const C* mean, const C* rstd, 
 // the block's warps then fold those in warp order (shared memory, 2 n values) and the block
 // writes one row of partials, pw[block][col] and pb[block][col], for dw_db_final_kernel. g and
 // x are read once in all.
-template <class T, class C, int V, int E>
-__global__ void dx_dw_rows_kernel(const T* g, const T* x, const C* mean, const C* rstd,
-                                  const T* w, T* dx, int64_t rows, int n, C* pw, C* pb) {
+// v rounded to T and back (the identity for float and double).
+template <class T, class C>
+__device__ __forceinline__ C rounded(C v) {
+  T t;
+  store(&t, v);
+  return C(load(&t));
+}
+
+// g may be of another (16-bit) type G than x, converted exactly as it is read; `residual`, when
+// not null, is added to dx (a residual stream's grad, which eager code adds after).
+template <class T, class G, class C, int V, int E>
+__global__ void dx_dw_rows_kernel(const G* g, const T* x, const C* mean, const C* rstd,
+                                  const T* w, const T* residual, T* dx, int64_t rows, int n,
+                                  C* pw, C* pb) {
   extern __shared__ unsigned char shared_bytes[];
   C* sw = reinterpret_cast<C*>(shared_bytes);
   C* sb = sw + n;
@@ -69,7 +81,7 @@ __global__ void dx_dw_rows_kernel(const T* g, const T* x, const C* mean, const C
     for (int i = 0; i < V; ++i) aw[k][i] = ab[k][i] = C(0);
   for (int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; r < rows; r += warps) {
     C gv[E][V], xv[E][V];
-    load_row<T, C, V, E>(g + r * n, n, lane, 32, gv);
+    load_row<G, C, V, E>(g + r * n, n, lane, 32, gv);
     load_row<T, C, V, E>(x + r * n, n, lane, 32, xv);
     const C mu = mean[r], rs = rstd[r];
     C sum_gw = 0, sum_gwx = 0;  // elements past n read as 0, so they add nothing anywhere
@@ -89,6 +101,14 @@ __global__ void dx_dw_rows_kernel(const T* g, const T* x, const C* mean, const C
     for (int k = 0; k < E; ++k)
 #pragma unroll
       for (int i = 0; i < V; ++i) gv[k][i] = rs * (gv[k][i] - mean_gw - xv[k][i] * mean_gwx);
+    if (residual) {
+      // dx rounded to T first, then added: what storing dx and adding in another op gives.
+      load_row<T, C, V, E>(residual + r * n, n, lane, 32, xv);
+#pragma unroll
+      for (int k = 0; k < E; ++k)
+#pragma unroll
+        for (int i = 0; i < V; ++i) gv[k][i] = rounded<T>(gv[k][i]) + xv[k][i];
+    }
     store_row<T, C, V, E>(dx + r * n, n, lane, 32, gv);
   }
   for (int c = threadIdx.x; c < n; c += blockDim.x) sw[c] = sb[c] = C(0);
@@ -116,13 +136,14 @@ __global__ void dx_dw_rows_kernel(const T* g, const T* x, const C* mean, const C
 
 // Launches dx_dw_rows_kernel with the fewest chunks a lane that hold the row; false when a row
 // is longer than 8 chunks a lane.
-template <class T, class C, int V>
-bool launch_dx_rows(unsigned blocks, cudaStream_t stream, const T* g, const T* x, const C* mean,
-                    const C* rstd, const T* w, T* dx, int64_t rows, int64_t n, C* pw, C* pb) {
+template <class T, class G, class C, int V>
+bool launch_dx_rows(unsigned blocks, cudaStream_t stream, const G* g, const T* x, const C* mean,
+                    const C* rstd, const T* w, const T* residual, T* dx, int64_t rows, int64_t n,
+                    C* pw, C* pb) {
   const int64_t e = (n + 32 * V - 1) / (32 * V);
   auto go = [&]<int E>() {
-    dx_dw_rows_kernel<T, C, V, E><<<blocks, 256, 2 * size_t(n) * sizeof(C), stream>>>(
-        g, x, mean, rstd, w, dx, rows, int(n), pw, pb);
+    dx_dw_rows_kernel<T, G, C, V, E><<<blocks, 256, 2 * size_t(n) * sizeof(C), stream>>>(
+        g, x, mean, rstd, w, residual, dx, rows, int(n), pw, pb);
     return true;
   };
   switch (e) {
@@ -234,6 +255,44 @@ int sm_count() {
   return sms;
 }
 
+// dx (plus residual, when defined), dw and db with the rows held in registers, all tensors
+// contiguous; false (nothing launched) when the rows do not qualify: n a multiple of T's
+// 16-byte vector and at most 8 vectors a lane, rows and their starts aligned for the accesses.
+template <class T, class G>
+bool rows_in_registers(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                       const Tensor& w, const Tensor& residual, const Tensor& dx,
+                       const Tensor& dw, const Tensor& db, int64_t n) {
+  using C = compute_t<T>;
+  constexpr int V = 16 / sizeof(T);
+  const int64_t rows = mean.numel();
+  auto aligned = [](const Tensor& t, size_t bytes) {
+    return reinterpret_cast<uintptr_t>(t.impl()->data()) % bytes == 0;
+  };
+  if (rows <= 0 || n <= 0 || n % V != 0 || n > 32 * V * 8 || !aligned(x, 16) ||
+      !aligned(w, 16) || !aligned(dx, 16) || !aligned(g, sizeof(G) * V) ||
+      (residual.defined() && !aligned(residual, 16)))
+    return false;
+  const int device = x.device().index;
+  detail::use_device(device);
+  const cudaStream_t stream = detail::stream(device);
+  constexpr DType acc = std::is_same_v<C, double> ? DType::Float64 : DType::Float32;
+  const int64_t blocks = std::min<int64_t>((rows + 7) / 8, int64_t(sm_count()) * 2);
+  Tensor partial = make_tensor({2, blocks, n}, acc, x.device());
+  C* pw = static_cast<C*>(partial.impl()->data());
+  C* pb = pw + blocks * n;
+  auto data = [](const Tensor& t) { return t.defined() ? t.impl()->data() : nullptr; };
+  launch_dx_rows<T, G, C, V>(unsigned(blocks), stream, static_cast<const G*>(data(g)),
+                             static_cast<const T*>(data(x)), static_cast<const C*>(data(mean)),
+                             static_cast<const C*>(data(rstd)), static_cast<const T*>(data(w)),
+                             static_cast<const T*>(data(residual)), static_cast<T*>(data(dx)),
+                             rows, n, pw, pb);
+  const int64_t fb = std::min<int64_t>((n + 255) / 256, 65535);
+  dw_db_final_kernel<T, C><<<unsigned(fb), 256, 0, stream>>>(
+      pw, pb, int(blocks), n, static_cast<T*>(data(dw)), static_cast<T*>(data(db)));
+  detail::check(cudaGetLastError(), "layer_norm_backward");
+  return true;
+}
+
 // in: g, x, mean, rstd, weight; out: dx, dw, db.
 void layer_norm_backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   visit<Kinds::Float>(in[1].dtype(), "layer_norm_backward", [&]<class T>() {
@@ -258,18 +317,7 @@ void layer_norm_backward(std::span<const Tensor> in, std::span<Tensor> out, cons
                      aligned(dx);
     constexpr DType acc = std::is_same_v<C, double> ? DType::Float64 : DType::Float32;
     // Rows held in registers: dx, dw and db from one read of g and x, a block's partials a row.
-    if (vec && rows > 0 && n > 0 && n <= 32 * V * 8) {
-      const int64_t blocks = std::min<int64_t>((rows + 7) / 8, int64_t(sm_count()) * 2);
-      Tensor partial = make_tensor({2, blocks, n}, acc, x.device());
-      C* pw = static_cast<C*>(partial.impl()->data());
-      C* pb = pw + blocks * n;
-      launch_dx_rows<T, C, V>(unsigned(blocks), stream, ptr(g), ptr(x), cptr(mean), cptr(rstd),
-                              ptr(w), dx, rows, n, pw, pb);
-      const int64_t fb = std::min<int64_t>((n + 255) / 256, 65535);
-      dw_db_final_kernel<T, C><<<unsigned(fb), 256, 0, stream>>>(pw, pb, int(blocks), n, dw, db);
-      detail::check(cudaGetLastError(), "layer_norm_backward");
-      return;
-    }
+    if (rows_in_registers<T, T>(g, x, mean, rstd, w, Tensor(), out[0], out[1], out[2], n)) return;
     if (rows > 0 && n > 0) {
       const int64_t blocks = std::min<int64_t>((rows + 7) / 8, int64_t(sm_count()) * 16);
       dx_kernel<T, C><<<unsigned(blocks), 256, 0, stream>>>(ptr(g), ptr(x), cptr(mean),
@@ -298,6 +346,45 @@ void layer_norm_backward(std::span<const Tensor> in, std::span<Tensor> out, cons
 }
 
 }  // namespace
+
+}  // namespace ember::cuda
+
+namespace ember::layer_norm_grad {
+
+bool backward_fused(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                    const Tensor& w, const Tensor& residual, const Tensor& dx, const Tensor& dw,
+                    const Tensor& db) {
+  const Device d = x.device();
+  auto fits = [&](const Tensor& t, DType dt, const Shape& sizes) {
+    return t.defined() && t.dtype() == dt && t.device() == d && t.is_contiguous() &&
+           t.sizes() == sizes;
+  };
+  const Shape& ws = w.sizes();
+  if (d.type != DeviceType::CUDA || !fits(x, DType::Float32, x.sizes()) ||
+      !fits(w, DType::Float32, ws) || !fits(dx, DType::Float32, x.sizes()) ||
+      !fits(dw, DType::Float32, ws) || !fits(db, DType::Float32, ws) ||
+      (residual.defined() && !fits(residual, DType::Float32, x.sizes())) ||
+      !fits(mean, DType::Float32, mean.sizes()) || !fits(rstd, DType::Float32, mean.sizes()) ||
+      !g.defined() || g.device() != d || !g.is_contiguous() || g.sizes() != x.sizes())
+    return false;
+  const int64_t n = w.numel();
+  if (n == 0 || x.numel() != mean.numel() * n) return false;
+  switch (g.dtype()) {
+    case DType::Float32:
+      return cuda::rows_in_registers<float, float>(g, x, mean, rstd, w, residual, dx, dw, db, n);
+    case DType::BFloat16:
+      return cuda::rows_in_registers<float, __nv_bfloat16>(g, x, mean, rstd, w, residual, dx, dw,
+                                                           db, n);
+    case DType::Float16:
+      return cuda::rows_in_registers<float, __half>(g, x, mean, rstd, w, residual, dx, dw, db, n);
+    default:
+      return false;
+  }
+}
+
+}  // namespace ember::layer_norm_grad
+
+namespace ember::cuda {
 
 void register_layer_norm_backward(KernelTable& t) {
   t[OpId::layer_norm_backward] = layer_norm_backward;

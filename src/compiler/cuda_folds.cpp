@@ -1,0 +1,107 @@
+// Finding the casts to batch and the layer_norm_backward neighbours to fold (cuda_folds.h).
+#include "compiler/cuda_folds.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "core/shape.h"
+
+namespace ember::compiler {
+
+namespace {
+
+// grp's one node when it is a lone `op` node (no row, gemm or column part, one output).
+const graph::Node* lone(const FusionGroup& grp, OpId op) {
+  if (grp.nodes.size() != 1 || grp.row || grp.gemm || grp.col || !grp.extra_outputs.empty() ||
+      grp.nodes[0]->op != op)
+    return nullptr;
+  return grp.nodes[0];
+}
+
+bool half(DType t) { return t == DType::BFloat16 || t == DType::Float16; }
+
+}  // namespace
+
+bool parameter_cast(const FusionGroup& grp) {
+  const graph::Node* n = lone(grp, OpId::cast);
+  if (!n || grp.inputs.size() != 1) return false;
+  const graph::Value& in = *grp.inputs[0];
+  return in.producer == nullptr && in.meta.dtype == DType::Float32 &&
+         half(n->outputs[0]->meta.dtype) && contiguous(in) && contiguous(*n->outputs[0]) &&
+         shape_numel(in.meta.sizes) > 0;
+}
+
+bool grad_cast(const FusionGroup& grp, const graph::Graph& g) {
+  const graph::Node* n = lone(grp, OpId::cast);
+  if (!n || grp.inputs.size() != 1) return false;
+  const graph::Value& in = *grp.inputs[0];
+  const graph::Value* out = n->outputs[0];
+  if (out->meta.dtype != DType::Float32 || !half(in.meta.dtype) || !contiguous(in) ||
+      !contiguous(*out) || shape_numel(in.meta.sizes) == 0)
+    return false;
+  if (std::find(g.outputs().begin(), g.outputs().end(), out) == g.outputs().end()) return false;
+  for (const graph::Mutation& m : g.mutations())
+    if (m.value == out) return false;
+  for (const auto& other : g.nodes())
+    if (std::find(other->inputs.begin(), other->inputs.end(), out) != other->inputs.end())
+      return false;
+  return true;
+}
+
+std::vector<LayerNormFold> layer_norm_folds(const graph::Graph& g, const FusionPlan& plan) {
+  const auto& nodes = g.nodes();
+  std::unordered_map<const graph::Node*, int> index;
+  for (size_t i = 0; i < nodes.size(); ++i) index[nodes[i].get()] = int(i);
+  // Readers of each value; the graph's outputs and mutations count as readers too.
+  std::vector<std::vector<const graph::Node*>> readers(g.values().size());
+  std::vector<char> kept(g.values().size(), 0);
+  for (const auto& n : nodes)
+    for (const graph::Value* v : n->inputs) readers[size_t(v->id)].push_back(n.get());
+  for (const graph::Value* v : g.outputs()) kept[size_t(v->id)] = 1;
+  for (const graph::Mutation& m : g.mutations()) kept[size_t(m.value->id)] = 1;
+  auto sole_reader = [&](const graph::Value* v) -> const graph::Node* {
+    const auto& r = readers[size_t(v->id)];
+    return !kept[size_t(v->id)] && r.size() == 1 ? r[0] : nullptr;
+  };
+  auto group_of = [&](const graph::Node* n) { return plan.group_of_node[size_t(index.at(n))]; };
+  std::vector<LayerNormFold> folds;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const graph::Node& n = *nodes[i];
+    if (n.op != OpId::layer_norm_backward || plan.group_of_node[i] >= 0 || n.inputs.size() != 5)
+      continue;
+    const graph::Value *dy = n.inputs[0], *x = n.inputs[1], *dx = n.outputs[0];
+    if (x->meta.dtype != DType::Float32 || dy->meta.dtype != DType::Float32) continue;
+    LayerNormFold f;
+    f.node = int(i);
+    f.grad = dy;
+    if (dy->producer && sole_reader(dy) == &n) {
+      const int k = group_of(dy->producer);
+      if (k >= 0 && lone(plan.groups[size_t(k)], OpId::cast) &&
+          plan.groups[size_t(k)].inputs.size() == 1 &&
+          half(plan.groups[size_t(k)].inputs[0]->meta.dtype) &&
+          contiguous(*plan.groups[size_t(k)].inputs[0])) {
+        f.cast_group = k;
+        f.grad = plan.groups[size_t(k)].inputs[0];
+      }
+    }
+    if (const graph::Node* r = sole_reader(dx)) {
+      const int k = group_of(r);
+      if (k >= 0 && lone(plan.groups[size_t(k)], OpId::add) && r->inputs.size() == 2 &&
+          r->inputs[0] != r->inputs[1]) {
+        const graph::Value* other = r->inputs[r->inputs[0] == dx ? 1 : 0];
+        // The residual must exist when the node runs: the sum is computed then.
+        const bool ready = !other->producer || index.at(other->producer) < int(i);
+        if (ready && other->meta.dtype == DType::Float32 && other->meta.sizes == dx->meta.sizes &&
+            contiguous(*other) && r->outputs[0]->meta.dtype == DType::Float32) {
+          f.add_group = k;
+          f.residual = other;
+          f.sum = r->outputs[0];
+        }
+      }
+    }
+    if (f.cast_group >= 0 || f.add_group >= 0) folds.push_back(f);
+  }
+  return folds;
+}
+
+}  // namespace ember::compiler
