@@ -73,12 +73,30 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   draws_ = g_->trailing_skipped_draws() > 0;
   for (const auto& n : g_->nodes()) draws_ |= graph::is_random(n->op) || n->skipped_draws;
   plan_ = plan_fusion(*g_, device_);
+  std::vector<const graph::Node*> views;
   for (size_t k = 0; k < plan_.groups.size(); ++k) {
-    if (parameter_cast(plan_.groups[k])) first_casts_.push_back(int(k));
-    if (grad_cast(plan_.groups[k], *g_)) last_casts_.push_back(int(k));
+    if (const graph::Value* src = parameter_cast(plan_.groups[k])) {
+      first_casts_.push_back(int(k));
+      first_sources_.push_back(src);
+    }
+    if (grad_cast(plan_.groups[k], *g_, &views)) {
+      last_casts_.push_back(int(k));
+      last_sources_.push_back(plan_.groups[k].inputs[0]);
+    }
   }
-  if (first_casts_.size() < 2) first_casts_.clear();
-  if (last_casts_.size() < 2) last_casts_.clear();
+  if (first_casts_.size() < 2) {
+    first_casts_.clear();
+    first_sources_.clear();
+  }
+  if (last_casts_.size() < 2) {
+    last_casts_.clear();
+    last_sources_.clear();
+    views.clear();
+  }
+  const auto& all_nodes = g_->nodes();
+  for (size_t i = 0; i < all_nodes.size(); ++i)
+    if (std::find(views.begin(), views.end(), all_nodes[i].get()) != views.end())
+      tail_views_.push_back(int(i));
   if (!first_casts_.empty()) steps_.push_back({-1, nullptr, -1, 1});
   folds_ = layer_norm_folds(*g_, plan_);
   fold_of_node_.assign(g_->nodes().size(), -1);
@@ -92,8 +110,10 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   const auto& nodes = g_->nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
     const int k = plan_.group_of_node[i];
-    if (k < 0)
-      steps_.push_back({-1, nodes[i].get(), int(i)});
+    if (k < 0) {
+      if (std::find(tail_views_.begin(), tail_views_.end(), int(i)) == tail_views_.end())
+        steps_.push_back({-1, nodes[i].get(), int(i)});
+    }
     else if (nodes[i]->outputs[0] == plan_.groups[size_t(k)].output && !batched(k))
       steps_.push_back({k, nullptr});
   }
@@ -101,9 +121,13 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   // Last readers: intermediates are released as early as eager code would release them.
   std::vector<int> last(g_->values().size(), -1);
   for (size_t s = 0; s < steps_.size(); ++s) {
-    if (steps_[s].casts)
-      for (int k : steps_[s].casts == 1 ? first_casts_ : last_casts_)
-        last[size_t(plan_.groups[size_t(k)].inputs[0]->id)] = int(s);
+    if (steps_[s].casts == 1)
+      for (const graph::Value* v : first_sources_) last[size_t(v->id)] = int(s);
+    else if (steps_[s].casts == 2) {
+      for (const graph::Value* v : last_sources_) last[size_t(v->id)] = int(s);
+      for (int i : tail_views_)
+        for (const graph::Value* v : nodes[size_t(i)]->inputs) last[size_t(v->id)] = int(s);
+    }
     else if (steps_[s].kernel >= 0)
       for (const graph::Value* v : plan_.groups[size_t(steps_[s].kernel)].inputs)
         last[size_t(v->id)] = int(s);
@@ -297,7 +321,9 @@ void CudaCompiledGraph::run_kernel(int kernel, std::vector<Tensor>& env) const {
     env[size_t(grp.extra_outputs[j]->id)] = std::move(outs[j + 1]);
 }
 
-void CudaCompiledGraph::run_casts(const std::vector<int>& groups, std::vector<Tensor>& env) const {
+void CudaCompiledGraph::run_casts(const std::vector<int>& groups,
+                                  const std::vector<const graph::Value*>& sources,
+                                  std::vector<Tensor>& env) const {
   const std::pair<DType, DType> pairs[] = {{DType::Float32, DType::BFloat16},
                                            {DType::Float32, DType::Float16},
                                            {DType::BFloat16, DType::Float32},
@@ -305,13 +331,17 @@ void CudaCompiledGraph::run_casts(const std::vector<int>& groups, std::vector<Te
   for (const auto& [from, to] : pairs) {
     std::vector<Tensor> src, dst;
     std::vector<const graph::Value*> outs;
-    for (int k : groups) {
+    for (size_t j = 0; j < groups.size(); ++j) {
+      const int k = groups[j];
       const FusionGroup& grp = plan_.groups[size_t(k)];
-      const graph::Value* v = grp.inputs[0];
+      const graph::Value* v = sources[j];
       if (v->meta.dtype != from || grp.output->meta.dtype != to) continue;
       const Tensor& t = env[size_t(v->id)];
       if (!t.defined() || t.dtype() != from || t.device() != device_ ||
           t.sizes() != v->meta.sizes || !t.is_contiguous()) {
+        // Its own kernel, reading its input (the source's views may not have run yet).
+        if (v != grp.inputs[0] && !env[size_t(grp.inputs[0]->id)].defined())
+          env[size_t(grp.inputs[0]->id)] = t;
         run_kernel(k, env);
         continue;
       }
@@ -358,8 +388,12 @@ std::vector<Tensor> CudaCompiledGraph::execute(const std::vector<Tensor>& inputs
   const std::vector<RandomRange> draws = draws_ ? g_->reserve_draws() : std::vector<RandomRange>();
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& st = steps_[s];
-    if (st.casts)
-      run_casts(st.casts == 1 ? first_casts_ : last_casts_, env);
+    if (st.casts == 1) {
+      run_casts(first_casts_, first_sources_, env);
+    } else if (st.casts == 2) {
+      run_casts(last_casts_, last_sources_, env);
+      for (int i : tail_views_) run_node(*g_->nodes()[size_t(i)], env);
+    }
     else if (st.kernel >= 0)
       run_kernel(st.kernel, env);
     else if (const int f = fold_of_node_[size_t(st.index)]; f >= 0)

@@ -38,9 +38,10 @@ class CudaCompiledGraph : public capture::Runnable {
   std::vector<Tensor> execute(const std::vector<Tensor>& inputs,
                               std::vector<Tensor>* owned) const;
   void run_kernel(int kernel, std::vector<Tensor>& env) const;
-  // The cast groups `groups` in one launch a pair of dtypes (multi_tensor::cast_); a group
-  // whose input is not laid out as captured runs its own kernel.
-  void run_casts(const std::vector<int>& groups, std::vector<Tensor>& env) const;
+  // The cast groups `groups`, reading sources[i] for groups[i], in one launch a pair of dtypes
+  // (multi_tensor::cast_); a group whose source is not laid out as captured runs its own kernel.
+  void run_casts(const std::vector<int>& groups, const std::vector<const graph::Value*>& sources,
+                 std::vector<Tensor>& env) const;
   // A layer_norm_backward with its folded neighbours in one kernel (the plan's steps where the
   // kernel does not take the tensors); the values it reads.
   void run_fold(const LayerNormFold& f, std::vector<Tensor>& env) const;
@@ -68,9 +69,12 @@ class CudaCompiledGraph : public capture::Runnable {
   std::vector<std::vector<int>> symbols_;  // per kernel: the symbols it takes
   int sms_ = 1;
   // Groups that only cast a float32 graph input (a parameter) to a 16-bit float, run together
-  // first; and groups that only cast a 16-bit value to a float32 graph output (a parameter's
-  // grad), run together last.
+  // first (reading first_sources_); and groups that only cast a 16-bit value to a float32
+  // graph output (a parameter's grad), run together last (reading their inputs), followed by
+  // the views of their results (tail_views_, node indices in graph order).
   std::vector<int> first_casts_, last_casts_;
+  std::vector<const graph::Value*> first_sources_, last_sources_;
+  std::vector<int> tail_views_;
   std::vector<LayerNormFold> folds_;
   std::vector<int> fold_of_node_;  // per graph node: its fold in folds_, or -1
   std::vector<Step> steps_;

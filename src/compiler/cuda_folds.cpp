@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "core/shape.h"
+#include "graph/graph_util.h"
 
 namespace ember::compiler {
 
@@ -22,29 +23,46 @@ bool half(DType t) { return t == DType::BFloat16 || t == DType::Float16; }
 
 }  // namespace
 
-bool parameter_cast(const FusionGroup& grp) {
+const graph::Value* parameter_cast(const FusionGroup& grp) {
   const graph::Node* n = lone(grp, OpId::cast);
-  if (!n || grp.inputs.size() != 1) return false;
+  if (!n || grp.inputs.size() != 1) return nullptr;
   const graph::Value& in = *grp.inputs[0];
-  return in.producer == nullptr && in.meta.dtype == DType::Float32 &&
-         half(n->outputs[0]->meta.dtype) && contiguous(in) && contiguous(*n->outputs[0]) &&
-         shape_numel(in.meta.sizes) > 0;
+  const graph::Value* root = graph::view_root(&in);
+  if (root->producer || root->meta.sizes != in.meta.sizes ||
+      root->meta.strides != in.meta.strides || root->meta.offset != in.meta.offset)
+    return nullptr;
+  const bool ok = in.meta.dtype == DType::Float32 && half(n->outputs[0]->meta.dtype) &&
+                  contiguous(in) && contiguous(*n->outputs[0]) && shape_numel(in.meta.sizes) > 0;
+  return ok ? root : nullptr;
 }
 
-bool grad_cast(const FusionGroup& grp, const graph::Graph& g) {
+bool grad_cast(const FusionGroup& grp, const graph::Graph& g,
+               std::vector<const graph::Node*>* views) {
   const graph::Node* n = lone(grp, OpId::cast);
   if (!n || grp.inputs.size() != 1) return false;
   const graph::Value& in = *grp.inputs[0];
-  const graph::Value* out = n->outputs[0];
-  if (out->meta.dtype != DType::Float32 || !half(in.meta.dtype) || !contiguous(in) ||
-      !contiguous(*out) || shape_numel(in.meta.sizes) == 0)
+  if (n->outputs[0]->meta.dtype != DType::Float32 || !half(in.meta.dtype) || !contiguous(in) ||
+      !contiguous(*n->outputs[0]) || shape_numel(in.meta.sizes) == 0)
     return false;
-  if (std::find(g.outputs().begin(), g.outputs().end(), out) == g.outputs().end()) return false;
-  for (const graph::Mutation& m : g.mutations())
-    if (m.value == out) return false;
-  for (const auto& other : g.nodes())
-    if (std::find(other->inputs.begin(), other->inputs.end(), out) != other->inputs.end())
-      return false;
+  // The values from the cast's result through views: each read by views alone, and at least
+  // one handed out; none written back.
+  std::vector<const graph::Value*> reached = {n->outputs[0]};
+  std::vector<const graph::Node*> found;
+  bool handed_out = false;
+  for (size_t i = 0; i < reached.size(); ++i) {
+    const graph::Value* v = reached[i];
+    handed_out |= std::find(g.outputs().begin(), g.outputs().end(), v) != g.outputs().end();
+    for (const graph::Mutation& m : g.mutations())
+      if (m.value == v || m.target == v) return false;
+    for (const auto& other : g.nodes()) {
+      if (std::find(other->inputs.begin(), other->inputs.end(), v) == other->inputs.end()) continue;
+      if (op_info(other->op).kind != OpKind::View || other->inputs.size() != 1) return false;
+      found.push_back(other.get());
+      reached.insert(reached.end(), other->outputs.begin(), other->outputs.end());
+    }
+  }
+  if (!handed_out) return false;
+  views->insert(views->end(), found.begin(), found.end());
   return true;
 }
 

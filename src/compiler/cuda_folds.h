@@ -11,12 +11,15 @@
 
 namespace ember::compiler {
 
-// Whether grp only casts a float32 graph input (a parameter), laid out contiguously, to a
-// 16-bit float.
-bool parameter_cast(const FusionGroup& grp);
-// Whether grp only casts a 16-bit value to a float32 result that the graph hands out and
-// nothing else reads (a parameter's grad), both laid out contiguously.
-bool grad_cast(const FusionGroup& grp, const graph::Graph& g);
+// When grp only casts a float32 graph input (a parameter) to a 16-bit float, both laid out
+// contiguously: that input (the cast may read it through views that leave its layout as it
+// is, which have not run when the graph starts). Else null.
+const graph::Value* parameter_cast(const FusionGroup& grp);
+// Whether grp only casts a contiguous 16-bit value to a contiguous float32 result that the graph
+// hands out, directly or through views that only it reads (a parameter's grad); those views'
+// nodes are appended to `views`.
+bool grad_cast(const FusionGroup& grp, const graph::Graph& g,
+               std::vector<const graph::Node*>* views);
 
 // A layer_norm_backward node (the graph's node `node`) with its neighbours folded in: the
 // group `cast_group` that casts `grad` to the node's incoming grad (else -1, and `grad` is that

@@ -1,0 +1,123 @@
+// What compiled GPU graphs batch and fold (compiler/cuda_folds.h), found in graphs a GPU never
+// has to run: a GPT training step under bfloat16 autocast, captured on the CPU, has its
+// parameters' casts to bfloat16 (read through views that keep the parameter's layout) and its
+// grads' casts back (handed out through views); a hand-made backward has layer_norm_backward
+// between the cast of its grad and the add of its dx. tests/cuda runs them on a GPU.
+#include <gtest/gtest.h>
+
+#include "capture/capture.h"
+#include "capture/capture_test_util.h"
+#include "compiler/cuda_folds.h"
+#include "ember/autocast.h"
+#include "ember/compile.h"
+#include "ember/ember.h"
+
+namespace ember::compiler {
+namespace {
+
+const Device kGpu{DeviceType::CUDA, 0};
+
+// A backend that keeps the graphs it is given and runs them eagerly.
+class GraphKeeper : public capture::Backend {
+ public:
+  std::string name() const override { return "keep-graphs-for-cuda-folds"; }
+  std::shared_ptr<const capture::Runnable> compile(std::shared_ptr<const graph::Graph> g) override {
+    graphs.push_back(g);
+    return capture::backend("eager").compile(g);
+  }
+  std::vector<std::shared_ptr<const graph::Graph>> graphs;
+};
+
+TEST(CudaFolds, AutocastTrainingCastsParametersAndGradsInBatches) {
+  auto keeper = std::make_unique<GraphKeeper>();
+  GraphKeeper* kept = keeper.get();
+  capture::register_backend(std::move(keeper));
+  manual_seed(4);
+  auto model = std::make_shared<nn::GPT>(test::tiny_gpt());
+  CompileOptions o;
+  o.backend = kept->name();
+  auto loss_fn = compile([model](const Tensor& a, const Tensor& b) { return model->loss(a, b); }, o);
+  const Tensor x = randint(0, 11, {2, 8}), y = randint(0, 11, {2, 8});
+  Tensor loss;
+  {
+    EnableGradGuard grad;
+    autocast scope(DType::BFloat16);
+    loss = loss_fn(x, y);
+  }
+  loss.backward();
+  ASSERT_EQ(kept->graphs.size(), 2u) << "a forward and a backward graph";
+  const graph::Graph &fwd = *kept->graphs[0], &bwd = *kept->graphs[1];
+  // Every 2-D weight is cast to bfloat16 once in the forward, its grad back in the backward.
+  int64_t weights = 0;
+  for (const Tensor& p : model->parameters()) weights += p.dim() == 2;
+  // The graphs' tensors are on the CPU, so the CPU's plan (its cast groups are the GPU's too).
+  const FusionPlan fp = plan_fusion(fwd);
+  int64_t casts = 0;
+  for (const FusionGroup& grp : fp.groups)
+    if (const graph::Value* src = parameter_cast(grp)) {
+      ++casts;
+      EXPECT_EQ(src->producer, nullptr) << "a source is a graph input";
+      EXPECT_EQ(src->meta.dtype, DType::Float32);
+    }
+  EXPECT_GE(casts, weights);
+  const FusionPlan bp = plan_fusion(bwd);
+  int64_t grads = 0;
+  std::vector<const graph::Node*> views;
+  for (const FusionGroup& grp : bp.groups) grads += grad_cast(grp, bwd, &views);
+  EXPECT_GE(grads, weights);
+  // The views after the casts lead to handed-out grads only.
+  for (const graph::Node* n : views) EXPECT_EQ(op_info(n->op).kind, OpKind::View);
+}
+
+graph::Value* input(graph::Graph& g, const Shape& sizes, DType t) {
+  return g.add_input(TensorMeta{sizes, contiguous_strides(sizes), 0, t}, kGpu,
+                     graph::InputKind::Argument, "x");
+}
+
+// cast(g16) -> layer_norm_backward -> add(dx, residual), as the GPU's training graphs have it.
+TEST(CudaFolds, LayerNormBackwardTakesItsGradsCastAndItsResidualAdd) {
+  for (bool residual_first : {false, true})
+    for (bool read_elsewhere : {false, true}) {
+      graph::Graph g;
+      const Shape rows{6, 32}, cols{32}, stats{6, 1};
+      graph::Value* g16 = input(g, rows, DType::BFloat16);
+      graph::Value* x = input(g, rows, DType::Float32);
+      graph::Value* mean = input(g, stats, DType::Float32);
+      graph::Value* rstd = input(g, stats, DType::Float32);
+      graph::Value* w = input(g, cols, DType::Float32);
+      graph::Value* r = input(g, rows, DType::Float32);
+      Attrs c;
+      c.dtype = DType::Float32;
+      graph::Value* g32 = g.add_node(OpId::cast, {g16}, c, {})->outputs[0];
+      Attrs a;
+      a.shape = cols;
+      a.value = 1e-5;
+      graph::Node* ln = g.add_node(OpId::layer_norm_backward, {g32, x, mean, rstd, w}, a, {});
+      graph::Value* dx = ln->outputs[0];
+      graph::Value* sum = g.add_node(OpId::add, residual_first ? std::vector<graph::Value*>{r, dx}
+                                                                : std::vector<graph::Value*>{dx, r},
+                                     {}, {})->outputs[0];
+      std::vector<graph::Value*> outs = {sum, ln->outputs[1], ln->outputs[2]};
+      // A grad that something else reads too stays a cast of its own.
+      if (read_elsewhere) outs.push_back(g.add_node(OpId::neg, {g32}, {}, {})->outputs[0]);
+      g.set_outputs(outs);
+      const FusionPlan plan = plan_fusion(g, kGpu);
+      const std::vector<LayerNormFold> folds = layer_norm_folds(g, plan);
+      ASSERT_EQ(folds.size(), 1u);
+      const LayerNormFold& f = folds[0];
+      EXPECT_EQ(g.nodes()[size_t(f.node)].get(), ln);
+      if (read_elsewhere) {
+        EXPECT_EQ(f.cast_group, -1);
+        EXPECT_EQ(f.grad, g32);
+      } else {
+        EXPECT_GE(f.cast_group, 0);
+        EXPECT_EQ(f.grad, g16);
+      }
+      EXPECT_GE(f.add_group, 0);
+      EXPECT_EQ(f.residual, r);
+      EXPECT_EQ(f.sum, sum);
+    }
+}
+
+}  // namespace
+}  // namespace ember::compiler
