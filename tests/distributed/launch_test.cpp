@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
+#include <vector>
 #include <string>
 
 #include "ember/distributed.h"
@@ -120,6 +122,43 @@ TEST_F(DistributedLaunch, EmberGptTrainsAsRanksAndSavesASingleRunsCheckpoint) {
     EXPECT_EQ(b.optimizer[i].first, a.optimizer[i].first);
   // Two ranks train on twice the data: their weights are not the single run's.
   EXPECT_GT((b.model[0].second - a.model[0].second).abs().amax().item(), 0.0);
+}
+
+// ember-ddp-bench (scripts/test-multi-gpu.sh's program) on the CPU: two ranks of 4 rows each
+// follow the loss curve of one process on the 8-row global batch, and not that of 4 rows.
+TEST_F(DistributedLaunch, DdpBenchTwoRanksFollowTheGlobalBatchsCurve) {
+  if (std::string(EMBER_DDP_BENCH_BIN).empty()) GTEST_SKIP() << "built without the benchmarks";
+  auto losses = [](const std::string& cmd) {
+    const CommandResult r = run_command(cmd + " 2>&1");
+    EXPECT_EQ(r.status, 0) << r.output;
+    const size_t at = r.output.find("\"losses\": [");
+    EXPECT_NE(at, std::string::npos) << r.output;
+    std::vector<double> v;
+    if (at == std::string::npos) return v;
+    std::string rest = r.output.substr(at + 11);
+    rest = rest.substr(0, rest.find(']'));
+    for (size_t p = 0; p < rest.size();) {
+      size_t used = 0;
+      v.push_back(std::stod(rest.substr(p), &used));
+      p += used;
+      while (p < rest.size() && (rest[p] == ',' || rest[p] == ' ')) ++p;
+    }
+    return v;
+  };
+  const std::string bin = std::string(EMBER_DDP_BENCH_BIN) +
+                          " --device cpu --model tiny --steps 8 --warmup 2 --batch ";
+  const std::vector<double> whole = losses(bin + "8"), half = losses(bin + "4");
+  const std::vector<double> two = losses(
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 " +
+      std::string(EMBER_MPIEXEC) + " --oversubscribe -np 2 " + bin + "4");
+  ASSERT_EQ(whole.size(), 10u);
+  ASSERT_EQ(two.size(), whole.size());
+  double apart = 0;
+  for (size_t i = 0; i < whole.size(); ++i) {
+    EXPECT_NEAR(two[i], whole[i], 1e-4 * std::abs(whole[i])) << "step " << i;
+    apart = std::max(apart, std::abs(half[i] - whole[i]));
+  }
+  EXPECT_GT(apart, 1e-3) << "4 rows alone should follow another curve";
 }
 
 TEST(Distributed, CollectivesBeforeInitSayHowToStart) {
