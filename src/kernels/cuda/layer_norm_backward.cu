@@ -134,27 +134,19 @@ __global__ void dx_dw_rows_kernel(const G* g, const T* x, const C* mean, const C
   }
 }
 
-// Launches dx_dw_rows_kernel with the fewest chunks a lane that hold the row; false when a row
-// is longer than 8 chunks a lane.
-template <class T, class G, class C, int V>
-bool launch_dx_rows(unsigned blocks, cudaStream_t stream, const G* g, const T* x, const C* mean,
-                    const C* rstd, const T* w, const T* residual, T* dx, int64_t rows, int64_t n,
-                    C* pw, C* pb) {
-  const int64_t e = (n + 32 * V - 1) / (32 * V);
-  auto go = [&]<int E>() {
-    dx_dw_rows_kernel<T, G, C, V, E><<<blocks, 256, 2 * size_t(n) * sizeof(C), stream>>>(
-        g, x, mean, rstd, w, residual, dx, rows, int(n), pw, pb);
-    return true;
-  };
-  switch (e) {
-    case 1: return go.template operator()<1>();
-    case 2: return go.template operator()<2>();
-    case 3: return go.template operator()<3>();
-    case 4: return go.template operator()<4>();
-    case 5: return go.template operator()<5>();
-    case 6: return go.template operator()<6>();
-    case 7: return go.template operator()<7>();
-    case 8: return go.template operator()<8>();
+// Calls f with dx_dw_rows_kernel for the fewest chunks a lane that hold a row of n; false when
+// a row is longer than 8 chunks a lane.
+template <class T, class G, class C, int V, class F>
+bool with_rows_kernel(int64_t n, F f) {
+  switch ((n + 32 * V - 1) / (32 * V)) {
+    case 1: f(dx_dw_rows_kernel<T, G, C, V, 1>); return true;
+    case 2: f(dx_dw_rows_kernel<T, G, C, V, 2>); return true;
+    case 3: f(dx_dw_rows_kernel<T, G, C, V, 3>); return true;
+    case 4: f(dx_dw_rows_kernel<T, G, C, V, 4>); return true;
+    case 5: f(dx_dw_rows_kernel<T, G, C, V, 5>); return true;
+    case 6: f(dx_dw_rows_kernel<T, G, C, V, 6>); return true;
+    case 7: f(dx_dw_rows_kernel<T, G, C, V, 7>); return true;
+    case 8: f(dx_dw_rows_kernel<T, G, C, V, 8>); return true;
     default: return false;
   }
 }
@@ -276,21 +268,32 @@ bool rows_in_registers(const Tensor& g, const Tensor& x, const Tensor& mean, con
   detail::use_device(device);
   const cudaStream_t stream = detail::stream(device);
   constexpr DType acc = std::is_same_v<C, double> ? DType::Float64 : DType::Float32;
-  const int64_t blocks = std::min<int64_t>((rows + 7) / 8, int64_t(sm_count()) * 2);
-  Tensor partial = make_tensor({2, blocks, n}, acc, x.device());
-  C* pw = static_cast<C*>(partial.impl()->data());
-  C* pb = pw + blocks * n;
   auto data = [](const Tensor& t) { return t.defined() ? t.impl()->data() : nullptr; };
-  launch_dx_rows<T, G, C, V>(unsigned(blocks), stream, static_cast<const G*>(data(g)),
-                             static_cast<const T*>(data(x)), static_cast<const C*>(data(mean)),
-                             static_cast<const C*>(data(rstd)), static_cast<const T*>(data(w)),
-                             static_cast<const T*>(data(residual)), static_cast<T*>(data(dx)),
-                             rows, n, pw, pb);
-  const int64_t fb = std::min<int64_t>((n + 255) / 256, 65535);
-  dw_db_final_kernel<T, C><<<unsigned(fb), 256, 0, stream>>>(
-      pw, pb, int(blocks), n, static_cast<T*>(data(dw)), static_cast<T*>(data(db)));
-  detail::check(cudaGetLastError(), "layer_norm_backward");
-  return true;
+  // Blocks of 4 warps, as many as stay resident at once (the rows held in registers make a
+  // thread's registers many; smaller blocks fit more warps on a multiprocessor), each warp a
+  // row at a time; a block's partials a row.
+  constexpr int kThreads = 128;
+  const size_t shared = 2 * size_t(n) * sizeof(C);
+  return with_rows_kernel<T, G, C, V>(n, [&](auto kernel) {
+    int resident = 1;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kThreads, shared) !=
+        cudaSuccess)
+      resident = 1;
+    const int64_t blocks =
+        std::min<int64_t>((rows + 3) / 4, int64_t(sm_count()) * std::max(resident, 1));
+    Tensor partial = make_tensor({2, blocks, n}, acc, x.device());
+    C* pw = static_cast<C*>(partial.impl()->data());
+    C* pb = pw + blocks * n;
+    kernel<<<unsigned(blocks), kThreads, shared, stream>>>(
+        static_cast<const G*>(data(g)), static_cast<const T*>(data(x)),
+        static_cast<const C*>(data(mean)), static_cast<const C*>(data(rstd)),
+        static_cast<const T*>(data(w)), static_cast<const T*>(data(residual)),
+        static_cast<T*>(data(dx)), rows, int(n), pw, pb);
+    const int64_t fb = std::min<int64_t>((n + 255) / 256, 65535);
+    dw_db_final_kernel<T, C><<<unsigned(fb), 256, 0, stream>>>(
+        pw, pb, int(blocks), n, static_cast<T*>(data(dw)), static_cast<T*>(data(db)));
+    detail::check(cudaGetLastError(), "layer_norm_backward");
+  });
 }
 
 // in: g, x, mean, rstd, weight; out: dx, dw, db.
