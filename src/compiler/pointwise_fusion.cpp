@@ -403,9 +403,11 @@ bool can_fuse_row(const graph::Node& n, const Device& target) {
 }
 
 const FusedOpInfo* fused_op_info(const graph::Node& n) {
-  if (n.op == OpId::gelu) {
-    static const FusedOpInfo exact{"Gelu", 1}, approx{"GeluTanh", 1};
-    return n.attrs.flag ? &approx : &exact;
+  if (n.op == OpId::gelu) {  // 16-bit results: the 16-bit form, as the eager kernels
+    static const FusedOpInfo exact{"Gelu", 1}, half{"GeluHalf", 1}, approx{"GeluTanh", 1};
+    const DType t = n.outputs[0]->meta.dtype;
+    if (n.attrs.flag) return &approx;
+    return t == DType::BFloat16 || t == DType::Float16 ? &half : &exact;
   }
   if (n.op == OpId::slice_backward) {  // generated as a select, not a functor call
     static const FusedOpInfo select{"", 1};

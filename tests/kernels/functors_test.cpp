@@ -207,6 +207,54 @@ TEST(FunctorAccuracy, Gelu) {
   expect_within("gelu", r, 2.0);
 }
 
+// The 16-bit results' gelu (GeluHalf) within 2^-16 of the value, relative, down to bfloat16's
+// least subnormal (2^-133), below which that is the resolution asked for.
+double half_gelu_error(float, float got, double ref) {
+  if (std::isnan(ref) || std::isnan(got)) return std::isnan(ref) && std::isnan(got) ? 0 : kInf;
+  if (std::isinf(ref) || std::isinf(got)) return got == ref ? 0 : kInf;
+  return std::fabs(double(got) - ref) / std::max(std::fabs(ref) * 0x1p-16, 0x1p-133);
+}
+
+TEST(FunctorAccuracy, GeluHalf) {
+  auto r = sweep({}, [](float x) { return fn::GeluHalf{}(x); }, ref_gelu, half_gelu_error);
+  expect_within("gelu for 16-bit results (units of 2^-16 relative)", r, 1.0, false);
+}
+
+// A 16-bit gelu kernel computes GeluHalf and rounds once: bit for bit that, and the nearest
+// 16-bit value to the exact gelu but for an input whose exact result lies within 2^-16 of a
+// tie (never more than one unit off).
+TEST(FunctorAccuracy, GeluKernelsOfSixteenBitTypesRoundGeluHalf) {
+  std::vector<float> xs;
+  for (int i = -30000; i <= 30000; ++i) xs.push_back(float(i) * 0.000467f);  // [-14, 14]
+  for (float x : {0.f, -0.f, 1e30f, -1e30f, 14.5f, -14.5f, -13.9f}) xs.push_back(x);
+  const Tensor x = from_vector(xs, {int64_t(xs.size())});
+  for (DType t : {DType::BFloat16, DType::Float16}) {
+    const Tensor in = x.to(t);
+    const std::vector<float> got = in.gelu().to(DType::Float32).to_vector<float>();
+    const std::vector<float> a = in.to(DType::Float32).to_vector<float>();
+    const std::vector<float> mine =
+        from_vector(a, {int64_t(a.size())}).gelu().to(DType::Float32).to_vector<float>();
+    int64_t off = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const float want = from_vector(std::vector<float>{fn::GeluHalf{}(a[i])}, {1})
+                             .to(t).to(DType::Float32).item<float>();
+      ASSERT_EQ(got[i], want) << dtype_name(t) << " x = " << a[i];
+      const float exact = from_vector(std::vector<float>{mine[i]}, {1})
+                              .to(t).to(DType::Float32).item<float>();
+      if (got[i] == exact) continue;
+      ++off;
+      const double unit = std::max(std::fabs(double(exact)), std::fabs(double(got[i]))) *
+                          (t == DType::BFloat16 ? 0x1p-7 : 0x1p-10);
+      EXPECT_LE(std::fabs(double(got[i]) - double(exact)), unit + 0x1p-133)
+          << dtype_name(t) << " x = " << a[i] << ": more than one unit from the float32 gelu's";
+    }
+    // Near-ties only: a small share of the inputs.
+    std::cout << "  " << dtype_name(t) << ": " << off << " of " << a.size()
+              << " results one unit from the float32 gelu's rounding\n";
+    EXPECT_LE(off, int64_t(a.size()) / 50) << dtype_name(t);
+  }
+}
+
 // The tanh form rounds its argument u to float, and sigmoid(2u) magnifies that error by about
 // |2u| in the negative tail. The error is measured against a bound of 2 ulp plus that effect.
 TEST(FunctorAccuracy, GeluTanh) {
@@ -342,6 +390,17 @@ TEST(FunctorSpecials, GeluForms) {
     EXPECT_LT(f(-7.f), 0.f) << tanh_form;
     EXPECT_GT(f(-7.f), -1e-9f) << tanh_form;
   }
+  // The 16-bit results' form: the same limits and specials.
+  const fn::GeluHalf h;
+  EXPECT_EQ(h(0.f), 0.f);
+  EXPECT_TRUE(std::signbit(h(-0.f)));
+  EXPECT_EQ(h(kInfF), kInfF);
+  EXPECT_EQ(h(-kInfF), 0.f);
+  EXPECT_TRUE(std::isnan(h(kNaNF)));
+  EXPECT_TRUE(std::isnan(h(-kNaNF)));
+  EXPECT_EQ(h(1e30f), 1e30f);
+  EXPECT_EQ(h(-1e30f), 0.f);
+  EXPECT_LT(h(-7.f), 0.f);
   // The exact form keeps the sign of zero, and results down in the subnormals.
   EXPECT_TRUE(std::signbit(fn::Gelu{}(-0.f)));
   EXPECT_FALSE(std::signbit(fn::Gelu{}(0.f)));

@@ -31,8 +31,11 @@ void silu(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
   unary_float<fn::Silu>(in, out, "silu");
 }
 void gelu(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const DType t = out[0].dtype();
   if (a.flag)
     unary_float<fn::GeluTanh>(in, out, "gelu");
+  else if (t == DType::BFloat16 || t == DType::Float16)  // results of 16 bits (functors.h)
+    unary_float<fn::GeluHalf>(in, out, "gelu");
   else
     unary_float<fn::Gelu>(in, out, "gelu");
 }

@@ -58,7 +58,10 @@ EMBER_CUDA_COMPARE(gt, fn::Gt)
 EMBER_CUDA_COMPARE(ge, fn::Ge)
 
 void gelu(In in, Out out, const Attrs& a) {
+  const DType t = out[0].dtype();
   if (a.flag) unary<Kinds::Float, fn::GeluTanh>("gelu", in, out);
+  else if (t == DType::BFloat16 || t == DType::Float16)  // results of 16 bits (functors.h)
+    unary<Kinds::Float, fn::GeluHalf>("gelu", in, out);
   else unary<Kinds::Float, fn::Gelu>("gelu", in, out);
 }
 void gelu_backward(In in, Out out, const Attrs& a) {
