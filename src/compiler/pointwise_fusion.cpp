@@ -417,9 +417,12 @@ const FusedOpInfo* fused_op_info(const graph::Node& n) {
     static const FusedOpInfo convert{"", 1};
     return &convert;
   }
-  if (n.op == OpId::gelu_backward) {  // (grad, x)
-    static const FusedOpInfo exact{"GeluBackward", 2}, approx{"GeluTanhBackward", 2};
-    return n.attrs.flag ? &approx : &exact;
+  if (n.op == OpId::gelu_backward) {  // (grad, x); 16-bit results as gelu's
+    static const FusedOpInfo exact{"GeluBackward", 2}, half{"GeluBackwardHalf", 2},
+        approx{"GeluTanhBackward", 2};
+    const DType t = n.outputs[0]->meta.dtype;
+    if (n.attrs.flag) return &approx;
+    return t == DType::BFloat16 || t == DType::Float16 ? &half : &exact;
   }
   return table_entry(n.op);
 }

@@ -431,6 +431,22 @@ EMBER_FN float gelu16_f32(float x) {
   return select(x > 14.f, x, select(x < -14.f, -0.f, y));
 }
 
+// grad * gelu'(x) for results rounded to 16 bits: with u = |x|, d = Q(u) - u phi(u) =
+// exp(-u^2/2) (N(w) / (u + 2) - u / sqrt(2 pi)), gelu' is d for x < 0 and 1 - d above (as in
+// gelu_bwd_f32, whose float32 fit this replaces with gelu16_f32's). The error is within 2^-16 of
+// the size of the two terms (Phi and |x| phi), what the float32 form's bound is measured
+// against too: a value near gelu''s root, where the terms cancel, has that absolute error.
+EMBER_FN float gelu16_bwd_f32(float g, float x) {
+  const float ax = float_of(bits_of(x) & 0x7fffffffu);
+  const float u = select(ax > 14.f, 14.f, ax);  // NaN stays NaN
+  const float r = recip_2_16(u + 2.f);
+  const float d =
+      exp_neg_half_sq(u) * fma_f(gelu16_n(u * r), r, -float(kInvSqrt2Pi) * u);
+  // Past |x| = 14, gelu' is 1 or 0 to 16 bits (and -0: the sign of -|x| phi, whose magnitude
+  // is below every 16-bit subnormal).
+  return g * select(x > 0.f, 1.f - d, select(x < -14.f, -0.f, d));
+}
+
 // gelu'(x) = Phi(x) + x phi(x): with u = |x| and d = Phi(-u) - u phi(u), it is d for x < 0 and
 // 1 - d for x > 0. d = exp(-u^2/2) (M(u) - c u), c = 1/sqrt(2 pi), with M a polynomial in
 // w = u / (u + 3) fitted for absolute error relative to M + c u: the size of the two terms, which
@@ -638,6 +654,15 @@ struct GeluBackward {
     T cdf = T(0.5) * std::erfc(-x * T(kSqrt1_2));
     T pdf = T(kInvSqrt2Pi) * std::exp(T(-0.5) * x * x);
     return g * (cdf + x * pdf);
+  }
+};
+// gelu's grad where the result is rounded to bfloat16 or float16 (detail::gelu16_bwd_f32), as
+// GeluHalf for gelu. float64 as GeluBackward.
+struct GeluBackwardHalf {
+  EMBER_FN float operator()(float g, float a) const { return detail::gelu16_bwd_f32(g, a); }
+  template <class T>
+  EMBER_FN T operator()(T g, T x) const {
+    return GeluBackward{}(g, x);
   }
 };
 // grad * d/dx [x/2 (1 + tanh(u))], u = k (x + c x^3):

@@ -64,19 +64,23 @@ TEST(RenderCuda, ElementwiseKernelsMoveSixteenBytesPerAccess) {
   }
 }
 
-// A 16-bit gelu calls the 16-bit form (functors.h's GeluHalf, with the GPU's fast reciprocal),
-// and NVRTC builds it.
+// A 16-bit gelu and its grad call the 16-bit forms (functors.h's GeluHalf and
+// GeluBackwardHalf, with the GPU's fast reciprocal), and NVRTC builds them.
 TEST(RenderCuda, SixteenBitGeluCallsItsOwnForm) {
   for (DType t : {DType::BFloat16, DType::Float16, DType::Float32}) {
     graph::Graph g;
     graph::Value* x = input(g, {64, 256}, t);
-    g.set_outputs({g.add_node(OpId::gelu, {x}, {}, {})->outputs[0]});
+    graph::Value* dy = input(g, {64, 256}, t);
+    g.set_outputs({g.add_node(OpId::gelu, {x}, {}, {})->outputs[0],
+                   g.add_node(OpId::gelu_backward, {dy, x}, {}, {})->outputs[0]});
     int next = 0;
     std::vector<CudaLaunch> launches;
     const std::string src = render(cuda_kernels(g, &next), &launches);
     const bool half = t != DType::Float32;
     EXPECT_EQ(src.find("ember::fn::GeluHalf{}") != std::string::npos, half) << src;
     EXPECT_EQ(src.find("ember::fn::Gelu{}") != std::string::npos, !half) << src;
+    EXPECT_EQ(src.find("ember::fn::GeluBackwardHalf{}") != std::string::npos, half) << src;
+    EXPECT_EQ(src.find("ember::fn::GeluBackward{}") != std::string::npos, !half) << src;
     if (nvrtc_available()) {
       EXPECT_FALSE(nvrtc_compile(src, "sm_90a").empty()) << dtype_name(t);
     }

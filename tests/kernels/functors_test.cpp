@@ -255,6 +255,26 @@ TEST(FunctorAccuracy, GeluKernelsOfSixteenBitTypesRoundGeluHalf) {
   }
 }
 
+// gelu's grad for 16-bit results: within 2^-16 of the size of its two terms (Phi and |x| phi),
+// down to bfloat16's least subnormal (2^-133).
+TEST(FunctorAccuracy, GeluBackwardHalf) {
+  ErrorFn err = [](float x, float got, double ref) {
+    if (std::isnan(ref) || std::isnan(got)) return std::isnan(ref) && std::isnan(got) ? 0.0 : kInf;
+    if (std::isinf(x)) return got == ref ? 0.0 : kInf;
+    const double xd = x;
+    const double terms = 0.5 * std::erfc(-xd * M_SQRT1_2) +
+                         std::fabs(xd) * std::exp(-0.5 * xd * xd) / std::sqrt(2 * M_PI);
+    return std::fabs(double(got) - ref) / std::max(terms * 0x1p-16, 0x1p-133);
+  };
+  auto r = sweep({}, [](float x) { return fn::GeluBackwardHalf{}(1.f, x); }, ref_gelu_grad, err);
+  expect_within("gelu_backward for 16-bit results (units of 2^-16 of the terms)", r, 1.0, false);
+  EXPECT_EQ(fn::GeluBackwardHalf{}(1.f, kInfF), 1.f);
+  EXPECT_EQ(fn::GeluBackwardHalf{}(1.f, -kInfF), 0.f);
+  EXPECT_TRUE(std::isnan(fn::GeluBackwardHalf{}(1.f, kNaNF)));
+  EXPECT_TRUE(std::isnan(fn::GeluBackwardHalf{}(kNaNF, 1.f)));
+  EXPECT_EQ(fn::GeluBackwardHalf{}(3.f, 1e30f), 3.f);
+}
+
 // The tanh form rounds its argument u to float, and sigmoid(2u) magnifies that error by about
 // |2u| in the negative tail. The error is measured against a bound of 2 ulp plus that effect.
 TEST(FunctorAccuracy, GeluTanh) {

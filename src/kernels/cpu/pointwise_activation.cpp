@@ -40,8 +40,11 @@ void gelu(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
     unary_float<fn::Gelu>(in, out, "gelu");
 }
 void gelu_backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const DType t = out[0].dtype();
   if (a.flag)
     binary_float<fn::GeluTanhBackward>(in, out, "gelu_backward");
+  else if (t == DType::BFloat16 || t == DType::Float16)  // results of 16 bits (functors.h)
+    binary_float<fn::GeluBackwardHalf>(in, out, "gelu_backward");
   else
     binary_float<fn::GeluBackward>(in, out, "gelu_backward");
 }

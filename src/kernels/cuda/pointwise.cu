@@ -65,7 +65,10 @@ void gelu(In in, Out out, const Attrs& a) {
   else unary<Kinds::Float, fn::Gelu>("gelu", in, out);
 }
 void gelu_backward(In in, Out out, const Attrs& a) {
+  const DType t = out[0].dtype();
   if (a.flag) binary<Kinds::Float, fn::GeluTanhBackward>("gelu_backward", in, out);
+  else if (t == DType::BFloat16 || t == DType::Float16)  // results of 16 bits (functors.h)
+    binary<Kinds::Float, fn::GeluBackwardHalf>("gelu_backward", in, out);
   else binary<Kinds::Float, fn::GeluBackward>("gelu_backward", in, out);
 }
 
