@@ -42,6 +42,20 @@ std::string profile_key(const FusionGroup& g) {
   return (g.row ? "generated row " : "generated pointwise ") + group_ops_str(g);
 }
 
+// Runs `launch` on `device`; under EMBER_PROFILE_OPS, timed by events as the row key() names
+// (built only then). `launch` returns false when it launched nothing, which is not recorded.
+template <class Launch, class Key>
+bool profiled(Device device, Launch launch, Key key) {
+  if (!op_profile::enabled()) return launch();
+  const op_profile::GpuMark mark = op_profile::gpu_begin(device);
+  const bool ran = launch();
+  if (ran)
+    op_profile::gpu_end(mark, key(), device);
+  else
+    op_profile::gpu_cancel(mark);
+  return ran;
+}
+
 }  // namespace
 
 bool cuda_compilable(const graph::Graph& g, Device* device, std::string* why) {
@@ -253,23 +267,23 @@ void CudaCompiledGraph::run_fold(const LayerNormFold& f, std::vector<Tensor>& en
   TensorOptions o(DType::Float32);
   o.device = device_;
   Tensor dx = empty(x.sizes(), o), dw = empty(w.sizes(), o), db = empty(w.sizes(), o);
-  const bool timed = op_profile::enabled();
-  const op_profile::GpuMark mark = timed ? op_profile::gpu_begin(device_) : op_profile::GpuMark{};
-  const bool done = layer_norm_grad::backward_fused(
-      at(f.grad), x, at(n.inputs[2]), at(n.inputs[3]), w,
-      f.residual ? at(f.residual) : Tensor(), dx, dw, db);
+  const bool done = profiled(
+      device_,
+      [&] {
+        return layer_norm_grad::backward_fused(at(f.grad), x, at(n.inputs[2]), at(n.inputs[3]),
+                                               w, f.residual ? at(f.residual) : Tensor(), dx,
+                                               dw, db);
+      },
+      [&] {
+        return std::string("layer_norm_backward") + (f.cast_group >= 0 ? " + grad cast" : "") +
+               (f.add_group >= 0 ? " + residual add" : "") + " " + x.shape_str();
+      });
   if (!done) {  // the kernel does not take these tensors: the plan's steps, one by one
     if (f.cast_group >= 0) run_kernel(f.cast_group, env);
     run_node(n, env);
     if (f.add_group >= 0) run_kernel(f.add_group, env);
     return;
   }
-  if (timed)
-    op_profile::gpu_end(mark,
-                        std::string("layer_norm_backward") +
-                            (f.cast_group >= 0 ? " + grad cast" : "") +
-                            (f.add_group >= 0 ? " + residual add" : "") + " " + x.shape_str(),
-                        device_);
   env[size_t((f.sum ? f.sum : n.outputs[0])->id)] = std::move(dx);
   env[size_t(n.outputs[1]->id)] = std::move(dw);
   env[size_t(n.outputs[2]->id)] = std::move(db);
@@ -310,11 +324,14 @@ void CudaCompiledGraph::run_kernel(int kernel, std::vector<Tensor>& env) const {
     args.push_back(const_cast<int64_t*>(&dims_[size_t(sym)]));
   const unsigned grid = cuda_grid(l, work, sms_);
   if (grid > 0) {
-    const bool timed = op_profile::enabled();
-    const op_profile::GpuMark mark = timed ? op_profile::gpu_begin(device_) : op_profile::GpuMark{};
-    device_code::launch(kernels_[size_t(kernel)], device_.index, grid, unsigned(l.block),
-                        args.data(), "generated CUDA kernel launch");
-    if (timed) op_profile::gpu_end(mark, profile_key(grp), device_);
+    profiled(
+        device_,
+        [&] {
+          device_code::launch(kernels_[size_t(kernel)], device_.index, grid, unsigned(l.block),
+                              args.data(), "generated CUDA kernel launch");
+          return true;
+        },
+        [&] { return profile_key(grp); });
   }
   env[size_t(grp.output->id)] = std::move(outs[0]);
   for (size_t j = 0; j < grp.extra_outputs.size(); ++j)
@@ -352,17 +369,19 @@ void CudaCompiledGraph::run_casts(const std::vector<int>& groups,
       outs.push_back(grp.output);
     }
     if (src.empty()) continue;
-    const bool timed = op_profile::enabled();
-    const op_profile::GpuMark mark = timed ? op_profile::gpu_begin(device_) : op_profile::GpuMark{};
-    multi_tensor::cast_(src, dst);
-    if (timed)
-      op_profile::gpu_end(mark,
-                          std::string("generated batched casts ")
-                              .append(dtype_name(from))
-                              .append(" -> ")
-                              .append(dtype_name(to))
-                              .append(" (" + std::to_string(src.size()) + " tensors)"),
-                          device_);
+    profiled(
+        device_,
+        [&] {
+          multi_tensor::cast_(src, dst);
+          return true;
+        },
+        [&] {
+          return std::string("generated batched casts ")
+              .append(dtype_name(from))
+              .append(" -> ")
+              .append(dtype_name(to))
+              .append(" (" + std::to_string(src.size()) + " tensors)");
+        });
     for (size_t i = 0; i < outs.size(); ++i) env[size_t(outs[i]->id)] = std::move(dst[i]);
   }
 }

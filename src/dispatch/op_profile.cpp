@@ -142,6 +142,12 @@ void gpu_end(GpuMark mark, const std::string& key, Device device) {
   if (t.pending.size() >= kFlushAt) t.flush();
 }
 
+void gpu_cancel(GpuMark mark) {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.free_events.push_back(mark.slot);
+}
+
 void restart() {
   if (!enabled()) return;
   Table& t = table();

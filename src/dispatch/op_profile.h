@@ -33,5 +33,7 @@ struct GpuMark {
 };
 GpuMark gpu_begin(Device device);
 void gpu_end(GpuMark mark, const std::string& key, Device device);
+// Gives begin's event back when nothing was launched after it.
+void gpu_cancel(GpuMark mark);
 
 }  // namespace ember::op_profile

@@ -8,6 +8,8 @@
 // and x; other rows take a dx pass and a column pass, each reading 16 bytes at a time where
 // aligned.
 #include <algorithm>
+#include <array>
+#include <atomic>
 
 #include "core/make_tensor.h"
 #include "kernels/cuda/elementwise.cuh"
@@ -136,17 +138,18 @@ __global__ void dx_dw_rows_kernel(const G* g, const T* x, const C* mean, const C
 
 // Calls f with dx_dw_rows_kernel for the fewest chunks a lane that hold a row of n; false when
 // a row is longer than 8 chunks a lane.
+// (and with E, the chunks a lane, as f's second argument)
 template <class T, class G, class C, int V, class F>
 bool with_rows_kernel(int64_t n, F f) {
   switch ((n + 32 * V - 1) / (32 * V)) {
-    case 1: f(dx_dw_rows_kernel<T, G, C, V, 1>); return true;
-    case 2: f(dx_dw_rows_kernel<T, G, C, V, 2>); return true;
-    case 3: f(dx_dw_rows_kernel<T, G, C, V, 3>); return true;
-    case 4: f(dx_dw_rows_kernel<T, G, C, V, 4>); return true;
-    case 5: f(dx_dw_rows_kernel<T, G, C, V, 5>); return true;
-    case 6: f(dx_dw_rows_kernel<T, G, C, V, 6>); return true;
-    case 7: f(dx_dw_rows_kernel<T, G, C, V, 7>); return true;
-    case 8: f(dx_dw_rows_kernel<T, G, C, V, 8>); return true;
+    case 1: f(dx_dw_rows_kernel<T, G, C, V, 1>, 1); return true;
+    case 2: f(dx_dw_rows_kernel<T, G, C, V, 2>, 2); return true;
+    case 3: f(dx_dw_rows_kernel<T, G, C, V, 3>, 3); return true;
+    case 4: f(dx_dw_rows_kernel<T, G, C, V, 4>, 4); return true;
+    case 5: f(dx_dw_rows_kernel<T, G, C, V, 5>, 5); return true;
+    case 6: f(dx_dw_rows_kernel<T, G, C, V, 6>, 6); return true;
+    case 7: f(dx_dw_rows_kernel<T, G, C, V, 7>, 7); return true;
+    case 8: f(dx_dw_rows_kernel<T, G, C, V, 8>, 8); return true;
     default: return false;
   }
 }
@@ -274,13 +277,21 @@ bool rows_in_registers(const Tensor& g, const Tensor& x, const Tensor& mean, con
   // row at a time; a block's partials a row.
   constexpr int kThreads = 128;
   const size_t shared = 2 * size_t(n) * sizeof(C);
-  return with_rows_kernel<T, G, C, V>(n, [&](auto kernel) {
-    int resident = 1;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kThreads, shared) !=
-        cudaSuccess)
-      resident = 1;
+  // Blocks resident per multiprocessor, asked once per kernel (E) at the largest shared size
+  // its rows can take (2 * 32 * V * E values), so the answer holds for every n it serves.
+  static std::array<std::atomic<int>, 9> resident_of{};
+  return with_rows_kernel<T, G, C, V>(n, [&](auto kernel, int e) {
+    int resident = resident_of[size_t(e)].load(std::memory_order_relaxed);
+    if (resident == 0) {
+      const size_t most = 2 * size_t(32 * V * e) * sizeof(C);
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kThreads, most) !=
+              cudaSuccess ||
+          resident < 1)
+        resident = 1;
+      resident_of[size_t(e)].store(resident, std::memory_order_relaxed);
+    }
     const int64_t blocks =
-        std::min<int64_t>((rows + 3) / 4, int64_t(sm_count()) * std::max(resident, 1));
+        std::min<int64_t>((rows + 3) / 4, int64_t(sm_count()) * resident);
     Tensor partial = make_tensor({2, blocks, n}, acc, x.device());
     C* pw = static_cast<C*>(partial.impl()->data());
     C* pb = pw + blocks * n;
