@@ -12,6 +12,7 @@
 #include <atomic>
 
 #include "core/make_tensor.h"
+#include "kernels/cuda/column_fold.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/kernel_table.h"
 #include "kernels/cuda/row_registers.cuh"
@@ -54,7 +55,7 @@ __global__ void dx_kernel(const T* g, const T* x, const C* mean, const C* rstd, 
 // from the g and x it holds: one read of g and x, 16-byte accesses (V elements a chunk, E chunks
 // a lane), for aligned rows up to 32 * V * 8. A lane's columns are the same in every row, so each lane adds its rows' g * xhat and g to registers;
 // the block's warps then fold those in warp order (shared memory, 2 n values) and the block
-// writes one row of partials, pw[block][col] and pb[block][col], for dw_db_final_kernel. g and
+// writes one row of partials, pw[block][col] and pb[block][col], for the fold (column_fold.cuh). g and
 // x are read once in all.
 // v rounded to T and back (the identity for float and double).
 template <class T, class C>
@@ -227,20 +228,6 @@ __global__ void dw_db_partial_vec_kernel(const T* g, const T* x, const C* mean, 
   }
 }
 
-template <class T, class C>
-__global__ void dw_db_final_kernel(const C* pw, const C* pb, int splits, int64_t n, T* dw, T* db) {
-  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < n;
-       c += int64_t(gridDim.x) * blockDim.x) {
-    C aw = 0, ab = 0;
-    for (int s = 0; s < splits; ++s) {
-      aw += pw[int64_t(s) * n + c];
-      ab += pb[int64_t(s) * n + c];
-    }
-    store(dw + c, aw);
-    store(db + c, ab);
-  }
-}
-
 int sm_count() {
   static const int sms = [] {
     int n = 0;
@@ -300,9 +287,8 @@ bool rows_in_registers(const Tensor& g, const Tensor& x, const Tensor& mean, con
         static_cast<const C*>(data(mean)), static_cast<const C*>(data(rstd)),
         static_cast<const T*>(data(w)), static_cast<const T*>(data(residual)),
         static_cast<T*>(data(dx)), rows, int(n), pw, pb);
-    const int64_t fb = std::min<int64_t>((n + 255) / 256, 65535);
-    dw_db_final_kernel<T, C><<<unsigned(fb), 256, 0, stream>>>(
-        pw, pb, int(blocks), n, static_cast<T*>(data(dw)), static_cast<T*>(data(db)));
+    fold_partial_rows(pw, int(blocks), n, static_cast<T*>(data(dw)), static_cast<T*>(data(db)),
+                      2, FoldSum{}, 0, stream);
     detail::check(cudaGetLastError(), "layer_norm_backward");
   });
 }
@@ -353,8 +339,7 @@ void layer_norm_backward(std::span<const Tensor> in, std::span<Tensor> out, cons
     else
       dw_db_partial_kernel<T, C><<<grid, block, 0, stream>>>(ptr(g), ptr(x), cptr(mean),
                                                             cptr(rstd), rows, n, pw, pb);
-    const int64_t fb = std::min<int64_t>((n + 255) / 256, 65535);
-    dw_db_final_kernel<T, C><<<unsigned(fb), 256, 0, stream>>>(pw, pb, splits, n, dw, db);
+    fold_partial_rows(pw, splits, n, dw, db, 2, FoldSum{}, 0, stream);
     detail::check(cudaGetLastError(), "layer_norm_backward");
   });
 }

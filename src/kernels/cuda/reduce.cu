@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "core/make_tensor.h"
+#include "kernels/cuda/column_fold.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/kernel_table.h"
 #include "kernels/cuda/row_registers.cuh"
@@ -217,18 +218,6 @@ __global__ void column_partial_vec_kernel(const T* in, A* partial, int64_t n, in
   }
 }
 
-template <class T, class A, class Op>
-__global__ void column_final_kernel(const A* partial, T* out, int64_t outputs, int splits,
-                                    int64_t reduced, Op op, bool divide) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < outputs; o += stride) {
-    A acc = partial[o];
-    for (int s = 1; s < splits; ++s) acc = op.fold(acc, partial[int64_t(s) * outputs + o]);
-    if (divide) acc = acc / A(reduced);
-    store(out + o, acc);
-  }
-}
-
 bool is_column_reduction(const ReducePlan& p) {
   if (p.kept_ndim == 0 || p.red_ndim == 0 || p.kept_strides[p.kept_ndim - 1] != 1) return false;
   for (int d = 0; d < p.red_ndim; ++d)
@@ -268,10 +257,7 @@ void launch_columns(const T* in, T* out, const ReducePlan& p, Op op, bool divide
   else
     column_partial_kernel<T, A, Op><<<grid, block, 0, s>>>(in, pp, p, op);
   detail::check(cudaGetLastError(), name);
-  const int threads = 256;
-  const int64_t blocks = std::min<int64_t>((p.outputs + threads - 1) / threads, 65535);
-  column_final_kernel<T, A, Op><<<unsigned(blocks), threads, 0, s>>>(pp, out, p.outputs, splits,
-                                                                     p.reduced, op, divide);
+  fold_partial_rows(pp, splits, p.outputs, out, out, 1, op, divide ? p.reduced : 0, s);
   detail::check(cudaGetLastError(), name);
 }
 
