@@ -88,6 +88,24 @@ struct RunningLse {
   __device__ __forceinline__ void add(C x) { merge(x, C(1)); }
 };
 
+// Adds a chunk of V values to a running pair: a larger max (or a NaN) rescales what was summed,
+// then the chunk adds at the running max, one exp an element.
+template <class T, class C, int V>
+__device__ __forceinline__ void add_chunk(RunningLse<C>& run, const Chunk<T, V>& p) {
+  C v[V];
+  C m = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < V; ++i) m = MaxOp{}.fold(m, v[i] = C(load(&p.v[i])));
+  if (m != m || m > run.m) {
+    run.s = run.m == -INFINITY ? C(0) : run.s * fn::ExpFtz{}(run.m - m);
+    run.m = m;
+  }
+  if (run.m != -INFINITY) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) run.s += fn::ExpFtz{}(v[i] - run.m);
+  }
+}
+
 // Block-wide merge of the threads' running pairs; every thread gets the row's.
 template <class C>
 __device__ RunningLse<C> block_merge(RunningLse<C> r) {
@@ -118,23 +136,20 @@ __global__ void cross_entropy_rows(const T* x, int64_t row_stride, int64_t col_s
     int64_t done = 0;  // elements taken by the vector loop
     if (col_stride == 1 && reinterpret_cast<uintptr_t>(xr) % 16 == 0) {
       const int64_t chunks = classes / V;
-      for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
-        const Chunk<T, V> p = *reinterpret_cast<const Chunk<T, V>*>(xr + c * V);
-        C v[V];
-        C m = -INFINITY;
+      // U chunks a thread at a time, loaded before any is used: U loads in flight a thread
+      // instead of one, which is what a row's read is limited by, not its exps.
+      constexpr int U = 4;
+      const int64_t grouped = chunks / (int64_t(U) * blockDim.x) * (int64_t(U) * blockDim.x);
+      for (int64_t c = threadIdx.x; c < grouped; c += int64_t(U) * blockDim.x) {
+        Chunk<T, V> p[U];
 #pragma unroll
-        for (int i = 0; i < V; ++i) m = MaxOp{}.fold(m, v[i] = C(load(&p.v[i])));
-        // A larger max (or a NaN) rescales what was summed; the chunk then adds at the running
-        // max, one exp an element.
-        if (m != m || m > run.m) {
-          run.s = run.m == -INFINITY ? C(0) : run.s * fn::ExpFtz{}(run.m - m);
-          run.m = m;
-        }
-        if (run.m != -INFINITY) {
+        for (int u = 0; u < U; ++u)
+          p[u] = *reinterpret_cast<const Chunk<T, V>*>(xr + (c + int64_t(u) * blockDim.x) * V);
 #pragma unroll
-          for (int i = 0; i < V; ++i) run.s += fn::ExpFtz{}(v[i] - run.m);
-        }
+        for (int u = 0; u < U; ++u) add_chunk<T, C, V>(run, p[u]);
       }
+      for (int64_t c = grouped + threadIdx.x; c < chunks; c += blockDim.x)
+        add_chunk<T, C, V>(run, *reinterpret_cast<const Chunk<T, V>*>(xr + c * V));
       done = chunks * V;
     }
     for (int64_t j = done + threadIdx.x; j < classes; j += blockDim.x)
