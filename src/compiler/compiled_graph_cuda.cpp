@@ -25,6 +25,7 @@
 #include "ember/autograd.h"
 #include "ember/ops.h"
 #include "graph/graph_util.h"
+#include "kernels/gemm_bias.h"
 #include "kernels/layer_norm_grad.h"
 #include "kernels/multi_tensor.h"
 
@@ -115,9 +116,16 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   folds_ = layer_norm_folds(*g_, plan_);
   fold_of_node_.assign(g_->nodes().size(), -1);
   for (size_t f = 0; f < folds_.size(); ++f) fold_of_node_[size_t(folds_[f].node)] = int(f);
-  auto batched = [&](int k) {  // run by a batched-casts step or a folded layer_norm_backward
+  bias_folds_ = bias_folds(*g_, plan_, first_casts_);
+  bias_fold_of_node_.assign(g_->nodes().size(), -1);
+  for (size_t f = 0; f < bias_folds_.size(); ++f)
+    bias_fold_of_node_[size_t(bias_folds_[f].node)] = int(f);
+  // Groups run by a batched-casts step, a folded layer_norm_backward or a matmul's epilogue.
+  auto batched = [&](int k) {
     for (const LayerNormFold& f : folds_)
       if (f.cast_group == k || f.add_group == k) return true;
+    for (const BiasFold& f : bias_folds_)
+      if (f.add_group == k) return true;
     return std::find(first_casts_.begin(), first_casts_.end(), k) != first_casts_.end() ||
            std::find(last_casts_.begin(), last_casts_.end(), k) != last_casts_.end();
   };
@@ -147,7 +155,10 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
         last[size_t(v->id)] = int(s);
     else if (const int f = fold_of_node_[size_t(steps_[s].index)]; f >= 0)
       for (const graph::Value* v : fold_reads(folds_[size_t(f)])) last[size_t(v->id)] = int(s);
-    else
+    else if (const int b = bias_fold_of_node_[size_t(steps_[s].index)]; b >= 0) {
+      for (const graph::Value* v : steps_[s].node->inputs) last[size_t(v->id)] = int(s);
+      last[size_t(bias_folds_[size_t(b)].bias->id)] = int(s);
+    } else
       for (const graph::Value* v : steps_[s].node->inputs) last[size_t(v->id)] = int(s);
   }
   for (const graph::Value* v : g_->outputs()) last[size_t(v->id)] = INT_MAX;
@@ -161,7 +172,8 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
                std::to_string(first_casts_.size() + last_casts_.size()) +
                " parameter and grad casts batched), " + std::to_string(eager) +
                " eager node(s) (" + std::to_string(folds_.size()) +
-               " layer_norm_backward with a cast or add folded in)");
+               " layer_norm_backward with a cast or add folded in, " +
+               std::to_string(bias_folds_.size()) + " matmul(s) with the bias add in the gemm)");
   if (plan_.groups.empty()) return;
   lowered_.reserve(plan_.groups.size());
   for (size_t k = 0; k < plan_.groups.size(); ++k) {
@@ -287,6 +299,29 @@ void CudaCompiledGraph::run_fold(const LayerNormFold& f, std::vector<Tensor>& en
   env[size_t((f.sum ? f.sum : n.outputs[0])->id)] = std::move(dx);
   env[size_t(n.outputs[1]->id)] = std::move(dw);
   env[size_t(n.outputs[2]->id)] = std::move(db);
+}
+
+void CudaCompiledGraph::run_bias_fold(const BiasFold& f, std::vector<Tensor>& env) const {
+  const graph::Node& n = *g_->nodes()[size_t(f.node)];
+  const Tensor& a = env[size_t(n.inputs[0]->id)];
+  const Tensor& b = env[size_t(n.inputs[1]->id)];
+  Tensor out;
+  if (a.defined() && b.defined() && a.dim() >= 2 && b.dim() == 2) {
+    Shape sizes = a.sizes();
+    sizes.back() = b.sizes()[1];
+    TensorOptions o(f.sum->meta.dtype);
+    o.device = device_;
+    out = empty(sizes, o);
+  }
+  const bool done = out.defined() && profiled(
+      device_, [&] { return gemm_bias::run(a, b, env[size_t(f.bias->id)], out); },
+      [&] { return "matmul + bias " + a.shape_str() + ", " + b.shape_str(); });
+  if (!done) {  // the gemm does not take these tensors: the plan's steps
+    run_node(n, env);
+    run_kernel(f.add_group, env);
+    return;
+  }
+  env[size_t(f.sum->id)] = std::move(out);
 }
 
 void CudaCompiledGraph::run_kernel(int kernel, std::vector<Tensor>& env) const {
@@ -417,6 +452,8 @@ std::vector<Tensor> CudaCompiledGraph::execute(const std::vector<Tensor>& inputs
       run_kernel(st.kernel, env);
     else if (const int f = fold_of_node_[size_t(st.index)]; f >= 0)
       run_fold(folds_[size_t(f)], env);
+    else if (const int b = bias_fold_of_node_[size_t(st.index)]; b >= 0)
+      run_bias_fold(bias_folds_[size_t(b)], env);
     else
       run_node(*st.node, env, draws_ ? &draws[size_t(st.index)] : nullptr);
     for (int id : release_after_[s]) env[size_t(id)] = Tensor();

@@ -46,6 +46,9 @@ class CudaCompiledGraph : public capture::Runnable {
   // kernel does not take the tensors); the values it reads.
   void run_fold(const LayerNormFold& f, std::vector<Tensor>& env) const;
   std::vector<const graph::Value*> fold_reads(const LayerNormFold& f) const;
+  // A matmul with the bias add after it in one gemm (the matmul and the add group where the
+  // gemm does not take the tensors).
+  void run_bias_fold(const BiasFold& f, std::vector<Tensor>& env) const;
   void run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const;
   void run_node(const graph::Node& n, std::vector<Tensor>& env,
                 const RandomRange* draws = nullptr) const;
@@ -77,6 +80,8 @@ class CudaCompiledGraph : public capture::Runnable {
   std::vector<int> tail_views_;
   std::vector<LayerNormFold> folds_;
   std::vector<int> fold_of_node_;  // per graph node: its fold in folds_, or -1
+  std::vector<BiasFold> bias_folds_;
+  std::vector<int> bias_fold_of_node_;  // per graph node: its fold in bias_folds_, or -1
   std::vector<Step> steps_;
   std::vector<std::vector<int>> release_after_;  // per step: value ids read for the last time
 };

@@ -1,4 +1,5 @@
-// Finding the casts to batch and the layer_norm_backward neighbours to fold (cuda_folds.h).
+// Finding the casts to batch, the layer_norm_backward neighbours and the bias adds to fold
+// (cuda_folds.h).
 #include "compiler/cuda_folds.h"
 
 #include <algorithm>
@@ -20,6 +21,31 @@ const graph::Node* lone(const FusionGroup& grp, OpId op) {
 }
 
 bool half(DType t) { return t == DType::BFloat16 || t == DType::Float16; }
+
+// Who reads each value of a graph: its nodes, and `kept` for the values handed out or written
+// back (they are read after the graph).
+struct Readers {
+  std::unordered_map<const graph::Node*, int> index;
+  std::vector<std::vector<const graph::Node*>> of;
+  std::vector<char> kept;
+  explicit Readers(const graph::Graph& g) : of(g.values().size()), kept(g.values().size(), 0) {
+    const auto& nodes = g.nodes();
+    for (size_t i = 0; i < nodes.size(); ++i) index[nodes[i].get()] = int(i);
+    for (const auto& n : nodes)
+      for (const graph::Value* v : n->inputs) of[size_t(v->id)].push_back(n.get());
+    for (const graph::Value* v : g.outputs()) kept[size_t(v->id)] = 1;
+    for (const graph::Mutation& m : g.mutations()) kept[size_t(m.value->id)] = 1;
+  }
+  // v's one reader, when it has one and is not kept.
+  const graph::Node* sole(const graph::Value* v) const {
+    const auto& r = of[size_t(v->id)];
+    return !kept[size_t(v->id)] && r.size() == 1 ? r[0] : nullptr;
+  }
+  // Whether v exists before node i runs (a graph input, or made by an earlier node).
+  bool before(const graph::Value* v, int i) const {
+    return !v->producer || index.at(v->producer) < i;
+  }
+};
 
 }  // namespace
 
@@ -68,20 +94,10 @@ bool grad_cast(const FusionGroup& grp, const graph::Graph& g,
 
 std::vector<LayerNormFold> layer_norm_folds(const graph::Graph& g, const FusionPlan& plan) {
   const auto& nodes = g.nodes();
-  std::unordered_map<const graph::Node*, int> index;
-  for (size_t i = 0; i < nodes.size(); ++i) index[nodes[i].get()] = int(i);
-  // Readers of each value; the graph's outputs and mutations count as readers too.
-  std::vector<std::vector<const graph::Node*>> readers(g.values().size());
-  std::vector<char> kept(g.values().size(), 0);
-  for (const auto& n : nodes)
-    for (const graph::Value* v : n->inputs) readers[size_t(v->id)].push_back(n.get());
-  for (const graph::Value* v : g.outputs()) kept[size_t(v->id)] = 1;
-  for (const graph::Mutation& m : g.mutations()) kept[size_t(m.value->id)] = 1;
-  auto sole_reader = [&](const graph::Value* v) -> const graph::Node* {
-    const auto& r = readers[size_t(v->id)];
-    return !kept[size_t(v->id)] && r.size() == 1 ? r[0] : nullptr;
+  const Readers readers(g);
+  auto group_of = [&](const graph::Node* n) {
+    return plan.group_of_node[size_t(readers.index.at(n))];
   };
-  auto group_of = [&](const graph::Node* n) { return plan.group_of_node[size_t(index.at(n))]; };
   std::vector<LayerNormFold> folds;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const graph::Node& n = *nodes[i];
@@ -92,7 +108,7 @@ std::vector<LayerNormFold> layer_norm_folds(const graph::Graph& g, const FusionP
     LayerNormFold f;
     f.node = int(i);
     f.grad = dy;
-    if (dy->producer && sole_reader(dy) == &n) {
+    if (dy->producer && readers.sole(dy) == &n) {
       const int k = group_of(dy->producer);
       if (k >= 0 && lone(plan.groups[size_t(k)], OpId::cast) &&
           plan.groups[size_t(k)].inputs.size() == 1 &&
@@ -102,15 +118,15 @@ std::vector<LayerNormFold> layer_norm_folds(const graph::Graph& g, const FusionP
         f.grad = plan.groups[size_t(k)].inputs[0];
       }
     }
-    if (const graph::Node* r = sole_reader(dx)) {
+    if (const graph::Node* r = readers.sole(dx)) {
       const int k = group_of(r);
       if (k >= 0 && lone(plan.groups[size_t(k)], OpId::add) && r->inputs.size() == 2 &&
           r->inputs[0] != r->inputs[1]) {
         const graph::Value* other = r->inputs[r->inputs[0] == dx ? 1 : 0];
         // The residual must exist when the node runs: the sum is computed then.
-        const bool ready = !other->producer || index.at(other->producer) < int(i);
-        if (ready && other->meta.dtype == DType::Float32 && other->meta.sizes == dx->meta.sizes &&
-            contiguous(*other) && r->outputs[0]->meta.dtype == DType::Float32) {
+        if (readers.before(other, int(i)) && other->meta.dtype == DType::Float32 &&
+            other->meta.sizes == dx->meta.sizes && contiguous(*other) &&
+            r->outputs[0]->meta.dtype == DType::Float32) {
           f.add_group = k;
           f.residual = other;
           f.sum = r->outputs[0];
@@ -118,6 +134,39 @@ std::vector<LayerNormFold> layer_norm_folds(const graph::Graph& g, const FusionP
       }
     }
     if (f.cast_group >= 0 || f.add_group >= 0) folds.push_back(f);
+  }
+  return folds;
+}
+
+std::vector<BiasFold> bias_folds(const graph::Graph& g, const FusionPlan& plan,
+                                 const std::vector<int>& at_start) {
+  const auto& nodes = g.nodes();
+  const Readers readers(g);
+  std::vector<BiasFold> folds;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const graph::Node& n = *nodes[i];
+    if (n.op != OpId::matmul || plan.group_of_node[i] >= 0 || n.inputs.size() != 2) continue;
+    const graph::Value* p = n.outputs[0];
+    const DType t = p->meta.dtype;
+    if (!half(t) || n.inputs[1]->meta.sizes.size() != 2 || p->meta.sizes.empty()) continue;
+    const graph::Node* r = readers.sole(p);
+    if (!r) continue;
+    const int k = plan.group_of_node[size_t(readers.index.at(r))];
+    if (k < 0 || !lone(plan.groups[size_t(k)], OpId::add) || r->inputs.size() != 2 ||
+        r->inputs[0] == r->inputs[1])
+      continue;
+    const graph::Value* bias = r->inputs[r->inputs[0] == p ? 1 : 0];
+    const graph::Value* sum = r->outputs[0];
+    // The bias must exist when the matmul runs: the sum is computed then.
+    const bool ready =
+        readers.before(bias, int(i)) ||
+        std::find(at_start.begin(), at_start.end(),
+                  plan.group_of_node[size_t(readers.index.at(bias->producer))]) != at_start.end();
+    if (bias->meta.dtype != t || bias->meta.sizes != Shape{p->meta.sizes.back()} ||
+        !contiguous(*bias) || !ready || sum->meta.dtype != t ||
+        sum->meta.sizes != p->meta.sizes || !contiguous(*sum))
+      continue;
+    folds.push_back({int(i), k, bias, sum});
   }
   return folds;
 }

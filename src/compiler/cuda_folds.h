@@ -2,7 +2,8 @@
 // where the plan has several: the casts of float32 parameters to a 16-bit float (and of their
 // 16-bit grads back), batched into one multi-tensor launch each; and layer_norm_backward with
 // the cast of its incoming grad and the residual add of its dx folded into its kernel
-// (kernels/layer_norm_grad.h). compiled_graph_cuda.cpp schedules and runs them.
+// (kernels/layer_norm_grad.h); and a matmul with the bias add after it in its gemm's epilogue
+// (kernels/gemm_bias.h). compiled_graph_cuda.cpp schedules and runs them.
 #pragma once
 #include <vector>
 
@@ -34,5 +35,18 @@ struct LayerNormFold {
 };
 // The layer_norm_backward nodes of g (float32, with a weight) that have a neighbour to fold.
 std::vector<LayerNormFold> layer_norm_folds(const graph::Graph& g, const FusionPlan& plan);
+
+// A matmul (the graph's node `node`) whose 16-bit product only a lone add group `add_group`
+// reads, adding `bias`, a contiguous vector of the product's last dim and dtype, giving `sum`:
+// one gemm with the bias in its epilogue. The bias is made before the matmul runs: by an earlier
+// node, or by one of the groups `at_start` (the batched casts, run when the graph starts).
+struct BiasFold {
+  int node = -1;
+  int add_group = -1;
+  const graph::Value* bias = nullptr;
+  const graph::Value* sum = nullptr;
+};
+std::vector<BiasFold> bias_folds(const graph::Graph& g, const FusionPlan& plan,
+                                 const std::vector<int>& at_start);
 
 }  // namespace ember::compiler

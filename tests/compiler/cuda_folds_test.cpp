@@ -50,22 +50,48 @@ TEST(CudaFolds, AutocastTrainingCastsParametersAndGradsInBatches) {
   // (the two graphs in either order: which one the backend sees first is not fixed).
   int64_t weights = 0;
   for (const Tensor& p : model->parameters()) weights += p.dim() == 2;
-  int64_t casts = 0, grads = 0;
+  int64_t casts = 0, grads = 0, biased = 0;
   std::vector<const graph::Node*> views;
   for (const auto& g : kept->graphs) {
     // The graphs' tensors are on the CPU, so the CPU's plan (its cast groups are the GPU's too).
     const FusionPlan plan = plan_fusion(*g);
-    for (const FusionGroup& grp : plan.groups) {
+    std::vector<int> at_start;
+    for (size_t k = 0; k < plan.groups.size(); ++k) {
+      const FusionGroup& grp = plan.groups[k];
       if (const graph::Value* src = parameter_cast(grp)) {
         ++casts;
+        at_start.push_back(int(k));
         EXPECT_EQ(src->producer, nullptr) << "a source is a graph input";
         EXPECT_EQ(src->meta.dtype, DType::Float32);
       }
       grads += grad_cast(grp, *g, &views);
     }
+    // Matmuls whose bias add goes into the gemm: a bfloat16 product read by the add alone,
+    // the bias cast at the start (so there before the matmul), the sum of the product's shape.
+    for (const BiasFold& f : bias_folds(*g, plan, at_start)) {
+      ++biased;
+      const graph::Node& mm = *g->nodes()[size_t(f.node)];
+      EXPECT_EQ(mm.op, OpId::matmul);
+      EXPECT_EQ(f.sum->meta.dtype, DType::BFloat16);
+      EXPECT_EQ(f.sum->meta.sizes, mm.outputs[0]->meta.sizes);
+      EXPECT_EQ(f.bias->meta.sizes, Shape{mm.outputs[0]->meta.sizes.back()});
+      EXPECT_EQ(plan.groups[size_t(f.add_group)].nodes.size(), 1u);
+      EXPECT_EQ(plan.groups[size_t(f.add_group)].nodes[0]->op, OpId::add);
+    }
+    // Without the casts at the start, a fold's bias must be made by an earlier node.
+    for (const BiasFold& f : bias_folds(*g, plan, {})) {
+      if (!f.bias->producer) continue;
+      int made = -1;
+      for (size_t i = 0; i < g->nodes().size(); ++i)
+        if (g->nodes()[i].get() == f.bias->producer) made = int(i);
+      EXPECT_LT(made, f.node) << "a fold's bias is made before its matmul";
+    }
   }
   EXPECT_GE(casts, weights);
   EXPECT_GE(grads, weights);
+  // Each layer's attention input projection and first MLP layer (the output projections' sums
+  // go on into a float32 residual add, a group of three ops).
+  EXPECT_GE(biased, 2 * test::tiny_gpt().n_layer);
   // The views after the casts lead to handed-out grads only.
   for (const graph::Node* n : views) EXPECT_EQ(op_info(n->op).kind, OpKind::View);
 }

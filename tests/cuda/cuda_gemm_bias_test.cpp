@@ -1,0 +1,74 @@
+// The gemm with its bias add in the epilogue (kernels/gemm_bias.h), what compiled GPU graphs run
+// for a 16-bit matmul followed by a bias add: against the float64 product plus bias, within the
+// one rounding to 16 bits it makes (the eager ops round twice), for a weight read as it lies and
+// through a transposed view, and declining what it does not take.
+#include <gtest/gtest.h>
+
+#include "ember/cuda.h"
+#include "ember/ember.h"
+#include "kernels/gemm_bias.h"
+
+namespace ember::test {
+namespace {
+
+const Device kGpu{DeviceType::CUDA, 0};
+
+TEST(CudaOps, GemmWithBiasEpilogueMatchesTheFloat64Product) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  NoGradGuard no_grad;
+  for (DType t : {DType::BFloat16, DType::Float16})
+    for (bool transposed : {false, true})
+      for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{96, 64, 80}, {1000, 768, 2304}}) {
+        manual_seed(uint64_t(m + k + n));
+        const Tensor a = randn({2, m, k}).to(t).to(kGpu);
+        const Tensor w = randn({n, k}).to(t).to(kGpu);  // a linear layer's weight
+        const Tensor b = transposed ? w.t() : w.t().contiguous();
+        const Tensor bias = randn({n}).to(t).to(kGpu);
+        TensorOptions o(t);
+        o.device = kGpu;
+        const Tensor out = empty({2, m, n}, o);
+        const std::string what = std::string(dtype_name(t)) + (transposed ? " w.t()" : " [k, n]") +
+                                 " " + std::to_string(m) + "x" + std::to_string(k) + "x" +
+                                 std::to_string(n);
+        ASSERT_TRUE(gemm_bias::run(a, b, bias, out)) << what;
+        const Tensor want = matmul(a.cpu().to(DType::Float64), b.cpu().to(DType::Float64)) +
+                            bias.cpu().to(DType::Float64);
+        const Tensor got = out.cpu().to(DType::Float64);
+        // One rounding to 16 bits: half an ulp of the result (2^-9 relative for bfloat16,
+        // 2^-12 for float16), plus the float32 sums' own error.
+        const double ulp = t == DType::BFloat16 ? 0x1p-8 : 0x1p-11;
+        const Tensor err = (got - want).abs() - (want.abs() * (ulp / 2) + 1e-3);
+        EXPECT_LE(err.amax().item(), 0.0) << what;
+        // No worse than the eager ops, which round the product and then the sum.
+        const Tensor eager = (matmul(a, b) + bias).cpu().to(DType::Float64);
+        EXPECT_LE((got - want).abs().amax().item(),
+                  (eager - want).abs().amax().item() * (1 + 1e-9))
+            << what;
+      }
+}
+
+TEST(CudaOps, GemmWithBiasEpilogueDeclinesWhatItDoesNotTake) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  NoGradGuard no_grad;
+  auto gpu = [](const Tensor& x, DType t) { return x.to(t).to(kGpu); };
+  TensorOptions o(DType::BFloat16);
+  o.device = kGpu;
+  const Tensor a = gpu(randn({8, 16}), DType::BFloat16), b = gpu(randn({16, 24}), DType::BFloat16);
+  const Tensor bias = gpu(randn({24}), DType::BFloat16), out = empty({8, 24}, o);
+  // float32 operands, a bias of another dtype, a wrong bias length, a's rows not contiguous.
+  TensorOptions of(DType::Float32);
+  of.device = kGpu;
+  EXPECT_FALSE(gemm_bias::run(gpu(randn({8, 16}), DType::Float32),
+                              gpu(randn({16, 24}), DType::Float32),
+                              gpu(randn({24}), DType::Float32), empty({8, 24}, of)));
+  EXPECT_FALSE(gemm_bias::run(a, b, gpu(randn({24}), DType::Float16), out));
+  EXPECT_FALSE(gemm_bias::run(a, b, gpu(randn({23}), DType::BFloat16), out));
+  EXPECT_FALSE(gemm_bias::run(gpu(randn({16, 8}), DType::BFloat16).t(), b, bias, out));
+  // What it declines it leaves unwritten.
+  const Tensor marked = full({8, 24}, 7.0, o);
+  EXPECT_FALSE(gemm_bias::run(a, b, gpu(randn({23}), DType::BFloat16), marked));
+  EXPECT_EQ(marked.cpu().to(DType::Float32).amin().item(), 7.0);
+}
+
+}  // namespace
+}  // namespace ember::test
