@@ -25,6 +25,7 @@
 #include "ember/autograd.h"
 #include "ember/ops.h"
 #include "graph/graph_util.h"
+#include "kernels/cross_entropy_grad.h"
 #include "kernels/gemm_bias.h"
 #include "kernels/layer_norm_grad.h"
 #include "kernels/multi_tensor.h"
@@ -116,6 +117,9 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   folds_ = layer_norm_folds(*g_, plan_);
   fold_of_node_.assign(g_->nodes().size(), -1);
   for (size_t f = 0; f < folds_.size(); ++f) fold_of_node_[size_t(folds_[f].node)] = int(f);
+  ce_folds_ = cross_entropy_grad_folds(plan_);
+  ce_fold_of_group_.assign(plan_.groups.size(), -1);
+  for (size_t f = 0; f < ce_folds_.size(); ++f) ce_fold_of_group_[size_t(ce_folds_[f].group)] = int(f);
   bias_folds_ = bias_folds(*g_, plan_, first_casts_);
   bias_fold_of_node_.assign(g_->nodes().size(), -1);
   for (size_t f = 0; f < bias_folds_.size(); ++f)
@@ -173,7 +177,8 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
                " parameter and grad casts batched), " + std::to_string(eager) +
                " eager node(s) (" + std::to_string(folds_.size()) +
                " layer_norm_backward with a cast or add folded in, " +
-               std::to_string(bias_folds_.size()) + " matmul(s) with the bias add in the gemm)");
+               std::to_string(bias_folds_.size()) + " matmul(s) with the bias add in the gemm, " +
+               std::to_string(ce_folds_.size()) + " cross_entropy grad(s) by their own kernel)");
   if (plan_.groups.empty()) return;
   lowered_.reserve(plan_.groups.size());
   for (size_t k = 0; k < plan_.groups.size(); ++k) {
@@ -324,7 +329,27 @@ void CudaCompiledGraph::run_bias_fold(const BiasFold& f, std::vector<Tensor>& en
   env[size_t(f.sum->id)] = std::move(out);
 }
 
+bool CudaCompiledGraph::run_cross_entropy_grad(const CrossEntropyGradFold& f,
+                                               std::vector<Tensor>& env) const {
+  auto at = [&](const graph::Value* v) -> const Tensor& { return env[size_t(v->id)]; };
+  const graph::Value* o = plan_.groups[size_t(f.group)].output;
+  const Tensor& logits = at(f.logits);
+  if (!logits.defined() || logits.sizes() != o->meta.sizes) return false;
+  TensorOptions opts(o->meta.dtype);
+  opts.device = device_;
+  Tensor out = empty(o->meta.sizes, opts);
+  const bool done = profiled(
+      device_,
+      [&] { return cross_entropy_grad::run(logits, at(f.lse), at(f.targets), at(f.scale), out); },
+      [&] { return "cross_entropy grad " + logits.shape_str(); });
+  if (done) env[size_t(o->id)] = std::move(out);
+  return done;
+}
+
 void CudaCompiledGraph::run_kernel(int kernel, std::vector<Tensor>& env) const {
+  if (const int f = ce_fold_of_group_[size_t(kernel)];
+      f >= 0 && run_cross_entropy_grad(ce_folds_[size_t(f)], env))
+    return;
   const FusionGroup& grp = plan_.groups[size_t(kernel)];
   const CudaLaunch& l = launches_[size_t(kernel)];
   const int64_t work = l.work.eval(dims_);

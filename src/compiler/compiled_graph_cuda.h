@@ -49,6 +49,9 @@ class CudaCompiledGraph : public capture::Runnable {
   // A matmul with the bias add after it in one gemm (the matmul and the add group where the
   // gemm does not take the tensors).
   void run_bias_fold(const BiasFold& f, std::vector<Tensor>& env) const;
+  // cross_entropy's grad by its own kernel; false (nothing run) where it does not take the
+  // tensors, and the group's generated kernel runs.
+  bool run_cross_entropy_grad(const CrossEntropyGradFold& f, std::vector<Tensor>& env) const;
   void run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const;
   void run_node(const graph::Node& n, std::vector<Tensor>& env,
                 const RandomRange* draws = nullptr) const;
@@ -82,6 +85,8 @@ class CudaCompiledGraph : public capture::Runnable {
   std::vector<int> fold_of_node_;  // per graph node: its fold in folds_, or -1
   std::vector<BiasFold> bias_folds_;
   std::vector<int> bias_fold_of_node_;  // per graph node: its fold in bias_folds_, or -1
+  std::vector<CrossEntropyGradFold> ce_folds_;
+  std::vector<int> ce_fold_of_group_;  // per plan group: its fold in ce_folds_, or -1
   std::vector<Step> steps_;
   std::vector<std::vector<int>> release_after_;  // per step: value ids read for the last time
 };

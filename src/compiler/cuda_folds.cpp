@@ -171,4 +171,59 @@ std::vector<BiasFold> bias_folds(const graph::Graph& g, const FusionPlan& plan,
   return folds;
 }
 
+std::vector<CrossEntropyGradFold> cross_entropy_grad_folds(const FusionPlan& plan) {
+  std::vector<CrossEntropyGradFold> folds;
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    const FusionGroup& grp = plan.groups[k];
+    if (grp.row || grp.gemm || grp.col || !grp.extra_outputs.empty() || grp.nodes.size() != 8)
+      continue;
+    // The node of the group that makes v (null for the group's inputs), when it is an `op`.
+    auto made = [&](const graph::Value* v, OpId op) -> const graph::Node* {
+      for (const graph::Node* n : grp.nodes)
+        if (n->outputs[0] == v) return n->op == op ? n : nullptr;
+      return nullptr;
+    };
+    auto input = [&](const graph::Value* v) {
+      return std::find(grp.inputs.begin(), grp.inputs.end(), v) != grp.inputs.end();
+    };
+    auto per_row = [](const graph::Value* v, int64_t rows, DType t) {
+      return v->meta.dtype == t && v->meta.sizes == Shape{rows, 1};
+    };
+    const graph::Value* o = grp.output;
+    const graph::Node* out_cast = made(o, OpId::cast);
+    if (!out_cast || !half(o->meta.dtype) || o->meta.sizes.size() != 2 || !contiguous(*o)) continue;
+    const int64_t rows = o->meta.sizes[0], classes = o->meta.sizes[1];
+    const graph::Node* mul = made(out_cast->inputs[0], OpId::mul);
+    if (!mul) continue;
+    const size_t d_at = made(mul->inputs[0], OpId::sub) ? 0 : 1;
+    const graph::Node* diff = made(mul->inputs[d_at], OpId::sub);
+    const graph::Value* scale = mul->inputs[1 - d_at];
+    if (!diff || !input(scale) || !per_row(scale, rows, DType::Float32)) continue;
+    const graph::Node* ex = made(diff->inputs[0], OpId::exp);
+    const graph::Node* hot = made(diff->inputs[1], OpId::cast);
+    if (!ex || !hot || hot->outputs[0]->meta.dtype != DType::Float32) continue;
+    const graph::Node* shifted = made(ex->inputs[0], OpId::sub);
+    const graph::Node* eq = made(hot->inputs[0], OpId::eq);
+    if (!shifted || !eq) continue;
+    const graph::Node* widen = made(shifted->inputs[0], OpId::cast);
+    const graph::Value* lse = shifted->inputs[1];
+    if (!widen || !input(lse) || !per_row(lse, rows, DType::Float32)) continue;
+    const graph::Value* logits = widen->inputs[0];
+    if (!input(logits) || logits->meta.dtype != o->meta.dtype ||
+        logits->meta.sizes != o->meta.sizes || !contiguous(*logits))
+      continue;
+    // targets [N, 1] against the class index, an arange [C] (either side).
+    const size_t t_at = eq->inputs[0]->meta.sizes == Shape{rows, 1} ? 0 : 1;
+    const graph::Value* targets = eq->inputs[t_at];
+    const graph::Value* classes_v = eq->inputs[1 - t_at];
+    const graph::Node* ar = classes_v->producer;
+    if (!input(targets) || !per_row(targets, rows, DType::Int64) || !input(classes_v) || !ar ||
+        ar->op != OpId::arange || classes_v->meta.sizes != Shape{classes} ||
+        classes_v->meta.dtype != DType::Int64 || ar->attrs.value != 0 || ar->attrs.value2 != 1)
+      continue;
+    folds.push_back({int(k), logits, lse, targets, scale});
+  }
+  return folds;
+}
+
 }  // namespace ember::compiler

@@ -3,7 +3,9 @@
 // 16-bit grads back), batched into one multi-tensor launch each; and layer_norm_backward with
 // the cast of its incoming grad and the residual add of its dx folded into its kernel
 // (kernels/layer_norm_grad.h); and a matmul with the bias add after it in its gemm's epilogue
-// (kernels/gemm_bias.h). compiled_graph_cuda.cpp schedules and runs them.
+// (kernels/gemm_bias.h); and cross_entropy's grad over 16-bit logits, one kernel of the plan,
+// run by a hand-written one (kernels/cross_entropy_grad.h). compiled_graph_cuda.cpp schedules
+// and runs them.
 #pragma once
 #include <vector>
 
@@ -48,5 +50,17 @@ struct BiasFold {
 };
 std::vector<BiasFold> bias_folds(const graph::Graph& g, const FusionPlan& plan,
                                  const std::vector<int>& at_start);
+
+// A pointwise group that is cross_entropy's grad over 16-bit logits as the autograd formula
+// writes it, ((exp(float(logits) - lse) - float(targets == arange)) * scale) cast back to the
+// logits' dtype, with its inputs: logits [N, C], lse, targets and scale [N, 1].
+struct CrossEntropyGradFold {
+  int group = -1;
+  const graph::Value* logits = nullptr;
+  const graph::Value* lse = nullptr;
+  const graph::Value* targets = nullptr;
+  const graph::Value* scale = nullptr;
+};
+std::vector<CrossEntropyGradFold> cross_entropy_grad_folds(const FusionPlan& plan);
 
 }  // namespace ember::compiler

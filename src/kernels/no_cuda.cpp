@@ -3,6 +3,7 @@
 #include "ember/cuda.h"
 #include "ember/error.h"
 #include "kernels/cuda/attention_cudnn.h"
+#include "kernels/cross_entropy_grad.h"
 #include "kernels/device_code.h"
 #include "kernels/device_kernels.h"
 #include "kernels/device_memory.h"
@@ -81,3 +82,9 @@ bool backward_fused(const Tensor&, const Tensor&, const Tensor&, const Tensor&, 
 namespace ember::gemm_bias {
 bool run(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { return false; }
 }  // namespace ember::gemm_bias
+
+namespace ember::cross_entropy_grad {
+bool run(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  return false;
+}
+}  // namespace ember::cross_entropy_grad

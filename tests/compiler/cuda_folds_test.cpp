@@ -50,7 +50,7 @@ TEST(CudaFolds, AutocastTrainingCastsParametersAndGradsInBatches) {
   // (the two graphs in either order: which one the backend sees first is not fixed).
   int64_t weights = 0;
   for (const Tensor& p : model->parameters()) weights += p.dim() == 2;
-  int64_t casts = 0, grads = 0, biased = 0;
+  int64_t casts = 0, grads = 0, biased = 0, losses = 0;
   std::vector<const graph::Node*> views;
   for (const auto& g : kept->graphs) {
     // The graphs' tensors are on the CPU, so the CPU's plan (its cast groups are the GPU's too).
@@ -78,6 +78,19 @@ TEST(CudaFolds, AutocastTrainingCastsParametersAndGradsInBatches) {
       EXPECT_EQ(plan.groups[size_t(f.add_group)].nodes.size(), 1u);
       EXPECT_EQ(plan.groups[size_t(f.add_group)].nodes[0]->op, OpId::add);
     }
+    // The loss's grad over the bfloat16 logits: one group, its inputs the logits [N, C] and
+    // the per-row lse, targets and scale [N, 1].
+    for (const CrossEntropyGradFold& f : cross_entropy_grad_folds(plan)) {
+      ++losses;
+      const Shape& ls = f.logits->meta.sizes;
+      ASSERT_EQ(ls.size(), 2u);
+      EXPECT_EQ(ls[1], test::tiny_gpt().vocab_size);
+      EXPECT_EQ(f.logits->meta.dtype, DType::BFloat16);
+      EXPECT_EQ(plan.groups[size_t(f.group)].output->meta.sizes, ls);
+      EXPECT_EQ(f.lse->meta.sizes, (Shape{ls[0], 1}));
+      EXPECT_EQ(f.targets->meta.dtype, DType::Int64);
+      EXPECT_EQ(f.scale->meta.dtype, DType::Float32);
+    }
     // Without the casts at the start, a fold's bias must be made by an earlier node.
     for (const BiasFold& f : bias_folds(*g, plan, {})) {
       if (!f.bias->producer) continue;
@@ -92,6 +105,7 @@ TEST(CudaFolds, AutocastTrainingCastsParametersAndGradsInBatches) {
   // Each layer's attention input projection and first MLP layer (the output projections' sums
   // go on into a float32 residual add, a group of three ops).
   EXPECT_GE(biased, 2 * test::tiny_gpt().n_layer);
+  EXPECT_EQ(losses, 1);
   // The views after the casts lead to handed-out grads only.
   for (const graph::Node* n : views) EXPECT_EQ(op_info(n->op).kind, OpKind::View);
 }

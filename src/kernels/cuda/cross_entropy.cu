@@ -16,6 +16,7 @@
 
 #include "core/make_tensor.h"
 #include "kernels/cuda/elementwise.cuh"
+#include "kernels/cross_entropy_grad.h"
 #include "kernels/cuda/kernel_table.h"
 #include "kernels/device_kernels.h"
 #include "kernels/functors.h"
@@ -229,6 +230,39 @@ void cross_entropy(In in, Out out, const Attrs& a) {
   });
 }
 
+// cross_entropy_grad::run's kernel: a block a row at a time, each thread 16 bytes of logits at a
+// step, two steps' loads before their math.
+template <class T>
+__global__ void cross_entropy_grad_rows(const T* x, const float* lse, int64_t lse_stride,
+                                        const int64_t* t, int64_t t_stride, const float* scale,
+                                        int64_t scale_stride, T* out, int64_t rows,
+                                        int64_t classes) {
+  constexpr int V = 16 / sizeof(T);
+  const int64_t chunks = classes / V;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float l = lse[r * lse_stride], s = scale[r * scale_stride];
+    const int64_t target = t[r * t_stride];
+    const Chunk<T, V>* xr = reinterpret_cast<const Chunk<T, V>*>(x + r * classes);
+    Chunk<T, V>* orow = reinterpret_cast<Chunk<T, V>*>(out + r * classes);
+    auto grad = [&](const Chunk<T, V>& p, int64_t c) {
+      Chunk<T, V> o;
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const float hot = c * V + i == target ? 1.f : 0.f;
+        store(&o.v[i], (fn::ExpFtz{}(float(load(&p.v[i])) - l) - hot) * s);
+      }
+      orow[c] = o;
+    };
+    int64_t c = threadIdx.x;
+    for (; c + blockDim.x < chunks; c += 2 * int64_t(blockDim.x)) {
+      const Chunk<T, V> p0 = xr[c], p1 = xr[c + blockDim.x];
+      grad(p0, c);
+      grad(p1, c + blockDim.x);
+    }
+    if (c < chunks) grad(xr[c], c);
+  }
+}
+
 }  // namespace
 
 void register_losses(KernelTable& t) {
@@ -236,3 +270,51 @@ void register_losses(KernelTable& t) {
 }
 
 }  // namespace ember::cuda
+
+namespace ember::cross_entropy_grad {
+
+bool run(const Tensor& logits, const Tensor& lse, const Tensor& targets, const Tensor& scale,
+         const Tensor& out) {
+  const DType dt = logits.dtype();
+  if (dt != DType::BFloat16 && dt != DType::Float16) return false;
+  const Device d = logits.device();
+  if (d.type != DeviceType::CUDA || logits.dim() != 2 || !logits.is_contiguous() ||
+      !out.defined() || out.dtype() != dt || out.device() != d || !out.is_contiguous() ||
+      out.sizes() != logits.sizes())
+    return false;
+  const int64_t rows = logits.sizes()[0], classes = logits.sizes()[1];
+  auto aligned = [](const Tensor& t) {
+    return reinterpret_cast<uintptr_t>(t.impl()->data()) % 16 == 0;
+  };
+  if (rows <= 0 || classes <= 0 || classes % 8 != 0 || !aligned(logits) || !aligned(out))
+    return false;
+  // The per-row values: [N] or [N, 1], read at r * their first stride.
+  auto per_row = [&](const Tensor& t, DType want) {
+    return t.defined() && t.dtype() == want && t.device() == d && t.dim() >= 1 &&
+           t.dim() <= 2 && t.sizes()[0] == rows && (t.dim() == 1 || t.sizes()[1] == 1);
+  };
+  if (!per_row(lse, DType::Float32) || !per_row(targets, DType::Int64) ||
+      !per_row(scale, DType::Float32))
+    return false;
+  const int64_t lse_stride = lse.strides()[0], targets_stride = targets.strides()[0],
+                scale_stride = scale.strides()[0];
+  const int device = d.index;
+  cuda::detail::use_device(device);
+  const cudaStream_t stream = cuda::detail::stream(device);
+  const unsigned blocks = unsigned(rows < 65535 ? rows : 65535);
+  auto launch = [&]<class T>() {
+    cuda::cross_entropy_grad_rows<T><<<blocks, 256, 0, stream>>>(
+        static_cast<const T*>(logits.impl()->data()), static_cast<const float*>(lse.impl()->data()),
+        lse_stride, static_cast<const int64_t*>(targets.impl()->data()), targets_stride,
+        static_cast<const float*>(scale.impl()->data()), scale_stride,
+        static_cast<T*>(out.impl()->data()), rows, classes);
+  };
+  if (dt == DType::BFloat16)
+    launch.template operator()<__nv_bfloat16>();
+  else
+    launch.template operator()<__half>();
+  cuda::detail::check(cudaGetLastError(), "cross_entropy grad");
+  return true;
+}
+
+}  // namespace ember::cross_entropy_grad
