@@ -1,7 +1,9 @@
 // A matmul with its bias add in the gemm's epilogue, for compiled graphs on a GPU: out = a @ b +
-// bias, the bias added to the float32 sums before they are rounded to out's dtype (one rounding
-// where the ops, a matmul and then an add, round twice). src/kernels/cuda/gemm_bias.cpp
-// implements it through cuBLASLt; in a build without CUDA it takes nothing.
+// bias in one kernel, where the ops (a matmul, then an add) take two and pass the product through
+// memory. Results are within an ulp of out's dtype of the exact sums, as the ops' are (the GPU
+// tests check both, and that it is no further from them than the ops).
+// src/kernels/cuda/gemm_bias.cpp implements it through cuBLASLt; in a build without CUDA it takes
+// nothing.
 #pragma once
 #include "ember/tensor.h"
 
