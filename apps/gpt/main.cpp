@@ -65,8 +65,9 @@ int main(int argc, char** argv) {
   sample->add_option("--seed", s.seed)->capture_default_str();
   sample->add_option("--device", s.device, "cpu, cuda or cuda:N")->capture_default_str();
   sample->add_option("--compile", s.compile,
-                     "compile the forward (one library serves every context length; reports "
-                     "tokens/s and the compiles)")
+                     "compile the decode step over a key/value cache preallocated to the block "
+                     "(one trace serves every position) and, past the block, the forward; "
+                     "reports tokens/s and the compiles")
       ->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);

@@ -51,16 +51,29 @@ int run_sample(const SampleOptions& o) {
   EMBER_CHECK(!ids.empty(), "--start must hold at least one character");
   manual_seed(o.seed);
   Tensor idx = from_vector(ids, {1, int64_t(ids.size())}, DType::Int64).to(device);
-  // --compile: the forward compiled with sizes left to vary (the context grows from the
-  // prompt to block_size, then slides), so one library serves every length.
+  // --compile: each new token through a compiled decode step over a key/value cache
+  // preallocated to block_size (its shapes do not depend on the position, so one trace serves
+  // every position); past block_size, where the window slides, the forward compiled with sizes
+  // left to vary.
   CompileOptions copts;
   copts.name = "sample forward";
   auto compiled = compile(model_ptr, copts);
+  CompileOptions dopts;
+  dopts.name = "sample decode step";
+  auto step = compile(
+      [model_ptr](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
+                  const std::vector<Tensor>& v) { return model_ptr->decode_step(x, pos, k, v); },
+      dopts);
   std::function<Tensor(const Tensor&)> logits_of;
-  if (o.compile) logits_of = [&compiled](const Tensor& x) { return compiled(x); };
+  nn::GPT::DecodeFn decode;
+  if (o.compile) {
+    logits_of = [&compiled](const Tensor& x) { return compiled(x); };
+    decode = [&step](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
+                     const std::vector<Tensor>& v) { return step(x, pos, k, v); };
+  }
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t s = 0; s < o.num_samples; ++s) {
-    Tensor out = model.generate(idx, o.max_new_tokens, o.temperature, o.top_k, logits_of);
+    Tensor out = model.generate(idx, o.max_new_tokens, o.temperature, o.top_k, logits_of, decode);
     std::cout << tok.decode(out.cpu()) << "\n---------------\n";
     std::cout.flush();
   }
@@ -70,6 +83,8 @@ int run_sample(const SampleOptions& o) {
   std::fprintf(stderr, "sampled %lld tokens in %.2f s: %.1f tokens/s (%s)\n", (long long)tokens,
                secs, secs > 0 ? double(tokens) / secs : 0.0, o.compile ? "compiled" : "eager");
   if (o.compile) {
+    std::fprintf(stderr, "compiled decode step: %lld graph(s) traced for every position\n",
+                 (long long)step.stats().traces);
     const CompileStats st = compiled.stats();
     std::fprintf(stderr,
                  "compiled forward: %lld graphs traced (one per context length); %lld built "

@@ -187,6 +187,10 @@ class CausalSelfAttention : public Module {
   // dtype and on the device of the keys, when undefined), to which x's are written.
   Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos,
                         int64_t block) const;
+  // One position x [B, 1, C] at `pos` (an int64 tensor of one element) in eval mode, over
+  // caches allocated to the block ([B, n_head, block, head]): its key and value written into
+  // them at pos in place, the keys past pos masked out. No shape depends on pos.
+  Tensor decode_step(const Tensor& x, const Tensor& pos, Tensor k_cache, Tensor v_cache) const;
   std::shared_ptr<Linear> c_attn, c_proj;
   std::shared_ptr<Dropout> attn_dropout, resid_dropout;
   int64_t n_head, n_embd;
@@ -211,6 +215,7 @@ class Block : public Module {
   // forward in eval mode with the attention's keys and values cached (CausalSelfAttention).
   Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos,
                         int64_t block) const;
+  Tensor decode_step(const Tensor& x, const Tensor& pos, Tensor k_cache, Tensor v_cache) const;
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<MLP> mlp;
@@ -238,14 +243,31 @@ class GPT : public Module {
   // mode), the earlier positions' keys and values read from the cache, idx's appended to it.
   // The positions must fit in block_size; a batch other than the cache's is an error.
   Tensor forward_cached(const Tensor& idx, KVCache& cache) const;
+  // A cache for `batch` sequences with every layer's keys and values allocated to block_size
+  // (zeros, in the dtype and on the device of the token embedding), as decode_step reads it.
+  KVCache preallocated_cache(int64_t batch) const;
+  // Logits [B, 1, vocab] of the tokens idx [B, 1] at position pos (an int64 tensor of one
+  // element, below block_size) in eval mode, the earlier positions' keys and values read from
+  // k and v (preallocated_cache's), this position's written into them in place. Its shapes
+  // do not depend on pos, so one compiled decode_step serves every position (a compiled
+  // function taking idx, pos, k and v traces once).
+  Tensor decode_step(const Tensor& idx, const Tensor& pos, const std::vector<Tensor>& k,
+                     const std::vector<Tensor>& v) const;
   // Appends max_new_tokens sampled tokens to idx [B, T] (eval mode, no grad). `logits_of`,
   // when given, computes the logits of a context in place of forward (a compiled forward:
   // the context grows to block_size, then slides). Without it, the context's keys and values
   // are cached (forward_cached): each new token costs one position's work until the context
   // reaches block_size; past it, the window slides and every step runs the whole window.
+  // `decode`, when given, computes each new token's logits as decode_step does (a compiled
+  // decode_step): the cache is preallocated, the prompt runs through forward_cached, then each
+  // token through `decode` until the context reaches block_size; past it the window slides as
+  // above (through `logits_of` when given).
+  using DecodeFn = std::function<Tensor(const Tensor& idx, const Tensor& pos,
+                                        const std::vector<Tensor>& k, const std::vector<Tensor>& v)>;
   Tensor generate(const Tensor& idx, int64_t max_new_tokens, double temperature = 1.0,
                   int64_t top_k = 0,
-                  const std::function<Tensor(const Tensor&)>& logits_of = nullptr);
+                  const std::function<Tensor(const Tensor&)>& logits_of = nullptr,
+                  const DecodeFn& decode = nullptr);
   // Parameter count without the position embedding (as nanoGPT reports).
   int64_t num_params_reported() const;
   GPTConfig config;

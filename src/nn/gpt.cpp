@@ -65,6 +65,31 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
   return c_proj->forward(y);
 }
 
+Tensor CausalSelfAttention::decode_step(const Tensor& x, const Tensor& pos, Tensor k_cache,
+                                        Tensor v_cache) const {
+  const int64_t B = x.size(0), C = x.size(2), hs = C / n_head, block = k_cache.size(2);
+  EMBER_CHECK(x.size(1) == 1 && k_cache.dim() == 4 && k_cache.size(0) == B &&
+                  k_cache.size(1) == n_head && k_cache.size(3) == hs && v_cache.sizes() == k_cache.sizes(),
+              "GPT::decode_step: one position [B, 1, C] over caches [B, n_head, block, head], got x ",
+              x.shape_str(), " and caches ", k_cache.shape_str(), ", ", v_cache.shape_str(),
+              " (make them with GPT::preallocated_cache)");
+  std::vector<Tensor> qkv = c_attn->forward(x).split(n_embd, 2);
+  auto heads = [&](const Tensor& t) { return t.view({B, 1, n_head, hs}).transpose(1, 2); };
+  Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+  TensorOptions ids(DType::Int64);
+  ids.device = x.device();
+  const Tensor slots = arange(block, ids);
+  // This position's key and value into its slot; the keys after it do not count.
+  const Tensor here = slots.eq(pos).view({1, 1, block, 1});
+  k_cache.copy_(where(here, k.to(k_cache.dtype()), k_cache));
+  v_cache.copy_(where(here, v.to(v_cache.dtype()), v_cache));
+  Tensor att = matmul(q, k_cache.to(q.dtype()).transpose(-2, -1)) * (1.0 / std::sqrt(double(hs)));
+  att = att.masked_fill(slots.gt(pos), -INFINITY).softmax(-1);
+  Tensor y = matmul(att, v_cache.to(att.dtype()));
+  y = y.transpose(1, 2).contiguous().view({B, 1, C});
+  return c_proj->forward(y);
+}
+
 MLP::MLP(const GPTConfig& c) : Module("MLP") {
   c_fc = register_module("c_fc", std::make_shared<Linear>(c.n_embd, 4 * c.n_embd, c.bias));
   gelu = register_module("gelu", std::make_shared<GELU>(false));
@@ -91,6 +116,12 @@ Tensor Block::forward(const Tensor& x) const {
 Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos,
                              int64_t block) const {
   Tensor h = x + attn->forward_cached(ln_1->forward(x), k_cache, v_cache, pos, block);
+  return h + mlp->forward(ln_2->forward(h));
+}
+
+Tensor Block::decode_step(const Tensor& x, const Tensor& pos, Tensor k_cache,
+                          Tensor v_cache) const {
+  Tensor h = x + attn->decode_step(ln_1->forward(x), pos, std::move(k_cache), std::move(v_cache));
   return h + mlp->forward(ln_2->forward(h));
 }
 
@@ -161,26 +192,72 @@ Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) const {
   return lm_head->forward(ln_f->forward(x));
 }
 
+KVCache GPT::preallocated_cache(int64_t batch) const {
+  EMBER_CHECK(batch > 0, "GPT::preallocated_cache: the batch must be positive, got ", batch);
+  TensorOptions o(wte->weight.dtype());
+  o.device = wte->weight.device();
+  KVCache cache;
+  const int64_t hs = config.n_embd / config.n_head;
+  for (size_t i = 0; i < h.size(); ++i) {
+    cache.k.push_back(zeros({batch, config.n_head, config.block_size, hs}, o));
+    cache.v.push_back(zeros({batch, config.n_head, config.block_size, hs}, o));
+  }
+  return cache;
+}
+
+Tensor GPT::decode_step(const Tensor& idx, const Tensor& pos, const std::vector<Tensor>& k,
+                        const std::vector<Tensor>& v) const {
+  EMBER_CHECK(idx.dim() == 2 && idx.size(1) == 1,
+              "GPT::decode_step: idx must be [batch, 1] (one position), got shape ", idx.shape_str());
+  EMBER_CHECK(idx.dtype() == DType::Int64 || idx.dtype() == DType::Int32,
+              "GPT::decode_step: idx must hold integer token ids, got ", dtype_name(idx.dtype()));
+  EMBER_CHECK(pos.numel() == 1 && pos.dtype() == DType::Int64,
+              "GPT::decode_step: pos must be an int64 tensor of one element, got ",
+              dtype_name(pos.dtype()), " ", pos.shape_str());
+  EMBER_CHECK(k.size() == h.size() && v.size() == h.size(), "GPT::decode_step: ", h.size(),
+              " layers need as many key and value caches, got ", k.size(), " and ", v.size(),
+              " (make them with GPT::preallocated_cache)");
+  EMBER_CHECK(!is_training(), "GPT::decode_step runs in eval mode (call eval() first)");
+  const Tensor p = pos.reshape({1});
+  Tensor x = wte->forward(idx) + wpe->forward(p);
+  for (size_t i = 0; i < h.size(); ++i) x = h[i]->decode_step(x, p, k[i], v[i]);
+  return lm_head->forward(ln_f->forward(x));
+}
+
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets) const {
   Tensor logits = forward(idx);
   return cross_entropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}), -1);
 }
 
 Tensor GPT::generate(const Tensor& idx, int64_t max_new_tokens, double temperature,
-                     int64_t top_k, const std::function<Tensor(const Tensor&)>& logits_of) {
+                     int64_t top_k, const std::function<Tensor(const Tensor&)>& logits_of,
+                     const DecodeFn& decode) {
   EMBER_CHECK(temperature > 0, "generate: temperature must be positive, got ", temperature);
   NoGradGuard no_grad;
   bool was_training = is_training();
   eval();
   Tensor seq = idx;
   KVCache cache;
+  if (decode && max_new_tokens > 0) cache = preallocated_cache(idx.size(0));
+  TensorOptions pos_opts(DType::Int64);
+  pos_opts.device = idx.device();
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     int64_t T = seq.size(1);
-    Tensor cond = T <= config.block_size ? seq : seq.slice(1, T - config.block_size, T);
+    const bool fits = T <= config.block_size;
+    Tensor cond = fits ? seq : seq.slice(1, T - config.block_size, T);
     Tensor logits;
-    if (logits_of) {
+    if (decode && fits && cache.length == T - 1) {
+      // The newest token as a tensor of its own layout (a slice of seq would carry seq's
+      // strides, which change each step, and a compiled step guards on them).
+      logits = decode(seq.slice(1, T - 1, T).clone(), full({1}, double(T - 1), pos_opts),
+                      cache.k, cache.v);
+      cache.length = T;
+    } else if (decode && fits) {
+      cache.length = 0;  // the prompt: its keys and values into the preallocated cache
+      logits = forward_cached(cond, cache);
+    } else if (logits_of) {
       logits = logits_of(cond);
-    } else if (T <= config.block_size && cache.length == T - 1) {
+    } else if (fits && cache.length == T - 1) {
       logits = forward_cached(seq.slice(1, T - 1, T), cache);  // the newest token alone
     } else {
       cache.length = 0;  // a new context, or a window that slid: every position again

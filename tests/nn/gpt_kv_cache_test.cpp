@@ -1,12 +1,16 @@
 // GPT decoding with a key/value cache (GPT::forward_cached): a prompt then one token at a time
 // gives the logits the whole-sequence forward gives at every position, chunks after the first
 // too; generate (which caches) draws the same tokens as a loop over full forwards, past the
-// block size (where the window slides) included; and misuse is an error that says what to do.
+// block size (where the window slides) included; decode_step over preallocated caches (shapes
+// that do not depend on the position) gives the same logits, compiled too with one trace for
+// every position, and generate through it the same tokens; and misuse is an error that says
+// what to do.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "ember/autograd.h"
+#include "ember/compile.h"
 #include "ember/ember.h"
 #include "ember/nn.h"
 #include "support/expect_error.h"
@@ -65,6 +69,61 @@ TEST(GptKvCache, GenerateDrawsTheSameTokensAsFullForwards) {
   }
 }
 
+TEST(GptKvCache, DecodeStepsOverPreallocatedCachesGiveTheFullForwardsLogits) {
+  manual_seed(5);
+  auto model = std::make_shared<GPT>(small_config());
+  model->eval();
+  NoGradGuard no_grad;
+  const Tensor idx = randint(0, 23, {2, 16}, DType::Int64);
+  const Tensor full = model->forward(idx);
+  // Eager and compiled: the compiled step takes the caches as arguments and writes them in
+  // place; the position is a tensor, so every position replays one trace.
+  CompileOptions o;
+  o.name = "decode step";
+  auto step = compile(
+      [model](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
+              const std::vector<Tensor>& v) { return model->decode_step(x, pos, k, v); },
+      o);
+  for (bool compiled : {false, true}) {
+    KVCache cache = model->preallocated_cache(2);
+    for (int64_t p = 0; p < 16; ++p) {
+      const Tensor pos = full_like(zeros({1}, DType::Int64), double(p));
+      const Tensor x = idx.slice(1, p, p + 1);
+      const Tensor got = compiled ? step(x, pos, cache.k, cache.v)
+                                  : model->decode_step(x, pos, cache.k, cache.v);
+      ASSERT_EQ(got.sizes(), (Shape{2, 1, 23}));
+      EXPECT_LT(max_abs_diff(got, full.slice(1, p, p + 1)), 1e-5)
+          << (compiled ? "compiled" : "eager") << " position " << p;
+    }
+  }
+  EXPECT_EQ(step.stats().traces, 1) << "one trace serves every position";
+}
+
+TEST(GptKvCache, GenerateThroughACompiledDecodeStepDrawsTheSameTokens) {
+  manual_seed(6);
+  auto model = std::make_shared<GPT>(small_config());
+  model->eval();
+  const Tensor prompt = randint(0, 23, {2, 3}, DType::Int64);
+  auto step = compile([model](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
+                              const std::vector<Tensor>& v) {
+    return model->decode_step(x, pos, k, v);
+  });
+  GPT::DecodeFn decode = [&step](const Tensor& x, const Tensor& pos,
+                                 const std::vector<Tensor>& k, const std::vector<Tensor>& v) {
+    return step(x, pos, k, v);
+  };
+  // Greedy (top_k 1) and sampled; 30 new tokens pass the block size, where the window slides.
+  for (int64_t top_k : {1, 5}) {
+    manual_seed(12);
+    const Tensor cached = model->generate(prompt, 30, 0.9, top_k);
+    manual_seed(12);
+    const Tensor stepped = model->generate(prompt, 30, 0.9, top_k, nullptr, decode);
+    EXPECT_EQ(stepped.sizes(), (Shape{2, 33}));
+    EXPECT_EQ(stepped.to_vector<int64_t>(), cached.to_vector<int64_t>()) << "top_k " << top_k;
+  }
+  EXPECT_EQ(step.stats().traces, 1);
+}
+
 TEST(GptKvCache, MisuseIsAnErrorThatSaysWhatToDo) {
   GPT model(small_config());
   NoGradGuard no_grad;
@@ -79,6 +138,15 @@ TEST(GptKvCache, MisuseIsAnErrorThatSaysWhatToDo) {
   model.forward_cached(zeros({2, 3}, DType::Int64), other);
   test::expect_error([&] { model.forward_cached(zeros({1, 1}, DType::Int64), other); },
                      {"batch of 1", "start a new KVCache"});
+  const KVCache pre = model.preallocated_cache(2);
+  const Tensor at0 = zeros({1}, DType::Int64);
+  test::expect_error([&] { model.decode_step(zeros({2, 2}, DType::Int64), at0, pre.k, pre.v); },
+                     "one position");
+  test::expect_error([&] { model.decode_step(zeros({1, 1}, DType::Int64), at0, pre.k, pre.v); },
+                     {"caches", "preallocated_cache"});
+  test::expect_error(
+      [&] { model.decode_step(zeros({2, 1}, DType::Int64), zeros({1}), pre.k, pre.v); },
+      "int64 tensor of one element");
 }
 
 }  // namespace
