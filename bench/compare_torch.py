@@ -18,6 +18,17 @@ eager over eager (ember_over_torch) and compiled over compiled (compiled_ember_o
 each compiled GPT step, torch.profiler's table of its kernels by GPU time to stderr (ember's
 side of that: EMBER_BENCH_COMPILED_ONLY=1 EMBER_PROFILE_OPS=shapes ember-bench --filter ROW).
 
+cuda/gpt_forward_gpt2_b1_bf16 times GPT-2 124M in bfloat16 weights (no autocast), no grad, on one
+sequence of 128 tokens: eager, torch.compile, and torch.compile(mode="reduce-overhead") (CUDA
+graphs: reduce_overhead_ms; reduce_overhead_compile_s is its first two calls, the second
+recording the graph, as ember-bench times its own). cuda/gpt_decode_gpt2_bf16 decodes greedily
+500 tokens (50 with --quick) after a 128-token prompt, the same model: torch's reference is a
+key/value-cache loop (KVDecoder: the prompt through the blocks once, then one step a token with
+the position a device tensor) whose step is compiled fullgraph with mode="reduce-overhead"
+(tokens_per_s and compiled_ms, the prompt not counted), also timed eager and compiled in the
+default mode. Its ratio row adds decode_speedup (ember's tokens/s over torch's); rows with
+reduce_overhead_ms on both sides add reduce_overhead_ember_over_torch.
+
 usage: bench/compare_torch.py [--ember PATH] [--quick] [--repeat N] [--only REGEX]
                               [--no-torch-compile] [--profile]
        bench/compare_torch.py --train-run ITERS [--gpt PATH]
@@ -28,6 +39,7 @@ usage: bench/compare_torch.py [--ember PATH] [--quick] [--repeat N] [--only REGE
 iteration and best val loss, and their ratio.
 """
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -61,14 +73,14 @@ def gpu_ms(fn, repeat, inner=1, warmup=2):
     return times[len(times) // 2] / inner
 
 
-def pair_ms(eager, compiled, repeat, rounds=3):
+def pair_ms(eager, compiled, repeat, rounds=3, inner=1):
     """Eager against compiled as ember-bench times them: `rounds` rounds of gpu_ms of each, each
     side's best round. compiled may be None (its time is then None)."""
     te = tc = math.inf
     for _ in range(rounds):
-        te = min(te, gpu_ms(eager, repeat))
+        te = min(te, gpu_ms(eager, repeat, inner))
         if compiled:
-            tc = min(tc, gpu_ms(compiled, repeat))
+            tc = min(tc, gpu_ms(compiled, repeat, inner))
     return te, (tc if compiled else None)
 
 
@@ -315,6 +327,225 @@ def print_kernel_table(name, fn, steps=3):
     print(f"[profile] {name}: {steps} compiled steps\n{table}", file=sys.stderr, flush=True)
 
 
+# ---- GPT-2 124M at batch 1 in bfloat16 weights: a forward and greedy decoding ----
+
+def gpt2_bf16():
+    """GPT-2 124M (dropout 0) on the device, its weights in bfloat16, in eval mode."""
+    s = GPT_SHAPES["_gpt2"]
+    torch.manual_seed(1)
+    model = GPT(s["vocab"], s["block"], s["layers"], s["heads"], s["d"], 0.0).to(DEV)
+    return model.to(torch.bfloat16).eval()
+
+
+def new_step(fn):
+    """fn, each call a new CUDA graph step: a torch.compile(mode="reduce-overhead") function then
+    overwrites its last outputs on the next call, which its callers no longer read."""
+    def call(*args):
+        torch.compiler.cudagraph_mark_step_begin()
+        return fn(*args)
+    return call
+
+
+def gpt_forward_b1_row(name, repeat, use_compile):
+    """Eval forward of one sequence of 128 tokens to its logits, GPT-2 124M in bfloat16 weights
+    (no autocast), no grad: eager, compiled, and compiled with mode "reduce-overhead". The
+    second compile may find some of its kernels built by the first."""
+    model = gpt2_bf16()
+    torch.manual_seed(1)
+    x = torch.randint(0, GPT_SHAPES["_gpt2"]["vocab"], (1, 128), device=DEV)
+    inner = 20  # a forward is about a millisecond: time them in runs
+    compiled = ro_ms = compile_s = ro_compile_s = None
+    with torch.no_grad():
+        model(x)
+        if use_compile:
+            torch._dynamo.reset()
+            forward = torch.compile(model)
+            compiled = lambda: forward(x)
+            compile_s = seconds_of(compiled)
+        ms, cms = pair_ms(lambda: model(x), compiled, repeat, inner=inner)
+        if use_compile:
+            torch._dynamo.reset()
+            graphed = new_step(torch.compile(model, mode="reduce-overhead"))
+
+            def first_calls():
+                # The first call compiles and runs the graph without CUDA graphs, the second
+                # records the CUDA graph; later calls replay it.
+                graphed(x)
+                graphed(x)
+
+            ro_compile_s = seconds_of(first_calls)
+            for _ in range(3):
+                graphed(x)
+            ro_ms = gpu_ms(lambda: graphed(x), repeat, inner=inner)
+    return row(name, ms, compiled_ms=cms, reduce_overhead_ms=ro_ms, compile_s=compile_s,
+               reduce_overhead_compile_s=ro_compile_s,
+               note="batch 1, 128 tokens, bfloat16 weights (no autocast), no grad; "
+                    "reduce_overhead_ms: torch.compile(mode=\"reduce-overhead\")")
+
+
+class KVDecoder:
+    """Greedy decoding of a GPT (batch 1) with a key/value cache of its whole block, its forward
+    left as it is. prefill(idx) runs a prompt [1, T] through the blocks, writes its keys and
+    values at positions 0..T-1, and gives the last position's logits [1, 1, vocab]. step(idx,
+    pos) runs one token (idx [1, 1]) at position pos (a [1] int64 tensor on the device): writes
+    its key and value into the cache in place, attends over the whole cache with the positions
+    after pos masked, and gives its logits [1, 1, vocab]. No shape or Python number depends on
+    pos, so a compiled step is one graph for every position."""
+
+    def __init__(self, model):
+        self.model = model
+        w = model.wpe.weight
+        block, d = w.shape
+        heads = model.h[0].heads
+        shape = (1, heads, block, d // heads)
+        self.k = [torch.zeros(shape, dtype=w.dtype, device=w.device) for _ in model.h]
+        self.v = [torch.zeros(shape, dtype=w.dtype, device=w.device) for _ in model.h]
+        self.slots = torch.arange(block, device=w.device)
+        # The cache keeps its addresses: CUDA graphs then read and write it where it is, with no
+        # copy in or out at each replay.
+        for t in self.k + self.v + [self.slots]:
+            torch._dynamo.mark_static_address(t)
+
+    @staticmethod
+    def qkv(blk, x):
+        """Block blk's queries, keys and values of x [b, t, d], each [b, heads, t, d / heads]."""
+        b, t, d = x.shape
+        q, k, v = blk.c_attn(blk.ln_1(x)).split(d, dim=2)
+        shape = (b, t, blk.heads, d // blk.heads)
+        return (q.view(shape).transpose(1, 2), k.view(shape).transpose(1, 2),
+                v.view(shape).transpose(1, 2))
+
+    @staticmethod
+    def rest(blk, x, y):
+        """The rest of block blk after its attention y [b, heads, t, d / heads] of x."""
+        b, t, d = x.shape
+        x = x + blk.c_proj(y.transpose(1, 2).reshape(b, t, d))
+        return x + blk.proj(F.gelu(blk.fc(blk.ln_2(x))))
+
+    def prefill(self, idx):
+        m = self.model
+        t = idx.shape[1]
+        assert idx.shape[0] == 1 and t <= self.slots.numel()
+        x = m.wte(idx) + m.wpe(torch.arange(t, device=idx.device))
+        for blk, kc, vc in zip(m.h, self.k, self.v):
+            q, k, v = self.qkv(blk, x)
+            kc[:, :, :t] = k
+            vc[:, :, :t] = v
+            x = self.rest(blk, x, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+        return m.lm_head(m.ln_f(x[:, -1:]))
+
+    def step(self, idx, pos):
+        m = self.model
+        x = m.wte(idx) + m.wpe(pos)
+        mask = (self.slots <= pos).view(1, 1, 1, -1)  # the positions written so far, this one's
+        for blk, kc, vc in zip(m.h, self.k, self.v):
+            q, k, v = self.qkv(blk, x)
+            kc.index_copy_(2, pos, k)
+            vc.index_copy_(2, pos, v)
+            x = self.rest(blk, x, F.scaled_dot_product_attention(q, kc, vc, attn_mask=mask))
+        return m.lm_head(m.ln_f(x))
+
+
+def kv_generate(dec, step, prompt, steps, time_first=False):
+    """Greedy decoding after prompt with dec's cache: the prefill's token, then one more a call of
+    step(idx, pos), `steps` calls, the tokens kept on the device until the end. Gives the ids
+    (steps + 1 of them), the prefill's ms, the seconds of the decode steps, and with time_first
+    the seconds of the first step alone (else None)."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    idx = dec.prefill(prompt)[:, -1].argmax(-1, keepdim=True)
+    pos = torch.full((1,), prompt.shape[1], dtype=torch.long, device=prompt.device)
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    first_s = None
+    tokens = [idx]
+    for i in range(steps):
+        logits = step(idx, pos)
+        # The argmax is a new tensor: a replay that later overwrites logits leaves it as it is.
+        idx = logits[:, -1].argmax(-1, keepdim=True)
+        tokens.append(idx)
+        pos += 1
+        if time_first and i == 0:
+            torch.cuda.synchronize()
+            first_s = time.perf_counter() - t1
+    torch.cuda.synchronize()
+    decode_s = time.perf_counter() - t1
+    return torch.cat(tokens, 1)[0].tolist(), (t1 - t0) * 1000, decode_s, first_s
+
+
+def tokens_sha(tokens):
+    """The first 12 hex digits of the SHA-1 of the ids written as decimals, one space apart."""
+    return hashlib.sha1(" ".join(map(str, tokens)).encode()).hexdigest()[:12]
+
+
+def gpt_decode_row(name, quick, use_compile):
+    """Greedy decoding of GPT-2 124M in bfloat16 weights, no grad, batch 1, with KVDecoder: a
+    128-token prompt (not timed in the rates), then 500 decode steps (50 with --quick), eager,
+    and the step compiled fullgraph in mode "reduce-overhead" (tokens_per_s, compiled_ms) and in
+    the default mode. Each compiled decode is timed after a cold generation (its first step the
+    compile: compile_s) and a warm one. "reduce-overhead" compiles first, so that its compile is
+    the cold one; the default mode's may then find some of its kernels already built."""
+    model = gpt2_bf16()
+    s = GPT_SHAPES["_gpt2"]
+    prompt_len, steps = 128, (50 if quick else 500)
+    assert prompt_len + steps <= s["block"], "the prompt and the new tokens must fit the block"
+    torch.manual_seed(1)
+    prompt = torch.randint(0, s["vocab"], (1, prompt_len), device=DEV)
+    runs = {}
+    with torch.no_grad():
+        dec = KVDecoder(model)
+        # The decoder against the full forward: the prompt's last logits and the next token's.
+        first = dec.prefill(prompt)
+        idx = first[:, -1].argmax(-1, keepdim=True)
+        nxt = dec.step(idx, torch.full((1,), prompt_len, dtype=torch.long, device=DEV))
+        full = model(torch.cat([prompt, idx], 1)).float()
+        forward_diff = max((first.float() - full[:, -2:-1]).abs().max().item(),
+                           (nxt.float() - full[:, -1:]).abs().max().item())
+        kv_generate(dec, dec.step, prompt, steps)
+        eager_tokens, prefill_ms, eager_s, _ = kv_generate(dec, dec.step, prompt, steps)
+        if use_compile:
+            for mode in ("reduce-overhead", "default"):
+                torch._dynamo.reset()
+                step = new_step(torch.compile(dec.step, mode=mode, fullgraph=True))
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                _, _, _, compile_s = kv_generate(dec, step, prompt, steps, time_first=True)
+                first_generation_s = time.perf_counter() - t0
+                kv_generate(dec, step, prompt, steps)
+                tokens, _, decode_s, _ = kv_generate(dec, step, prompt, steps)
+                runs[mode] = dict(tokens=tokens, s=decode_s, compile_s=compile_s,
+                                  first_generation_s=first_generation_s)
+    ro, default = runs.get("reduce-overhead"), runs.get("default")
+    shown = ro["tokens"] if ro else eager_tokens
+
+    def agreeing(tokens):
+        """How many ids from the first agree with eager decoding's."""
+        return next((i for i, (a, b) in enumerate(zip(tokens, eager_tokens)) if a != b),
+                    len(tokens))
+
+    return row(name, eager_s * 1000 / steps,
+               compiled_ms=ro["s"] * 1000 / steps if ro else None,
+               tokens_per_s=steps / ro["s"] if ro else None,
+               eager_tokens_per_s=steps / eager_s,
+               default_mode_tokens_per_s=steps / default["s"] if default else None,
+               prefill_ms=prefill_ms,
+               compile_s=ro["compile_s"] if ro else None,
+               first_generation_s=ro["first_generation_s"] if ro else None,
+               default_mode_compile_s=default["compile_s"] if default else None,
+               new_tokens=steps, prompt_tokens=prompt_len,
+               tokens_sha=tokens_sha(shown), first_tokens=shown[:16],
+               eager_tokens_sha=tokens_sha(eager_tokens),
+               same_tokens=ro["tokens"] == eager_tokens if ro else None,
+               agreeing_tokens=agreeing(ro["tokens"]) if ro else None,
+               default_same_tokens=default["tokens"] == eager_tokens if default else None,
+               forward_max_diff=forward_diff,
+               note=f"batch 1, {prompt_len}-token prompt, {steps} greedy decode steps with a "
+                    "key/value cache, bfloat16 weights; compiled_ms: the step under "
+                    "torch.compile(mode=\"reduce-overhead\", fullgraph=True), per token; the "
+                    "ids (tokens_sha, first_tokens) are the prefill's and one a step, the "
+                    "reduce-overhead decode's")
+
+
 # ---- nanoGPT's shakespeare_char run, for the --train-run row ----
 
 RECIPE = dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch_size=64, dropout=0.2,
@@ -519,6 +750,12 @@ def torch_rows(quick, repeat, wants, use_compile):
         name = f"cuda/gpt_train_step{shape}_bf16" if shape else "cuda/gpt_train_step_compiled_bf16"
         if wants(name):
             out.append(gpt_compiled_step_row(name, shape, quick, 2 if quick else 10, use_compile))
+
+    # GPT-2 at batch 1: one forward, and greedy decoding with a key/value cache.
+    if wants("cuda/gpt_forward_gpt2_b1_bf16"):
+        out.append(gpt_forward_b1_row("cuda/gpt_forward_gpt2_b1_bf16", repeat, use_compile))
+    if wants("cuda/gpt_decode_gpt2_bf16"):
+        out.append(gpt_decode_row("cuda/gpt_decode_gpt2_bf16", quick, use_compile))
     return out
 
 
@@ -549,9 +786,20 @@ def ratios(ember, torch_):
         if e.get("compiled_ms") and t.get("compiled_ms"):
             r.update(ember_compiled_ms=e["compiled_ms"], torch_compiled_ms=t["compiled_ms"],
                      compiled_ember_over_torch=e["compiled_ms"] / t["compiled_ms"])
+        if e.get("reduce_overhead_ms") and t.get("reduce_overhead_ms"):
+            r.update(ember_reduce_overhead_ms=e["reduce_overhead_ms"],
+                     torch_reduce_overhead_ms=t["reduce_overhead_ms"],
+                     reduce_overhead_ember_over_torch=e["reduce_overhead_ms"]
+                     / t["reduce_overhead_ms"])
+        if "decode" in e["name"] and e.get("tokens_per_s") and t.get("tokens_per_s"):
+            # Higher is better for ember here: its tokens/s over torch's.
+            r.update(ember_tokens_per_s=e["tokens_per_s"], torch_tokens_per_s=t["tokens_per_s"],
+                     decode_speedup=e["tokens_per_s"] / t["tokens_per_s"])
         e = dict(e, compile_s=e.get("compile_s", e.get("cold_compile_s")))  # gpt_forward rows
         for k in ("fraction_of_copy", "eager_fraction_of_copy", "peak_mb", "eager_peak_mb",
-                  "compiled_peak_mb", "us_per_op", "compile_s", "host_ms", "compiled_host_ms"):
+                  "compiled_peak_mb", "us_per_op", "compile_s", "host_ms", "compiled_host_ms",
+                  "reduce_overhead_compile_s", "eager_tokens_per_s", "default_mode_tokens_per_s",
+                  "prefill_ms", "first_generation_s", "same_tokens"):
             if e.get(k) is not None and t.get(k) is not None:
                 r[f"ember_{k}"], r[f"torch_{k}"] = e[k], t[k]
         if e.get("warm_start_s") is not None:  # ember's own: torch.compile's has no such row

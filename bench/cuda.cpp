@@ -29,10 +29,20 @@
 //                            and AdamW::set_compiled; warm_start_s is the first compiled step
 //                            in a new process (ember-bench --cuda-train-first-call) once the
 //                            cold compile put the kernels on disk
+//   cuda/gpt_forward_gpt2_b1_bf16: GPT-2 124M in bfloat16 weights, batch 1, 128 tokens, no grad:
+//                            eager, compiled (compiled_ms) and mode "reduce-overhead"
+//                            (reduce_overhead_ms, CUDA graphs)
+//   cuda/gpt_decode_gpt2_bf16: greedy decoding of 500 tokens after a 128-token prompt with a
+//                            preallocated key/value cache, GPT-2 124M in bfloat16: tokens_per_s
+//                            of the decode step compiled "reduce-overhead"; same_tokens: 1 when
+//                            its tokens are eager decoding's
+//   cuda/gpt_train_step_b8_bf16: the shakespeare_char step at batch 8, compiled "default"
+//                            (compiled_ms) against "reduce-overhead" (reduce_overhead_ms)
 // GPU times are wall times around the work with the device synchronized before and after.
 // EMBER_BENCH_COMPILED_ONLY=1 times the compiled sides alone (for EMBER_PROFILE_OPS tables).
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -227,7 +237,7 @@ std::shared_ptr<nn::GPT> gpu_gpt_model(const GpuGpt& g, double dropout) {
 // A GPT's bf16 training step, eager or compiled (model.loss compiled, AdamW::set_compiled), on
 // fixed random batches; one optimizer per mode over the same parameters.
 struct GpuTrainStep {
-  explicit GpuTrainStep(const GpuGpt& g)
+  explicit GpuTrainStep(const GpuGpt& g, const std::string& mode = "default")
       : model(gpu_gpt_model(g, g.shape.dropout)),
         adam(optim::decay_groups(*model, 0.1), 1e-3, 0.9, 0.99),
         adam_compiled(optim::decay_groups(*model, 0.1), 1e-3, 0.9, 0.99),
@@ -235,8 +245,14 @@ struct GpuTrainStep {
         x(randint(0, g.vocab, {g.shape.batch, g.shape.block}, on_gpu(DType::Int64))),
         y(randint(0, g.vocab, {g.shape.batch, g.shape.block}, on_gpu(DType::Int64))),
         loss_fn(compile(std::function<Tensor(const Tensor&, const Tensor&)>(
-            [m = model](const Tensor& a, const Tensor& b) { return m->loss(a, b); }))) {
+            [m = model](const Tensor& a, const Tensor& b) { return m->loss(a, b); }),
+            mode_options(mode))) {
     adam_compiled.set_compiled(true);
+  }
+  static CompileOptions mode_options(const std::string& mode) {
+    CompileOptions o;
+    o.mode = mode;
+    return o;
   }
   void step(bool compiled) {
     EnableGradGuard grad;
@@ -257,6 +273,146 @@ struct GpuTrainStep {
   Tensor x, y;
   CompiledFunction<std::function<Tensor(const Tensor&, const Tensor&)>> loss_fn;
 };
+
+// GPT-2 124M in bfloat16 weights, eval mode, for the batch-1 rows.
+std::shared_ptr<nn::GPT> gpt2_bf16() {
+  auto model = gpu_gpt_model(gpu_gpts(false)[1], 0.0);
+  model->eval();
+  model->to(DType::BFloat16);
+  return model;
+}
+
+CompileOptions reduce_overhead() {
+  CompileOptions o;
+  o.mode = "reduce-overhead";
+  return o;
+}
+
+// cuda/gpt_forward_gpt2_b1_bf16: one sequence of 128 tokens through GPT-2 124M (bfloat16
+// weights, no grad) to its logits: eager, compiled, and compiled with mode "reduce-overhead".
+Row gpt2_b1_forward_row(int repeat) {
+  NoGradGuard no_grad;
+  auto model = gpt2_bf16();
+  manual_seed(1);
+  const Tensor x = randint(0, 50304, {1, 128}, on_gpu(DType::Int64));
+  ColdCompiles cold;
+  auto forward = compile(model);
+  auto graphed = compile(model, reduce_overhead());
+  const double cold_s = seconds_of([&] { forward(x); });
+  const double ro_cold_s = seconds_of([&] { graphed(x); graphed(x); });
+  const CudaGraphCounters c0 = cuda_graph_counters();
+  constexpr int kInner = 20;  // a forward is about a millisecond: time them in runs
+  auto many = [&](auto&& f) { return [&, f] { for (int i = 0; i < kInner; ++i) Tensor l = f(); }; };
+  const auto [ms, cms] = gpu_pair_ms(many([&] { return model->forward(x); }),
+                                     many([&] { return forward(x); }), repeat);
+  const double ro_ms = gpu_ms(many([&] { return graphed(x); }), repeat);
+  const CudaGraphCounters c1 = cuda_graph_counters();
+  Row r{"cuda/gpt_forward_gpt2_b1_bf16", ms / kInner};
+  r.compiled_ms = cms / kInner;
+  r.device = kGpu.str();
+  r.extra.push_back({"reduce_overhead_ms", ro_ms / kInner});
+  r.extra.push_back({"cold_compile_s", cold_s});
+  r.extra.push_back({"reduce_overhead_compile_s", ro_cold_s});
+  r.extra.push_back({"replays", double(c1.replays - c0.replays)});
+  r.extra.push_back({"unrecorded_runs", double(c1.unrecorded_runs - c0.unrecorded_runs)});
+  r.note = "batch 1, 128 tokens, bfloat16 weights, no grad";
+  return r;
+}
+
+// cuda/gpt_decode_gpt2_bf16: greedy generation of 500 tokens after a 128-token prompt, GPT-2
+// 124M in bfloat16 weights: the prompt through forward_cached into a preallocated cache, then a
+// decode_step per token (eager, compiled, compiled "reduce-overhead"); tokens/s over the 500
+// decode steps, the argmax included, the prompt not.
+Row gpt2_decode_row(bool quick) {
+  NoGradGuard no_grad;
+  auto model = gpt2_bf16();
+  manual_seed(1);
+  const int64_t prompt_len = 128, steps = quick ? 50 : 500;
+  const Tensor prompt = randint(0, 50304, {1, prompt_len}, on_gpu(DType::Int64));
+  using Step = std::function<Tensor(const Tensor&, const Tensor&, const std::vector<Tensor>&,
+                                    const std::vector<Tensor>&)>;
+  Step eager = [m = model](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
+                           const std::vector<Tensor>& v) { return m->decode_step(x, pos, k, v); };
+  ColdCompiles cold;
+  auto compiled = compile(eager);
+  auto graphed = compile(eager, reduce_overhead());
+  double prefill_ms = 0;
+  // The tokens and the seconds of the decode steps.
+  auto generate = [&](const Step& step) {
+    nn::KVCache cache = model->preallocated_cache(1);
+    sync_all();
+    auto t0 = std::chrono::steady_clock::now();
+    cache.length = 0;
+    Tensor logits = model->forward_cached(prompt, cache);
+    Tensor idx = logits.select(1, -1).argmax(-1, true);
+    sync_all();
+    auto t1 = std::chrono::steady_clock::now();
+    prefill_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    std::vector<Tensor> tokens{idx};
+    for (int64_t i = 0; i < steps; ++i) {
+      logits = step(idx, full({1}, double(prompt_len + i), on_gpu(DType::Int64)), cache.k, cache.v);
+      idx = logits.select(1, -1).argmax(-1, true);
+      tokens.push_back(idx);
+    }
+    sync_all();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    return std::make_pair(cat(tokens, 1).cpu().to_vector<int64_t>(), s);
+  };
+  auto [eager_tokens, eager_s] = generate(eager);
+  const double compile_s = seconds_of([&] { generate(graphed); });
+  generate(compiled);
+  auto [default_tokens, default_s] = generate(compiled);
+  const CudaGraphCounters c0 = cuda_graph_counters();
+  auto [graphed_tokens, graphed_s] = generate(graphed);
+  const CudaGraphCounters c1 = cuda_graph_counters();
+  Row r{"cuda/gpt_decode_gpt2_bf16", eager_s * 1000 / double(steps)};
+  r.compiled_ms = graphed_s * 1000 / double(steps);
+  r.device = kGpu.str();
+  r.extra.push_back({"tokens_per_s", double(steps) / graphed_s});
+  r.extra.push_back({"default_mode_tokens_per_s", double(steps) / default_s});
+  r.extra.push_back({"eager_tokens_per_s", double(steps) / eager_s});
+  r.extra.push_back({"prefill_ms", prefill_ms});
+  r.extra.push_back({"first_generation_s", compile_s});
+  r.extra.push_back({"same_tokens", graphed_tokens == eager_tokens ? 1.0 : 0.0});
+  r.extra.push_back({"default_same_tokens", default_tokens == eager_tokens ? 1.0 : 0.0});
+  r.extra.push_back({"replays", double(c1.replays - c0.replays)});
+  r.extra.push_back({"unrecorded_runs", double(c1.unrecorded_runs - c0.unrecorded_runs)});
+  r.note = "batch 1, 128-token prompt, " + std::to_string(steps) +
+           " greedy decode steps, bfloat16 weights; compiled_ms: reduce-overhead, per token";
+  return r;
+}
+
+// cuda/gpt_train_step_b8_bf16: the shakespeare_char training step at batch 8 (bfloat16
+// autocast, dropout 0.2, AdamW::set_compiled, grad clipping), compiled in mode "default"
+// (compiled_ms) and "reduce-overhead" (reduce_overhead_ms).
+Row small_batch_train_row(bool quick) {
+  GpuGpt g = gpu_gpts(quick)[0];
+  g.shape.batch = 8;
+  ColdCompiles cold;
+  GpuTrainStep plain(g), graphed(g, "reduce-overhead");
+  plain.step(false);
+  plain.step(true);
+  for (int i = 0; i < 3; ++i) graphed.step(true);
+  const int repeat = quick ? 3 : 20;
+  const CudaGraphCounters c0 = cuda_graph_counters();
+  const auto [cms, ro_ms] = gpu_pair_ms([&] { plain.step(true); }, [&] { graphed.step(true); },
+                                        repeat);
+  const CudaGraphCounters c1 = cuda_graph_counters();
+  const double ms = gpu_ms([&] { plain.step(false); }, repeat);
+  Row r{"cuda/gpt_train_step_b8_bf16", ms};
+  r.compiled_ms = cms;
+  r.device = kGpu.str();
+  r.extra.push_back({"reduce_overhead_ms", ro_ms});
+  r.extra.push_back({"reduce_overhead_over_default", ro_ms / cms});
+  r.extra.push_back({"compiled_host_ms", host_ms([&] { plain.step(true); }, 5)});
+  r.extra.push_back({"reduce_overhead_host_ms", host_ms([&] { graphed.step(true); }, 5)});
+  r.extra.push_back({"replays", double(c1.replays - c0.replays)});
+  r.extra.push_back({"unrecorded_runs", double(c1.unrecorded_runs - c0.unrecorded_runs)});
+  r.extra.push_back({"moved_outputs", double(c1.moved_outputs - c0.moved_outputs)});
+  r.note = "shakespeare_char at batch 8, bfloat16 autocast; compiled: model.loss and "
+           "AdamW::set_compiled";
+  return r;
+}
 
 }  // namespace
 
@@ -468,6 +624,9 @@ EMBER_BENCH(cuda) {
     r.note = "eval forward, no grad, bfloat16 autocast";
     rows.push_back(r);
   }
+  if (opt.wants("cuda/gpt_forward_gpt2_b1_bf16")) rows.push_back(gpt2_b1_forward_row(repeat));
+  if (opt.wants("cuda/gpt_decode_gpt2_bf16")) rows.push_back(gpt2_decode_row(opt.quick));
+  if (opt.wants("cuda/gpt_train_step_b8_bf16")) rows.push_back(small_batch_train_row(opt.quick));
   for (const GpuGpt& g : gpu_gpts(opt.quick)) {
     const std::string name = *g.suffix ? std::string("cuda/gpt_train_step") + g.suffix + "_bf16"
                                        : "cuda/gpt_train_step_compiled_bf16";

@@ -60,6 +60,8 @@ int run_sample(const SampleOptions& o) {
   auto compiled = compile(model_ptr, copts);
   CompileOptions dopts;
   dopts.name = "sample decode step";
+  // On a GPU one token's step is a few hundred small kernels: replayed as a recorded CUDA graph.
+  if (device.type == DeviceType::CUDA) dopts.mode = "reduce-overhead";
   auto step = compile(
       [model_ptr](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
                   const std::vector<Tensor>& v) { return model_ptr->decode_step(x, pos, k, v); },
@@ -85,6 +87,13 @@ int run_sample(const SampleOptions& o) {
   if (o.compile) {
     std::fprintf(stderr, "compiled decode step: %lld graph(s) traced for every position\n",
                  (long long)step.stats().traces);
+    if (device.type == DeviceType::CUDA) {
+      const CudaGraphCounters g = cuda_graph_counters();
+      std::fprintf(stderr,
+                   "decode step as CUDA graphs: %lld recorded, %lld replays, %lld runs "
+                   "unrecorded\n",
+                   (long long)g.recordings, (long long)g.replays, (long long)g.unrecorded_runs);
+    }
     const CompileStats st = compiled.stats();
     std::fprintf(stderr,
                  "compiled forward: %lld graphs traced (one per context length); %lld built "

@@ -34,6 +34,12 @@ struct CompileOptions {
   // Cache entries per callable (not counting those whose graphs all reused code shared over
   // sizes); a guard miss past it runs the function eagerly from then on.
   int recompile_limit = 8;
+  // "default", or "reduce-overhead": on a GPU, each compiled graph's run is recorded as a CUDA
+  // graph after its first call and replayed as one launch (docs/compiling.md, "CUDA graphs").
+  // Inputs not read in place are copied in; outputs live in the recording's memory until the
+  // next replay, which first moves those still held elsewhere. Graphs on the CPU, and graphs
+  // that draw random numbers, run as in "default". Applies to the "compiler" backend.
+  std::string mode = "default";
   // Shown in logs and explain output (default: the file:line where compile() was called).
   std::string name;
   // Tensors the function reads besides its arguments (MLX's `inputs=`), fetched anew on every
@@ -53,6 +59,14 @@ struct CompileOptions {
 // copies of it); a negative dim counts from the end.
 void mark_dynamic(const Tensor& t, int64_t dim);
 void mark_static(const Tensor& t, int64_t dim);
+
+// Process-wide counters of mode "reduce-overhead" (tests and benchmarks read them): graphs
+// recorded, replays launched, runs of such graphs without a recording (warm-up calls excluded),
+// and outputs moved out of a recording's memory because they were still held at the next replay.
+struct CudaGraphCounters {
+  int64_t recordings = 0, replays = 0, unrecorded_runs = 0, moved_outputs = 0;
+};
+CudaGraphCounters cuda_graph_counters();
 
 // Counters of one compiled callable (tests assert them).
 struct CompileStats {

@@ -35,6 +35,7 @@ struct Registry {
   Registry() {
     backends.push_back(std::make_unique<EagerBackend>());
     backends.push_back(compiler::make_compiler_backend());  // generated C++ (src/compiler/)
+    backends.push_back(compiler::make_compiler_backend(/*reduce_overhead=*/true));
   }
 };
 Registry& registry() {

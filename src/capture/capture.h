@@ -49,8 +49,9 @@ class Backend {
 Backend& backend(const std::string& name);
 void register_backend(std::unique_ptr<Backend> b);
 
-// ---- logs (EMBER_LOGS=graph_breaks,recompiles,guards,graph,training, read once) ----
-enum class Log { GraphBreaks, Recompiles, Guards, Graph, Training, Dynamic };
+// ---- logs (EMBER_LOGS=graph_breaks,recompiles,guards,graph,training,dynamic,cudagraphs,
+// read once) ----
+enum class Log { GraphBreaks, Recompiles, Guards, Graph, Training, Dynamic, CudaGraphs };
 bool log_enabled(Log what);
 void log_line(Log what, const std::string& text);
 // Always printed (once per callable by the caller): the recompile limit, unsupported options.

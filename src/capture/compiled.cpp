@@ -88,7 +88,15 @@ CompiledCore::CompiledCore(CompileOptions opts, ember::SourceLocation where)
   s_->report.name = s_->name;
   EMBER_CHECK(opts.recompile_limit >= 1, "compile: recompile_limit must be at least 1, got ",
               opts.recompile_limit);
-  if (s_->enabled) s_->backend = &capture::backend(opts.backend);
+  EMBER_CHECK(opts.mode == "default" || opts.mode == "reduce-overhead", "compile: unknown mode \"",
+              opts.mode, "\"; available: \"default\", \"reduce-overhead\"");
+  if (opts.mode == "reduce-overhead" && opts.backend != "compiler")
+    capture::warn("compile: mode \"reduce-overhead\" applies to the \"compiler\" backend; " +
+                  s_->name + " uses \"" + opts.backend + "\" and runs as in mode \"default\"");
+  if (s_->enabled)
+    s_->backend = &capture::backend(opts.mode == "reduce-overhead" && opts.backend == "compiler"
+                                        ? "compiler/reduce-overhead"
+                                        : opts.backend);
   s_->dynamic_sizes = opts.dynamic.value_or(false);
   s_->opts = std::move(opts);
 }

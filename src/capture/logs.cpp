@@ -27,16 +27,18 @@ const char* tag(Log what) {
       return "training";
     case Log::Dynamic:
       return "dynamic";
+    case Log::CudaGraphs:
+      return "cudagraphs";
   }
   return "?";
 }
 }  // namespace
 
 bool log_enabled(Log what) {
-  static const bool on[6] = {log_category_enabled("graph_breaks"),
+  static const bool on[7] = {log_category_enabled("graph_breaks"),
                              log_category_enabled("recompiles"), log_category_enabled("guards"),
                              log_category_enabled("graph"),        log_category_enabled("training"),
-                             log_category_enabled("dynamic")};
+                             log_category_enabled("dynamic"),      log_category_enabled("cudagraphs")};
   return on[int(what)];
 }
 

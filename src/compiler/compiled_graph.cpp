@@ -3,6 +3,7 @@
 // write-backs into inputs. Graphs the compiled form cannot run faithfully (autograd recording per
 // op, random ops) are interpreted as the eager backend would.
 #include "compiler/compiled_graph.h"
+#include "compiler/cuda_graphed.h"
 
 #include <omp.h>
 
@@ -555,7 +556,11 @@ namespace {
 
 class CompilerBackend : public capture::Backend {
  public:
-  std::string name() const override { return "compiler"; }
+  // reduce_overhead: GPU graphs replay as recorded CUDA graphs (cuda_graphed.h).
+  explicit CompilerBackend(bool reduce_overhead) : reduce_overhead_(reduce_overhead) {}
+  std::string name() const override {
+    return reduce_overhead_ ? "compiler/reduce-overhead" : "compiler";
+  }
   std::shared_ptr<const capture::Runnable> compile(std::shared_ptr<const graph::Graph> g) override {
     bool on_gpu = false;
     for (const auto& v : g->values()) on_gpu |= v->device.type != DeviceType::CPU;
@@ -579,7 +584,11 @@ class CompilerBackend : public capture::Backend {
       return capture::backend("eager").compile(std::move(g));
     }
     try {
-      if (on_gpu) return std::make_shared<CudaCompiledGraph>(g, device);
+      if (on_gpu) {
+        auto r = std::make_shared<CudaCompiledGraph>(g, device);
+        if (!reduce_overhead_) return r;
+        return record_cuda_graphs(std::move(r), g, device);
+      }
       return std::make_shared<CompiledGraph>(g);
     } catch (const Error& e) {
       // A failed build or load (full disk, unwritable cache directory, a compiler bug) must
@@ -593,12 +602,15 @@ class CompilerBackend : public capture::Backend {
       return capture::backend("eager").compile(std::move(g));
     }
   }
+
+ private:
+  bool reduce_overhead_;
 };
 
 }  // namespace
 
-std::unique_ptr<capture::Backend> make_compiler_backend() {
-  return std::make_unique<CompilerBackend>();
+std::unique_ptr<capture::Backend> make_compiler_backend(bool reduce_overhead) {
+  return std::make_unique<CompilerBackend>(reduce_overhead);
 }
 
 }  // namespace ember::compiler

@@ -119,6 +119,7 @@ class CompiledGraph : public capture::Runnable {
   void run_pair(const Step& a, const Step& b, std::vector<Tensor>& env) const;
 };
 
-std::unique_ptr<capture::Backend> make_compiler_backend();
+// "compiler", or with reduce_overhead "compiler/reduce-overhead" (CompileOptions::mode).
+std::unique_ptr<capture::Backend> make_compiler_backend(bool reduce_overhead = false);
 
 }  // namespace ember::compiler

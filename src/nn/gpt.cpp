@@ -79,11 +79,14 @@ Tensor CausalSelfAttention::decode_step(const Tensor& x, const Tensor& pos, Tens
   TensorOptions ids(DType::Int64);
   ids.device = x.device();
   const Tensor slots = arange(block, ids);
-  // This position's key and value into its slot; the keys after it do not count.
+  // This position's key and value into its slot; the keys after it do not count. Attention
+  // takes the caches whole, never a view of them (a view of a tensor written earlier in a graph
+  // would break a compiled step into pieces): the scores as cache @ q^T, then turned.
   const Tensor here = slots.eq(pos).view({1, 1, block, 1});
   k_cache.copy_(where(here, k.to(k_cache.dtype()), k_cache));
   v_cache.copy_(where(here, v.to(v_cache.dtype()), v_cache));
-  Tensor att = matmul(q, k_cache.to(q.dtype()).transpose(-2, -1)) * (1.0 / std::sqrt(double(hs)));
+  Tensor att = matmul(k_cache.to(q.dtype()), q.transpose(-2, -1)).transpose(-2, -1) *
+               (1.0 / std::sqrt(double(hs)));
   att = att.masked_fill(slots.gt(pos), -INFINITY).softmax(-1);
   Tensor y = matmul(att, v_cache.to(att.dtype()));
   y = y.transpose(1, 2).contiguous().view({B, 1, C});

@@ -97,6 +97,8 @@ TEST(GptKvCache, DecodeStepsOverPreallocatedCachesGiveTheFullForwardsLogits) {
     }
   }
   EXPECT_EQ(step.stats().traces, 1) << "one trace serves every position";
+  EXPECT_EQ(step.stats().breaks, 0) << "the step is one graph (attention reads no view of a "
+                                       "cache written in place)";
 }
 
 TEST(GptKvCache, GenerateThroughACompiledDecodeStepDrawsTheSameTokens) {

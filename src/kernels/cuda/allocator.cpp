@@ -6,6 +6,10 @@
 // runs on one stream, so a block freed on the host may be reused at once: the next user's
 // kernels are ordered after the last reader's. Out of memory (or past EMBER_CUDA_MEMORY_LIMIT)
 // the cache is emptied and the request tried once more before an ember::Error.
+//
+// A CUDA graph's recording allocates from a private pool instead (cuda_graph::Pool): segments of
+// its own, whose blocks return to it when freed, so that memory a recorded graph writes is never
+// handed to anyone else while the recording lives.
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -14,6 +18,7 @@
 
 #include "ember/cuda.h"
 #include "kernels/cuda/runtime.h"
+#include "kernels/cuda_graph.h"
 #include "kernels/device_memory.h"
 
 namespace ember {
@@ -27,6 +32,7 @@ constexpr size_t kLargeRound = size_t(2) << 20;
 constexpr size_t kMinLargeSplit = size_t(1) << 20;  // a large block's rest is kept from 1 MiB
 constexpr int kMaxDevices = 64;
 
+struct Pools;
 struct Block {
   int device = 0;
   size_t size = 0;
@@ -35,6 +41,7 @@ struct Block {
   bool free = false;
   Block* prev = nullptr;  // neighbours in the same segment
   Block* next = nullptr;
+  Pools* home = nullptr;  // the free lists it returns to: its device's, or a private pool's
 };
 struct BySize {
   bool operator()(const Block* a, const Block* b) const {
@@ -43,7 +50,7 @@ struct BySize {
 };
 struct Pools {
   std::set<Block*, BySize> small, large;  // free blocks
-  cuda::MemoryStats stats;
+  cuda::MemoryStats stats;  // a device's (a private pool counts in its device's)
 };
 
 struct Cache {
@@ -55,6 +62,23 @@ Cache& cache() {
   static Cache* c = new Cache;  // never destroyed: tensors may outlive static destructors
   return *c;
 }
+
+}  // namespace
+
+namespace cuda_graph {
+class Pool {
+ public:
+  explicit Pool(int device) : device(device) {}
+  ~Pool();
+  const int device;
+  Pools pools;  // its free blocks (its stats stay unused: its device's count it)
+};
+}  // namespace cuda_graph
+
+namespace {
+
+// The private pool this thread's allocations come from (cuda_graph::PoolScope), if any.
+thread_local cuda_graph::Pool* tl_pool = nullptr;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -106,9 +130,13 @@ void release_cached(Pools& p) {
 
 // A new segment from the driver, after emptying the cache once if needed. Caller holds the
 // lock.
-char* new_segment(int device, size_t size, size_t request, Pools& p) {
+// `may_release`: false while a CUDA graph records (cudaFree would end the recording).
+char* new_segment(int device, size_t size, size_t request, Pools& p, bool may_release) {
   for (int attempt = 0; attempt < 2; ++attempt) {
-    if (attempt == 1) release_cached(p);
+    if (attempt == 1) {
+      if (!may_release) continue;
+      release_cached(p);
+    }
     if (memory_limit() && p.stats.reserved_bytes + size > memory_limit()) continue;
     void* ptr = nullptr;
     cudaError_t e = cudaMalloc(&ptr, size);
@@ -134,7 +162,8 @@ void* cuda_malloc(int device, size_t nbytes) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
   Pools& p = c.devices[device];
-  auto& pool = small ? p.small : p.large;
+  Pools& home = tl_pool && tl_pool->device == device ? tl_pool->pools : p;
+  auto& pool = small ? home.small : home.large;
   Block key;
   key.size = size;
   Block* b = nullptr;
@@ -145,11 +174,12 @@ void* cuda_malloc(int device, size_t nbytes) {
   } else {
     const size_t seg = small ? kSmallSegment : round_up(size, kLargeRound);
     cuda::detail::use_device(device);
-    b = new Block{device, seg, new_segment(device, seg, nbytes, p), small};
+    b = new Block{device, seg, new_segment(device, seg, nbytes, p, &home == &p), small};
+    b->home = &home;
   }
   const size_t rest = b->size - size;
   if (rest >= (small ? kRound : kMinLargeSplit)) {
-    auto* r = new Block{device, rest, b->ptr + size, small, true, b, b->next};
+    auto* r = new Block{device, rest, b->ptr + size, small, true, b, b->next, &home};
     if (b->next) b->next->prev = r;
     b->next = r;
     b->size = size;
@@ -172,7 +202,7 @@ void cuda_free(void* ptr, size_t) {
   Block* b = it->second;
   c.live.erase(it);
   Pools& p = c.devices[b->device];
-  auto& pool = b->small ? p.small : p.large;
+  auto& pool = b->small ? b->home->small : b->home->large;
   p.stats.allocated_bytes -= b->size;
   b->free = true;
   if (Block* prev = b->prev; prev && prev->free) {
@@ -257,5 +287,62 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 }
 
 }  // namespace device_memory
+
+namespace cuda_graph {
+
+// Its segments join the device's cache: free blocks at once, blocks still in use once freed.
+// The device's stream orders any replay still queued before the next user of the memory.
+Pool::~Pool() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  Pools& dev = c.devices[device];
+  for (auto* set : {&pools.small, &pools.large})
+    for (Block* b : *set) {
+      b->home = &dev;
+      (b->small ? dev.small : dev.large).insert(b);
+    }
+  for (auto& [ptr, b] : c.live)
+    if (b->home == &pools) b->home = &dev;
+}
+
+std::shared_ptr<Pool> new_pool(int device) {
+  cuda::detail::check_device(device, "a CUDA graph's memory pool");
+  return std::make_shared<Pool>(device);
+}
+
+PoolScope::PoolScope(Pool* pool) : prev_(tl_pool) { tl_pool = pool; }
+PoolScope::~PoolScope() { tl_pool = prev_; }
+
+bool in_a_pool(const void* data) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.live.find(const_cast<void*>(data));
+  return it != c.live.end() && it->second->home != &c.devices[it->second->device];
+}
+
+void move_out(Storage& s) {
+  const int device = s.device.index;
+  void* fresh = nullptr;
+  {
+    Pool* prev = tl_pool;  // the shared cache, whatever scope this thread is in
+    tl_pool = nullptr;
+    try {
+      fresh = cuda_malloc(device, s.nbytes);
+    } catch (...) {
+      tl_pool = prev;
+      throw;
+    }
+    tl_pool = prev;
+  }
+  cuda::detail::use_device(device);
+  cuda::detail::check(cudaMemcpyAsync(fresh, s.data, s.nbytes, cudaMemcpyDeviceToDevice,
+                                      cuda::detail::stream(device)),
+                      "moving a replay's output out of its CUDA graph's pool");
+  if (s.deleter) s.deleter(s.data, s.nbytes);
+  s.data = fresh;
+  s.deleter = &cuda_free;
+}
+
+}  // namespace cuda_graph
 
 }  // namespace ember

@@ -1,0 +1,222 @@
+// CompileOptions::mode = "reduce-overhead" on a GPU: compiled graphs recorded as CUDA graphs and
+// replayed. Replays against eager on fresh inputs; outputs held across replays keep their
+// values; writes into inputs land whether the input is read in place or copied in; a training
+// step (forward and backward graphs recorded) and a key/value-cache decode give eager's results;
+// a graph that draws random numbers is not recorded and still draws fresh ones.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "capture/capture_test_util.h"
+#include "compiler/compiler_test_util.h"
+#include "compiler/toolchain_cuda.h"
+#include "ember/autograd.h"
+#include "ember/compile.h"
+#include "ember/cuda.h"
+#include "ember/ember.h"
+#include "ember/nn.h"
+#include "ember/optim.h"
+
+namespace ember::test {
+namespace {
+
+const Device kGpu{DeviceType::CUDA, 0};
+
+TensorOptions gpu(DType t = DType::Float32) {
+  TensorOptions o(t);
+  o.device = kGpu;
+  return o;
+}
+
+CompileOptions graphed() {
+  CompileOptions o = compiler_opts();
+  o.mode = "reduce-overhead";
+  return o;
+}
+
+// The largest |got - want| over max(1, |want|), float32 on the host.
+double rel_err(const Tensor& got, const Tensor& want) {
+  EXPECT_EQ(got.sizes(), want.sizes());
+  const Tensor g = got.detach().cpu().to(DType::Float64), w = want.detach().cpu().to(DType::Float64);
+  return ((g - w).abs() / (w.abs().clamp(1.0, std::nullopt))).amax().item();
+}
+
+class CudaGraphs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+    ASSERT_TRUE(compiler::nvrtc_available()) << "a GPU but no NVRTC: generated kernels cannot run";
+  }
+  CacheDir dir{kSharedCompilerCache};
+  NoGradGuard no_grad;
+};
+
+Tensor block(const Tensor& a, const Tensor& w) {
+  return ((matmul(a, w) + 1.0).relu().softmax(-1) * 2.0).sum({0});
+}
+
+TEST_F(CudaGraphs, ReplaysMatchEagerOnFreshInputs) {
+  manual_seed(3);
+  const Tensor w = randn({32, 48}, gpu());
+  auto f = compile(block, graphed());
+  const CudaGraphCounters c0 = cuda_graph_counters();
+  for (int i = 0; i < 6; ++i) {
+    const Tensor a = randn({20, 32}, gpu());
+    EXPECT_LE(rel_err(f(a, w), block(a, w)), 1e-5) << "call " << i;
+  }
+  const CudaGraphCounters c1 = cuda_graph_counters();
+  // The first call runs as in mode "default", the second records, the rest replay.
+  EXPECT_EQ(c1.recordings - c0.recordings, 1);
+  EXPECT_EQ(c1.replays - c0.replays, 4);
+  EXPECT_EQ(c1.unrecorded_runs - c0.unrecorded_runs, 0);
+}
+
+TEST_F(CudaGraphs, OutputsHeldAcrossReplaysKeepTheirValues) {
+  manual_seed(4);
+  const Tensor w = randn({16, 16}, gpu());
+  auto f = compile(block, graphed());
+  f(randn({8, 16}, gpu()), w);
+  f(randn({8, 16}, gpu()), w);  // recorded
+  std::vector<Tensor> inputs, outputs;
+  const CudaGraphCounters c0 = cuda_graph_counters();
+  for (int i = 0; i < 4; ++i) {
+    inputs.push_back(randn({8, 16}, gpu()));
+    outputs.push_back(f(inputs.back(), w));
+  }
+  const CudaGraphCounters c1 = cuda_graph_counters();
+  for (int i = 0; i < 4; ++i)
+    EXPECT_LE(rel_err(outputs[size_t(i)], block(inputs[size_t(i)], w)), 1e-5) << "output " << i;
+  EXPECT_EQ(c1.replays - c0.replays, 4);
+  // Each replay found the previous one's output still held and moved it out first.
+  EXPECT_GE(c1.moved_outputs - c0.moved_outputs, 3);
+}
+
+TEST_F(CudaGraphs, WritesIntoInputsLandWhetherReadInPlaceOrCopiedIn) {
+  manual_seed(5);
+  auto step = [](const Tensor& state, const Tensor& x) {
+    Tensor s = state;
+    s.mul_(0.5).add_(x.tanh());
+    return s.sum({1});
+  };
+  auto f = compile(step, graphed());
+  // The same state tensor at every call: read in place.
+  Tensor state = zeros({4, 8}, gpu()), want_state = zeros({4, 8}, gpu());
+  for (int i = 0; i < 5; ++i) {
+    const Tensor x = randn({4, 8}, gpu());
+    const Tensor got = f(state, x), want = step(want_state, x);
+    EXPECT_LE(rel_err(state, want_state), 1e-6) << "call " << i;
+    EXPECT_LE(rel_err(got, want), 1e-5) << "call " << i;
+  }
+  // A new state tensor at every call: copied in, and its new contents copied back.
+  auto g = compile(step, graphed());
+  for (int i = 0; i < 5; ++i) {
+    Tensor s = randn({4, 8}, gpu()), want_s = s.clone();
+    const Tensor x = randn({4, 8}, gpu());
+    const Tensor got = g(s, x), want = step(want_s, x);
+    EXPECT_LE(rel_err(s, want_s), 1e-6) << "call " << i;
+    EXPECT_LE(rel_err(got, want), 1e-5) << "call " << i;
+  }
+}
+
+TEST_F(CudaGraphs, TrainingStepsMatchDefaultMode) {
+  EnableGradGuard grad;
+  std::vector<std::vector<float>> losses(2);
+  std::vector<std::vector<Tensor>> params(2);
+  const CudaGraphCounters c0 = cuda_graph_counters();
+  for (int mode = 0; mode < 2; ++mode) {
+    manual_seed(6);
+    auto m = std::make_shared<nn::GPT>(tiny_gpt());
+    m->to(kGpu);
+    optim::AdamW opt(optim::decay_groups(*m, 0.1), 1e-2);
+    auto loss_fn = compile([m](const Tensor& a, const Tensor& b) { return m->loss(a, b); },
+                           mode ? graphed() : compiler_opts());
+    manual_seed(7);
+    for (int i = 0; i < 5; ++i) {
+      const Tensor x = randint(0, 11, {4, 8}, gpu(DType::Int64)),
+                   y = randint(0, 11, {4, 8}, gpu(DType::Int64));
+      Tensor loss = loss_fn(x, y);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      losses[size_t(mode)].push_back(loss.detach().cpu().item<float>());
+    }
+    for (const Tensor& p : m->parameters()) params[size_t(mode)].push_back(p.detach().cpu());
+  }
+  const CudaGraphCounters c1 = cuda_graph_counters();
+  for (size_t i = 0; i < losses[0].size(); ++i)
+    EXPECT_NEAR(losses[1][i], losses[0][i], 1e-4 * std::abs(losses[0][i])) << "step " << i;
+  // Not bit for bit: float32 atomics sum some grads in whatever order they land, in either
+  // mode (AdamW then moves each parameter by about lr whatever the grad's size).
+  for (size_t i = 0; i < params[0].size(); ++i)
+    EXPECT_LE(rel_err(params[1][i], params[0][i]), 1e-4) << "parameter " << i;
+  EXPECT_GE(c1.recordings - c0.recordings, 2);  // the forward graph and the backward graph
+  EXPECT_GE(c1.replays - c0.replays, 6);
+}
+
+TEST_F(CudaGraphs, GraphsThatDrawRandomNumbersRunUnrecordedWithFreshDraws) {
+  nn::Dropout drop(0.5);
+  drop.train();
+  auto f = compile([&drop](const Tensor& x) { return drop.forward(x) * 3.0; }, graphed());
+  const Tensor x = ones({64, 64}, gpu());
+  const CudaGraphCounters c0 = cuda_graph_counters();
+  std::vector<Tensor> outs;
+  for (int i = 0; i < 4; ++i) outs.push_back(f(x));
+  const CudaGraphCounters c1 = cuda_graph_counters();
+  EXPECT_EQ(c1.recordings - c0.recordings, 0);
+  EXPECT_GE(c1.unrecorded_runs - c0.unrecorded_runs, 3);
+  for (int i = 1; i < 4; ++i)
+    EXPECT_GT((outs[size_t(i)] - outs[0]).abs().amax().item(), 0.0) << "call " << i;
+}
+
+TEST_F(CudaGraphs, DecodeStepGivesEagerDecodingsTokens) {
+  manual_seed(8);
+  nn::GPTConfig c = tiny_gpt();
+  c.block_size = 32;
+  auto m = std::make_shared<nn::GPT>(c);
+  m->to(kGpu);
+  m->eval();
+  const Tensor prompt = randint(0, 11, {1, 5}, gpu(DType::Int64));
+  using Step = std::function<Tensor(const Tensor&, const Tensor&, const std::vector<Tensor>&,
+                                    const std::vector<Tensor>&)>;
+  Step eager = [m](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
+                   const std::vector<Tensor>& v) { return m->decode_step(x, pos, k, v); };
+  auto step = compile(eager, graphed());
+  auto decode = [&](const Step& s) {
+    nn::KVCache cache = m->preallocated_cache(1);
+    Tensor idx = m->forward_cached(prompt, cache).select(1, -1).argmax(-1, true);
+    std::vector<Tensor> tokens{idx};
+    std::vector<Tensor> logits;
+    for (int64_t p = 5; p < 31; ++p) {
+      Tensor l = s(idx, full({1}, double(p), gpu(DType::Int64)), cache.k, cache.v);
+      logits.push_back(l);
+      idx = l.select(1, -1).argmax(-1, true);
+      tokens.push_back(idx);
+    }
+    return std::make_pair(cat(tokens, 1).cpu().to_vector<int64_t>(), cat(logits, 1));
+  };
+  const CudaGraphCounters c0 = cuda_graph_counters();
+  auto [want_tokens, want_logits] = decode(eager);
+  auto [got_tokens, got_logits] = decode([&](const Tensor& x, const Tensor& pos,
+                                             const std::vector<Tensor>& k,
+                                             const std::vector<Tensor>& v) { return step(x, pos, k, v); });
+  const CudaGraphCounters c1 = cuda_graph_counters();
+  EXPECT_EQ(got_tokens, want_tokens);
+  EXPECT_LE(rel_err(got_logits, want_logits), 1e-4);
+  EXPECT_EQ(step.stats().breaks, 0) << "the decode step is one graph";
+  EXPECT_EQ(c1.recordings - c0.recordings, 1);
+  EXPECT_EQ(c1.replays - c0.replays, 24);
+  EXPECT_EQ(c1.unrecorded_runs - c0.unrecorded_runs, 0);
+  // A new cache: its first call runs unrecorded, its second is recorded, the rest replay.
+  const CudaGraphCounters c2 = cuda_graph_counters();
+  auto [again_tokens, again_logits] = decode([&](const Tensor& x, const Tensor& pos,
+                                                 const std::vector<Tensor>& k,
+                                                 const std::vector<Tensor>& v) { return step(x, pos, k, v); });
+  const CudaGraphCounters c3 = cuda_graph_counters();
+  EXPECT_EQ(again_tokens, want_tokens);
+  EXPECT_EQ(c3.unrecorded_runs - c2.unrecorded_runs, 1);
+  EXPECT_EQ(c3.recordings - c2.recordings, 1);
+  EXPECT_EQ(c3.replays - c2.replays, 24);
+}
+
+}  // namespace
+}  // namespace ember::test
