@@ -51,10 +51,10 @@ int run_sample(const SampleOptions& o) {
   EMBER_CHECK(!ids.empty(), "--start must hold at least one character");
   manual_seed(o.seed);
   Tensor idx = from_vector(ids, {1, int64_t(ids.size())}, DType::Int64).to(device);
-  // --compile: each new token through a compiled decode step over a key/value cache
-  // preallocated to block_size (its shapes do not depend on the position, so one trace serves
-  // every position); past block_size, where the window slides, the forward compiled with sizes
-  // left to vary.
+  // --compile: the prompt through a compiled prefill and each new token through a compiled
+  // decode step over a key/value cache preallocated to block_size (its shapes do not depend on
+  // the position, so one trace serves every position); past block_size, where the window
+  // slides, the forward compiled with sizes left to vary.
   CompileOptions copts;
   copts.name = "sample forward";
   auto compiled = compile(model_ptr, copts);
@@ -66,16 +66,29 @@ int run_sample(const SampleOptions& o) {
       [model_ptr](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
                   const std::vector<Tensor>& v) { return model_ptr->decode_step(x, pos, k, v); },
       dopts);
+  // The prompt through a compiled prefill that fills the same caches (a graph per prompt length;
+  // lengths that vary share kernels built over symbolic sizes).
+  CompileOptions popts;
+  popts.name = "sample prefill";
+  auto prefill_step = compile(
+      [model_ptr](const Tensor& x, const std::vector<Tensor>& k, const std::vector<Tensor>& v) {
+        return model_ptr->prefill(x, k, v);
+      },
+      popts);
   std::function<Tensor(const Tensor&)> logits_of;
   nn::GPT::DecodeFn decode;
+  nn::GPT::PrefillFn prefill;
   if (o.compile) {
+    prefill = [&prefill_step](const Tensor& x, const std::vector<Tensor>& k,
+                              const std::vector<Tensor>& v) { return prefill_step(x, k, v); };
     logits_of = [&compiled](const Tensor& x) { return compiled(x); };
     decode = [&step](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
                      const std::vector<Tensor>& v) { return step(x, pos, k, v); };
   }
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t s = 0; s < o.num_samples; ++s) {
-    Tensor out = model.generate(idx, o.max_new_tokens, o.temperature, o.top_k, logits_of, decode);
+    Tensor out = model.generate(idx, o.max_new_tokens, o.temperature, o.top_k, logits_of, decode,
+                                prefill);
     std::cout << tok.decode(out.cpu()) << "\n---------------\n";
     std::cout.flush();
   }

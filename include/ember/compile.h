@@ -66,6 +66,7 @@ void mark_static(const Tensor& t, int64_t dim);
 struct CudaGraphCounters {
   int64_t recordings = 0, replays = 0, unrecorded_runs = 0, moved_outputs = 0;
 };
+// The counters so far (all zero in a build without CUDA or where nothing was recorded).
 CudaGraphCounters cuda_graph_counters();
 
 // Counters of one compiled callable (tests assert them).

@@ -191,6 +191,9 @@ class CausalSelfAttention : public Module {
   // caches allocated to the block ([B, n_head, block, head]): its key and value written into
   // them at pos in place, the keys past pos masked out. No shape depends on pos.
   Tensor decode_step(const Tensor& x, const Tensor& pos, Tensor k_cache, Tensor v_cache) const;
+  // The first T positions x [B, T, C] in eval mode, causal, over caches allocated to the block:
+  // their keys and values written into positions 0 .. T - 1 in place (the rest kept).
+  Tensor prefill(const Tensor& x, Tensor k_cache, Tensor v_cache) const;
   std::shared_ptr<Linear> c_attn, c_proj;
   std::shared_ptr<Dropout> attn_dropout, resid_dropout;
   int64_t n_head, n_embd;
@@ -216,6 +219,7 @@ class Block : public Module {
   Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos,
                         int64_t block) const;
   Tensor decode_step(const Tensor& x, const Tensor& pos, Tensor k_cache, Tensor v_cache) const;
+  Tensor prefill(const Tensor& x, Tensor k_cache, Tensor v_cache) const;
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<MLP> mlp;
@@ -253,21 +257,30 @@ class GPT : public Module {
   // function taking idx, pos, k and v traces once).
   Tensor decode_step(const Tensor& idx, const Tensor& pos, const std::vector<Tensor>& k,
                      const std::vector<Tensor>& v) const;
+  // The prompt idx [B, T] (T <= block_size) in eval mode: its keys and values written into
+  // positions 0 .. T - 1 of k and v (preallocated_cache's) in place, and the logits
+  // [B, 1, vocab] of its last position, as decode_step then continues from position T. No view
+  // of a cache is read after it is written, so a compiled prefill is one graph.
+  Tensor prefill(const Tensor& idx, const std::vector<Tensor>& k,
+                 const std::vector<Tensor>& v) const;
   // Appends max_new_tokens sampled tokens to idx [B, T] (eval mode, no grad). `logits_of`,
   // when given, computes the logits of a context in place of forward (a compiled forward:
   // the context grows to block_size, then slides). Without it, the context's keys and values
   // are cached (forward_cached): each new token costs one position's work until the context
   // reaches block_size; past it, the window slides and every step runs the whole window.
   // `decode`, when given, computes each new token's logits as decode_step does (a compiled
-  // decode_step): the cache is preallocated, the prompt runs through forward_cached, then each
-  // token through `decode` until the context reaches block_size; past it the window slides as
-  // above (through `logits_of` when given).
+  // decode_step): the cache is preallocated, the prompt runs through `prefill` (a compiled
+  // prefill) when given, else forward_cached, then each token through `decode` until the
+  // context reaches block_size; past it the window slides as above (through `logits_of` when
+  // given).
   using DecodeFn = std::function<Tensor(const Tensor& idx, const Tensor& pos,
                                         const std::vector<Tensor>& k, const std::vector<Tensor>& v)>;
+  using PrefillFn = std::function<Tensor(const Tensor& idx, const std::vector<Tensor>& k,
+                                         const std::vector<Tensor>& v)>;
   Tensor generate(const Tensor& idx, int64_t max_new_tokens, double temperature = 1.0,
                   int64_t top_k = 0,
                   const std::function<Tensor(const Tensor&)>& logits_of = nullptr,
-                  const DecodeFn& decode = nullptr);
+                  const DecodeFn& decode = nullptr, const PrefillFn& prefill = nullptr);
   // Parameter count without the position embedding (as nanoGPT reports).
   int64_t num_params_reported() const;
   GPTConfig config;

@@ -93,6 +93,30 @@ Tensor CausalSelfAttention::decode_step(const Tensor& x, const Tensor& pos, Tens
   return c_proj->forward(y);
 }
 
+Tensor CausalSelfAttention::prefill(const Tensor& x, Tensor k_cache, Tensor v_cache) const {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / n_head,
+                block = k_cache.size(2);
+  EMBER_CHECK(k_cache.dim() == 4 && k_cache.size(0) == B && k_cache.size(1) == n_head &&
+                  k_cache.size(3) == hs && v_cache.sizes() == k_cache.sizes() && T <= block,
+              "GPT::prefill: positions [B, T, C] over caches [B, n_head, block, head] with T <= "
+              "block, got x ", x.shape_str(), " and caches ", k_cache.shape_str(), ", ",
+              v_cache.shape_str(), " (make them with GPT::preallocated_cache)");
+  std::vector<Tensor> qkv = c_attn->forward(x).split(n_embd, 2);
+  auto heads = [&](const Tensor& t) { return t.view({B, T, n_head, hs}).transpose(1, 2); };
+  Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+  // The caches' new contents whole: these keys and values, then what the caches hold past T
+  // (read before they are written, so no view of a written tensor is read).
+  auto filled = [&](const Tensor& fresh, const Tensor& cache) {
+    const Tensor f = fresh.to(cache.dtype());
+    return T == block ? f : cat({f, cache.slice(2, T, block)}, 2);
+  };
+  k_cache.copy_(filled(k, k_cache));
+  v_cache.copy_(filled(v, v_cache));
+  Tensor y = scaled_dot_product_attention(q, k, v, /*is_causal=*/true, 0.0);
+  y = y.transpose(1, 2).contiguous().view({B, T, C});
+  return c_proj->forward(y);
+}
+
 MLP::MLP(const GPTConfig& c) : Module("MLP") {
   c_fc = register_module("c_fc", std::make_shared<Linear>(c.n_embd, 4 * c.n_embd, c.bias));
   gelu = register_module("gelu", std::make_shared<GELU>(false));
@@ -125,6 +149,11 @@ Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, 
 Tensor Block::decode_step(const Tensor& x, const Tensor& pos, Tensor k_cache,
                           Tensor v_cache) const {
   Tensor h = x + attn->decode_step(ln_1->forward(x), pos, std::move(k_cache), std::move(v_cache));
+  return h + mlp->forward(ln_2->forward(h));
+}
+
+Tensor Block::prefill(const Tensor& x, Tensor k_cache, Tensor v_cache) const {
+  Tensor h = x + attn->prefill(ln_1->forward(x), std::move(k_cache), std::move(v_cache));
   return h + mlp->forward(ln_2->forward(h));
 }
 
@@ -227,6 +256,25 @@ Tensor GPT::decode_step(const Tensor& idx, const Tensor& pos, const std::vector<
   return lm_head->forward(ln_f->forward(x));
 }
 
+Tensor GPT::prefill(const Tensor& idx, const std::vector<Tensor>& k,
+                    const std::vector<Tensor>& v) const {
+  EMBER_CHECK(idx.dim() == 2 && idx.size(1) >= 1 && idx.size(1) <= config.block_size,
+              "GPT::prefill: idx must be [batch, T] with 1 <= T <= block_size (",
+              config.block_size, "), got shape ", idx.shape_str());
+  EMBER_CHECK(idx.dtype() == DType::Int64 || idx.dtype() == DType::Int32,
+              "GPT::prefill: idx must hold integer token ids, got ", dtype_name(idx.dtype()));
+  EMBER_CHECK(k.size() == h.size() && v.size() == h.size(), "GPT::prefill: ", h.size(),
+              " layers need as many key and value caches, got ", k.size(), " and ", v.size(),
+              " (make them with GPT::preallocated_cache)");
+  EMBER_CHECK(!is_training(), "GPT::prefill runs in eval mode (call eval() first)");
+  const int64_t T = idx.size(1);
+  TensorOptions pos_opts(DType::Int64);
+  pos_opts.device = idx.device();
+  Tensor x = wte->forward(idx) + wpe->forward(arange(T, pos_opts));
+  for (size_t i = 0; i < h.size(); ++i) x = h[i]->prefill(x, k[i], v[i]);
+  return lm_head->forward(ln_f->forward(x.slice(1, T - 1, T)));
+}
+
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets) const {
   Tensor logits = forward(idx);
   return cross_entropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}), -1);
@@ -234,7 +282,7 @@ Tensor GPT::loss(const Tensor& idx, const Tensor& targets) const {
 
 Tensor GPT::generate(const Tensor& idx, int64_t max_new_tokens, double temperature,
                      int64_t top_k, const std::function<Tensor(const Tensor&)>& logits_of,
-                     const DecodeFn& decode) {
+                     const DecodeFn& decode, const PrefillFn& prefill) {
   EMBER_CHECK(temperature > 0, "generate: temperature must be positive, got ", temperature);
   NoGradGuard no_grad;
   bool was_training = is_training();
@@ -256,8 +304,14 @@ Tensor GPT::generate(const Tensor& idx, int64_t max_new_tokens, double temperatu
                       cache.k, cache.v);
       cache.length = T;
     } else if (decode && fits) {
-      cache.length = 0;  // the prompt: its keys and values into the preallocated cache
-      logits = forward_cached(cond, cache);
+      // The prompt: its keys and values into the preallocated cache.
+      cache.length = 0;
+      if (prefill) {
+        logits = prefill(cond, cache.k, cache.v);
+        cache.length = T;
+      } else {
+        logits = forward_cached(cond, cache);
+      }
     } else if (logits_of) {
       logits = logits_of(cond);
     } else if (fits && cache.length == T - 1) {

@@ -3,7 +3,8 @@
 // too; generate (which caches) draws the same tokens as a loop over full forwards, past the
 // block size (where the window slides) included; decode_step over preallocated caches (shapes
 // that do not depend on the position) gives the same logits, compiled too with one trace for
-// every position, and generate through it the same tokens; and misuse is an error that says
+// every position, and generate through it the same tokens; a prefill over preallocated caches
+// (one graph when compiled) then decode steps give them too; and misuse is an error that says
 // what to do.
 #include <gtest/gtest.h>
 
@@ -124,6 +125,55 @@ TEST(GptKvCache, GenerateThroughACompiledDecodeStepDrawsTheSameTokens) {
     EXPECT_EQ(stepped.to_vector<int64_t>(), cached.to_vector<int64_t>()) << "top_k " << top_k;
   }
   EXPECT_EQ(step.stats().traces, 1);
+}
+
+TEST(GptKvCache, PrefillThenDecodeStepsGiveTheFullForwardsLogits) {
+  manual_seed(7);
+  auto model = std::make_shared<GPT>(small_config());
+  model->eval();
+  NoGradGuard no_grad;
+  const Tensor idx = randint(0, 23, {2, 16}, DType::Int64);
+  const Tensor full = model->forward(idx);
+  using Caches = std::vector<Tensor>;
+  auto prefill = compile([model](const Tensor& x, const Caches& k, const Caches& v) {
+    return model->prefill(x, k, v);
+  });
+  auto step = compile([model](const Tensor& x, const Tensor& pos, const Caches& k,
+                              const Caches& v) { return model->decode_step(x, pos, k, v); });
+  for (bool compiled : {false, true}) {
+    // Prompts of 5 and of the whole block (nothing left for the steps).
+    for (int64_t t : {5, 16}) {
+      KVCache cache = model->preallocated_cache(2);
+      for (Tensor& c : cache.k) c.fill_(7.0);  // whatever the caches held before is overwritten
+      const Tensor prompt = idx.slice(1, 0, t);
+      const Tensor first = compiled ? prefill(prompt, cache.k, cache.v)
+                                    : model->prefill(prompt, cache.k, cache.v);
+      ASSERT_EQ(first.sizes(), (Shape{2, 1, 23}));
+      EXPECT_LT(max_abs_diff(first, full.slice(1, t - 1, t)), 1e-5)
+          << (compiled ? "compiled" : "eager") << " prompt of " << t;
+      for (int64_t p = t; p < 16; ++p) {
+        const Tensor pos = full_like(zeros({1}, DType::Int64), double(p));
+        const Tensor x = idx.slice(1, p, p + 1).clone();
+        const Tensor got = compiled ? step(x, pos, cache.k, cache.v)
+                                    : model->decode_step(x, pos, cache.k, cache.v);
+        EXPECT_LT(max_abs_diff(got, full.slice(1, p, p + 1)), 1e-5)
+            << (compiled ? "compiled" : "eager") << " position " << p << " after " << t;
+      }
+    }
+  }
+  EXPECT_EQ(prefill.stats().breaks, 0) << "the prefill is one graph";
+  // generate through both gives generate's own tokens.
+  const Tensor prompt = idx.slice(1, 0, 4);
+  GPT::DecodeFn decode = [&step](const Tensor& x, const Tensor& pos, const Caches& k,
+                                 const Caches& v) { return step(x, pos, k, v); };
+  GPT::PrefillFn first = [&prefill](const Tensor& x, const Caches& k, const Caches& v) {
+    return prefill(x, k, v);
+  };
+  manual_seed(13);
+  const Tensor cached = model->generate(prompt, 20, 0.8, 3);
+  manual_seed(13);
+  const Tensor both = model->generate(prompt, 20, 0.8, 3, nullptr, decode, first);
+  EXPECT_EQ(both.to_vector<int64_t>(), cached.to_vector<int64_t>());
 }
 
 TEST(GptKvCache, MisuseIsAnErrorThatSaysWhatToDo) {
