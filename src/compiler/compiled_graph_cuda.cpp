@@ -166,7 +166,11 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
       for (const graph::Value* v : steps_[s].node->inputs) last[size_t(v->id)] = int(s);
   }
   for (const graph::Value* v : g_->outputs()) last[size_t(v->id)] = INT_MAX;
-  for (const graph::Mutation& m : g_->mutations()) last[size_t(m.value->id)] = INT_MAX;
+  plan_writes_into_inputs(last);
+  for (const graph::Mutation& m : g_->mutations()) {
+    last[size_t(m.value->id)] = INT_MAX;
+    if (m.value != m.target) last[size_t(m.target->id)] = INT_MAX;  // kept for the write-back
+  }
   release_after_.resize(steps_.size());
   for (size_t id = 0; id < last.size(); ++id)
     if (last[id] >= 0 && last[id] != INT_MAX) release_after_[size_t(last[id])].push_back(int(id));
@@ -189,6 +193,51 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   dims_ = input_dims(*g_);
   sms_ = device_code::multiprocessors(device_.index);
   build(/*defer_first=*/g_->dynamic_sizes());
+}
+
+namespace {
+// Whether a captured layout is row-major without gaps (strides of size-1 dims aside).
+bool dense_meta(const TensorMeta& m) {
+  if (m.strides.empty()) return true;
+  int64_t expected = 1;
+  for (size_t d = m.sizes.size(); d-- > 0;) {
+    if (m.sizes[d] != 1 && m.strides[d] != expected) return false;
+    expected *= m.sizes[d];
+  }
+  return true;
+}
+}  // namespace
+
+// A mutation's new contents computed by a pointwise kernel go straight into the input they
+// replace (a cache written each step), not into a buffer copied over it after the run, when
+// that is safe: the kernel reads the input only at the index it writes (same sizes, no other
+// view of it among its inputs), nothing after it reads the old contents (the input or a view
+// of it), both are laid out contiguously, and the new contents are not a graph output.
+void CudaCompiledGraph::plan_writes_into_inputs(const std::vector<int>& last) {
+  write_into_.assign(plan_.groups.size(), -1);
+  std::vector<int> step_of(plan_.groups.size(), -1);
+  for (size_t st = 0; st < steps_.size(); ++st)
+    if (steps_[st].kernel >= 0) step_of[size_t(steps_[st].kernel)] = int(st);
+  const auto& outs = g_->outputs();
+  for (const graph::Mutation& m : g_->mutations()) {
+    const graph::Value *v = m.value, *t = m.target;
+    if (v == t || !v->producer) continue;
+    const int k = plan_.group_of_node[size_t(v->producer->id)];
+    if (k < 0 || step_of[size_t(k)] < 0 || ce_fold_of_group_[size_t(k)] >= 0) continue;
+    const FusionGroup& grp = plan_.groups[size_t(k)];
+    if (grp.output != v || grp.row || grp.gemm || grp.attn_qk || !grp.extra_outputs.empty())
+      continue;
+    if (v->meta.sizes != t->meta.sizes || v->meta.dtype != t->meta.dtype ||
+        !dense_meta(t->meta) || std::find(outs.begin(), outs.end(), v) != outs.end())
+      continue;
+    const int at = step_of[size_t(k)];
+    bool safe = std::find(grp.inputs.begin(), grp.inputs.end(), t) != grp.inputs.end();
+    for (const graph::Value* in : grp.inputs)
+      safe &= in == t || graph::view_root(in) != t;
+    for (const auto& u : g_->values())
+      if (graph::view_root(u.get()) == t) safe &= last[size_t(u->id)] <= at;
+    if (safe) write_into_[size_t(k)] = t->input_index;
+  }
 }
 
 void CudaCompiledGraph::build(bool defer_first) {
@@ -376,7 +425,19 @@ void CudaCompiledGraph::run_kernel(int kernel, std::vector<Tensor>& env) const {
     outs.push_back(empty(v->meta.sizes, o));
     ptrs.push_back(outs.back().impl()->data());
   };
-  fresh(grp.output);
+  // The input this kernel's result replaces, written in place (plan_writes_into_inputs) when
+  // it is laid out as captured.
+  const graph::Value* into =
+      write_into_[size_t(kernel)] >= 0 ? g_->inputs()[size_t(write_into_[size_t(kernel)])] : nullptr;
+  const Tensor* target = into ? &env[size_t(into->id)] : nullptr;
+  if (target && target->defined() && target->sizes() == grp.output->meta.sizes &&
+      target->dtype() == grp.output->meta.dtype && target->device() == device_ &&
+      target->is_contiguous()) {
+    outs.push_back(*target);
+    ptrs.push_back(target->impl()->data());
+  } else {
+    fresh(grp.output);
+  }
   for (const graph::Value* e : grp.extra_outputs) fresh(e);
   std::vector<void*> args;
   for (void*& p : ptrs) args.push_back(&p);

@@ -60,6 +60,9 @@ class CudaCompiledGraph : public capture::Runnable {
   // own. With defer_first, the first graph of its form at varying sizes builds nothing (its
   // first call is interpreted) until its second call, as on the CPU (compiled_graph.h).
   void build(bool defer_first);
+  // Decides write_into_ from each value's last reading step.
+  void plan_writes_into_inputs(const std::vector<int>& last);
+  std::vector<int> write_into_;  // per plan group: the graph input its result is written into, or -1
   DeferredBuild deferred_;
   bool shared_ = false;
 
