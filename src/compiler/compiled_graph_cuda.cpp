@@ -222,7 +222,11 @@ void CudaCompiledGraph::plan_writes_into_inputs(const std::vector<int>& last) {
   for (const graph::Mutation& m : g_->mutations()) {
     const graph::Value *v = m.value, *t = m.target;
     if (v == t || !v->producer) continue;
-    const int k = plan_.group_of_node[size_t(v->producer->id)];
+    const auto& nodes = g_->nodes();
+    const auto at_node = std::find_if(nodes.begin(), nodes.end(),
+                                      [&](const auto& n) { return n.get() == v->producer; });
+    if (at_node == nodes.end()) continue;
+    const int k = plan_.group_of_node[size_t(at_node - nodes.begin())];
     if (k < 0 || step_of[size_t(k)] < 0 || ce_fold_of_group_[size_t(k)] >= 0) continue;
     const FusionGroup& grp = plan_.groups[size_t(k)];
     if (grp.output != v || grp.row || grp.gemm || grp.attn_qk || !grp.extra_outputs.empty())
