@@ -109,14 +109,15 @@ def _python_guard(line, labels):
 class CompiledFunction:
     """A compiled callable; .stats() gives its counters, .explain() what was captured."""
 
-    def __init__(self, fn, fullgraph, dynamic, backend, recompile_limit):
+    def __init__(self, fn, fullgraph, dynamic, backend, recompile_limit, mode="default"):
         code = getattr(fn, "__code__", None)
         where = f" at {code.co_filename}:{code.co_firstlineno}" if code else ""
         name = getattr(fn, "__qualname__", type(fn).__name__) + where
         # The globals whose values are guarded (module docstring); the core reads them, and
         # the closure's cells, from the function on every call (python/src/compile.cpp).
         names = sorted(_loaded_names(code)) if code else []
-        self._impl = _CompiledFunction(backend, fullgraph, dynamic, recompile_limit, name, names)
+        self._impl = _CompiledFunction(backend, fullgraph, dynamic, recompile_limit, name, names,
+                                       mode)
         self._orig = fn
         # What explain() calls the guarded values, in the order the core reads them.
         self._labels = ([f"global {n}" for n in names] +
@@ -143,11 +144,11 @@ class CompiledModule(CompiledFunction):
     graph of that mode instead of replaying the other. The flags are read again only after a
     train() or eval() somewhere. Other attributes are the module's (compiled.parameters())."""
 
-    def __init__(self, module, fullgraph, dynamic, backend, recompile_limit):
+    def __init__(self, module, fullgraph, dynamic, backend, recompile_limit, mode="default"):
         def call_module(modes, *args, **kwargs):
             return module(*args, **kwargs)
         call_module.__qualname__ = type(module).__name__ + ".forward"
-        super().__init__(call_module, fullgraph, dynamic, backend, recompile_limit)
+        super().__init__(call_module, fullgraph, dynamic, backend, recompile_limit, mode)
         self.__dict__["_orig_mod"] = module
         self._modes_version = None
         self._modes = ()
@@ -172,7 +173,8 @@ class CompiledModule(CompiledFunction):
 def compile(fn=None, *, fullgraph=False, dynamic=None, backend="compiler", mode=None,
             recompile_limit=8):
     """Compiles fn (a function taking and returning tensors); usable as @ember.compile or
-    @ember.compile(fullgraph=True). `mode` is accepted for PyTorch compatibility and ignored."""
+    @ember.compile(fullgraph=True). mode: None or "default", or "reduce-overhead" (on a GPU,
+    each compiled graph replays as a recorded CUDA graph; docs/compiling.md, "CUDA graphs")."""
     if fn is None:
         return lambda f: compile(f, fullgraph=fullgraph, dynamic=dynamic, backend=backend,
                                  mode=mode, recompile_limit=recompile_limit)
@@ -180,10 +182,15 @@ def compile(fn=None, *, fullgraph=False, dynamic=None, backend="compiler", mode=
         raise TypeError(f"ember.compile: expected a callable, got {type(fn).__name__}")
     if _inspect.isclass(fn):
         raise TypeError("ember.compile: pass a function or an instance, not a class")
+    if mode is None:
+        mode = "default"
+    if mode not in ("default", "reduce-overhead"):
+        raise ValueError(f"ember.compile: unknown mode {mode!r}; use 'default' or "
+                         "'reduce-overhead'")
     from .nn import Module
     if isinstance(fn, Module):
-        return CompiledModule(fn, fullgraph, dynamic, backend, recompile_limit)
-    return CompiledFunction(fn, fullgraph, dynamic, backend, recompile_limit)
+        return CompiledModule(fn, fullgraph, dynamic, backend, recompile_limit, mode)
+    return CompiledFunction(fn, fullgraph, dynamic, backend, recompile_limit, mode)
 
 
 def explain(fn, *args, **kwargs):

@@ -244,12 +244,16 @@ void bind_compile(nb::module_& m) {
       .def("__init__",
            [](PyCompiled* self, const std::string& backend, bool fullgraph,
               std::optional<bool> dynamic, int recompile_limit, const std::string& name,
-              std::vector<nb::str> globals) {
+              std::vector<nb::str> globals, const std::string& mode) {
              CompileOptions opts;
              if (backend != "compiler" && backend != "eager")
                throw nb::value_error(("ember.compile: unknown backend '" + backend +
                                       "'; use 'compiler' or 'eager'").c_str());
+             if (mode != "default" && mode != "reduce-overhead")
+               throw nb::value_error(("ember.compile: unknown mode '" + mode +
+                                      "'; use 'default' or 'reduce-overhead'").c_str());
              opts.backend = backend;
+             opts.mode = mode;
              opts.fullgraph = fullgraph;
              opts.dynamic = dynamic;
              opts.recompile_limit = recompile_limit;
@@ -257,7 +261,8 @@ void bind_compile(nb::module_& m) {
              new (self) PyCompiled(std::move(opts), std::move(globals));
            },
            nb::arg("backend"), nb::arg("fullgraph"), nb::arg("dynamic").none(),
-           nb::arg("recompile_limit"), nb::arg("name"), nb::arg("globals"))
+           nb::arg("recompile_limit"), nb::arg("name"), nb::arg("globals"),
+           nb::arg("mode") = "default")
       .def("call", &PyCompiled::call, nb::arg("fn"), nb::arg("args"), nb::arg("kwargs"),
            "Runs fn(*args, **kwargs) through the cache; the values fn reads from the globals "
            "named at construction and from its closure are guarded with the arguments.")

@@ -196,6 +196,18 @@ def breaks_at_item(x):
     return y - 1
 
 
+def test_mode_reduce_overhead_runs_as_default_on_the_cpu_and_unknown_modes_are_refused():
+    x, w1, w2 = ember.randn(4, 8), ember.randn(8, 16), ember.randn(16, 3)
+    for mode in (None, "default", "reduce-overhead"):
+        cf = ember.compile(mlp, mode=mode)
+        for _ in range(3):
+            np.testing.assert_allclose(cf(x, w1, w2).numpy(), mlp(x, w1, w2).numpy(),
+                                       rtol=1e-5, atol=1e-6)
+        assert cf.stats()["replays"] == 2
+    with pytest.raises(ValueError, match="unknown mode 'max-autotune'"):
+        ember.compile(mlp, mode="max-autotune")
+
+
 def test_graph_break_is_reported_at_the_python_line(backend):
     cf = ember.compile(breaks_at_item, backend=backend)
     x = ember.ones(3)
