@@ -575,7 +575,8 @@ EMBER_BENCH(cuda) {
     Row r{name, ms};
     r.device = kGpu.str();
     r.extra.push_back({"host_ms", host_ms(step, opt.quick ? 2 : 5)});
-    r.extra.push_back({"peak_mb", double(cuda::memory_stats().peak_allocated_bytes - before) / 1e6});
+    r.extra.push_back(
+        {"peak_mb", double(cuda::memory_stats().peak_allocated_bytes - before) / 1e6});
     r.extra.push_back({"tokens_per_s", double(c.batch * c.block) / (ms / 1000)});
     r.note = bf16 ? "bfloat16 autocast, eager" : "float32, eager";
     rows.push_back(r);

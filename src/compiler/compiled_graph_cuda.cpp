@@ -431,8 +431,9 @@ void CudaCompiledGraph::run_kernel(int kernel, std::vector<Tensor>& env) const {
   };
   // The input this kernel's result replaces, written in place (plan_writes_into_inputs) when
   // it is laid out as captured.
-  const graph::Value* into =
-      write_into_[size_t(kernel)] >= 0 ? g_->inputs()[size_t(write_into_[size_t(kernel)])] : nullptr;
+  const graph::Value* into = write_into_[size_t(kernel)] >= 0
+                                 ? g_->inputs()[size_t(write_into_[size_t(kernel)])]
+                                 : nullptr;
   const Tensor* target = into ? &env[size_t(into->id)] : nullptr;
   if (target && target->defined() && target->sizes() == grp.output->meta.sizes &&
       target->dtype() == grp.output->meta.dtype && target->device() == device_ &&

@@ -212,8 +212,9 @@ class CudaGraphed : public capture::Runnable {
       const TensorImpl& m = *o.impl();
       if (r.alias[k] >= 0) {
         const Tensor& in = inputs[size_t(r.alias[k])];
-        outs.push_back(make_view(in, m.sizes, m.strides,
-                                 m.offset - r.passed_offset[size_t(r.alias[k])] + in.impl()->offset));
+        outs.push_back(
+            make_view(in, m.sizes, m.strides,
+                      m.offset - r.passed_offset[size_t(r.alias[k])] + in.impl()->offset));
         continue;
       }
       std::shared_ptr<Storage>& s = fresh[m.storage.get()];

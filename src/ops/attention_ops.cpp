@@ -4,6 +4,7 @@
 
 #include "core/generator.h"
 #include "core/shape.h"
+#include "kernels/attention_layout.h"
 #include "kernels/cpu/attention.h"
 #include "ops/attention.h"
 #include "ops/frontend.h"
@@ -11,10 +12,15 @@
 namespace ember {
 
 namespace {
-MetaList infer_attention(std::span<const Tensor> in, const Attrs&) {
+MetaList infer_attention(std::span<const Tensor> in, const Attrs& a) {
   const Tensor &q = in[0], &v = in[2];
   Shape out = q.sizes(), lse(q.sizes().begin(), q.sizes().end() - 1);
   out.back() = v.sizes().back();
+  if (attention_layout::heads_inner(a)) {
+    EMBER_CHECK(q.dim() == 4, "attention: the heads-inner layout (dim 1) takes q [B, H, L, E], "
+                "got ", q.shape_str());
+    std::swap(out[1], out[2]);  // [B, L, H, F]
+  }
   return {TensorMeta{out, {}, 0, q.dtype()}, TensorMeta{lse, {}, 0, stats_dtype(q.dtype())}};
 }
 
@@ -102,7 +108,12 @@ AttentionResult fused_attention(const Tensor& q_in, const Tensor& k_in, const Te
       a.offset = r.offset;
     }
   }
+  // On a GPU the result is laid out [B, L, H, F] and given as its [B, H, L, F] view, as
+  // PyTorch's fused kernels give theirs: the usual transpose back to [B, L, H * F] then copies
+  // nothing, forward or backward (kernels/attention_layout.h).
+  if (q.device().type == DeviceType::CUDA && q.dim() == 4) a.dim = 1;
   std::vector<Tensor> outs = dispatch(OpId::attention, std::move(ins), a);
+  if (attention_layout::heads_inner(a)) return {outs[0].transpose(1, 2), outs[1]};
   return {outs[0], outs[1]};
 }
 

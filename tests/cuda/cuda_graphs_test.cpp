@@ -37,7 +37,8 @@ CompileOptions graphed() {
 // The largest |got - want| over max(1, |want|), float32 on the host.
 double rel_err(const Tensor& got, const Tensor& want) {
   EXPECT_EQ(got.sizes(), want.sizes());
-  const Tensor g = got.detach().cpu().to(DType::Float64), w = want.detach().cpu().to(DType::Float64);
+  const Tensor g = got.detach().cpu().to(DType::Float64),
+               w = want.detach().cpu().to(DType::Float64);
   return ((g - w).abs() / (w.abs().clamp(1.0, std::nullopt))).amax().item();
 }
 
@@ -196,9 +197,9 @@ TEST_F(CudaGraphs, DecodeStepGivesEagerDecodingsTokens) {
   };
   const CudaGraphCounters c0 = cuda_graph_counters();
   auto [want_tokens, want_logits] = decode(eager);
-  auto [got_tokens, got_logits] = decode([&](const Tensor& x, const Tensor& pos,
-                                             const std::vector<Tensor>& k,
-                                             const std::vector<Tensor>& v) { return step(x, pos, k, v); });
+  auto [got_tokens, got_logits] =
+      decode([&](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
+                 const std::vector<Tensor>& v) { return step(x, pos, k, v); });
   const CudaGraphCounters c1 = cuda_graph_counters();
   EXPECT_EQ(got_tokens, want_tokens);
   EXPECT_LE(rel_err(got_logits, want_logits), 1e-4);
@@ -208,9 +209,9 @@ TEST_F(CudaGraphs, DecodeStepGivesEagerDecodingsTokens) {
   EXPECT_EQ(c1.unrecorded_runs - c0.unrecorded_runs, 0);
   // A new cache: its first call runs unrecorded, its second is recorded, the rest replay.
   const CudaGraphCounters c2 = cuda_graph_counters();
-  auto [again_tokens, again_logits] = decode([&](const Tensor& x, const Tensor& pos,
-                                                 const std::vector<Tensor>& k,
-                                                 const std::vector<Tensor>& v) { return step(x, pos, k, v); });
+  auto [again_tokens, again_logits] =
+      decode([&](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
+                 const std::vector<Tensor>& v) { return step(x, pos, k, v); });
   const CudaGraphCounters c3 = cuda_graph_counters();
   EXPECT_EQ(again_tokens, want_tokens);
   EXPECT_EQ(c3.unrecorded_runs - c2.unrecorded_runs, 1);

@@ -105,6 +105,40 @@ TEST(FusedAttention, GradMatchesTheCompositeGrad) {
   }
 }
 
+// The heads-inner layout (attrs.dim = 1, what fused_attention asks for on a GPU): the output,
+// and the backward's o and dout, hold [B, L, H, F]; values and grads equal the usual layout's.
+TEST(FusedAttention, HeadsInnerLayoutGivesTheSameValuesAndGrads) {
+  NoGradGuard no_grad;
+  const Tensor q = test::random_tensor({2, 3, 6, 5}, DType::Float64);
+  const Tensor k = test::random_tensor({2, 3, 8, 5}, DType::Float64);
+  const Tensor v = test::random_tensor({2, 3, 8, 4}, DType::Float64);
+  const Tensor g = test::random_tensor({2, 3, 6, 4}, DType::Float64);
+  Attrs a;
+  a.flag = true;
+  a.value2 = 0.3;
+  const std::vector<Tensor> want = dispatch(OpId::attention, {q, k, v}, a);
+  Attrs inner = a;
+  inner.dim = 1;
+  const std::vector<Tensor> got = dispatch(OpId::attention, {q, k, v}, inner);
+  ASSERT_EQ(got[0].sizes(), (Shape{2, 6, 3, 4}));
+  EXPECT_TRUE(got[0].is_contiguous());
+  EXPECT_LT(max_abs_diff(got[0].transpose(1, 2), want[0]), 1e-14);
+  EXPECT_LT(max_abs_diff(got[1], want[1]), 1e-14);
+  const std::vector<Tensor> dwant =
+      dispatch(OpId::attention_backward, {q, k, v, want[0], want[1], g}, a);
+  const std::vector<Tensor> dgot = dispatch(
+      OpId::attention_backward, {q, k, v, got[0], got[1], g.transpose(1, 2).contiguous()}, inner);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(dgot[i].sizes(), dwant[i].sizes()) << i;
+    EXPECT_LT(max_abs_diff(dgot[i], dwant[i]), 1e-13) << i;
+  }
+  expect_error(
+      [&] {
+        dispatch(OpId::attention, {q.select(0, 0), k.select(0, 0), v.select(0, 0)}, inner);
+      },
+      {"heads-inner layout", "[B, H, L, E]"});
+}
+
 TEST(FusedAttention, BroadcastsBatchDimsAndPromotes) {
   const Tensor q = test::random_tensor({2, 3, 4, 5}, DType::Float64);
   const Tensor k = test::random_tensor({3, 6, 5}, DType::Float32);  // broadcast over dim 0

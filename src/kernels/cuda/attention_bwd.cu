@@ -3,11 +3,17 @@
 #include "kernels/cuda/attention_bwd.cuh"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/kernel_table.h"
+#include "kernels/attention_layout.h"
 
 namespace ember::cuda {
 
 namespace {
 void attention_backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  if (attention_layout::heads_inner(a)) {
+    // o and dout as their [B, H, L, F] views: both kernels read them with any strides.
+    attention_layout::backward(in, out, a, attention_backward);
+    return;
+  }
   if (cudnn_attention_backward(in, out, a)) return;  // cuDNN's where it takes it
   attn::backward(in, out, a, attn::cuda_runner(in[0], "attention_backward"));
 }

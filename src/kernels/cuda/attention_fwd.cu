@@ -4,13 +4,22 @@
 #include "kernels/cuda/attention_fwd.cuh"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/kernel_table.h"
+#include "kernels/attention_layout.h"
 
 namespace ember::cuda {
 
 namespace {
 void attention(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  auto ours = [](std::span<const Tensor> i, std::span<Tensor> o, const Attrs& b) {
+    attn::forward(i, o, b, attn::cuda_runner(i[0], "attention"));
+  };
+  if (attention_layout::heads_inner(a)) {
+    // cuDNN writes the [B, H, L, F] view as it lies; ember's kernels write it densely.
+    attention_layout::forward(in, out, a, cudnn_attention, ours);
+    return;
+  }
   if (cudnn_attention(in, out, a)) return;  // cuDNN's fused kernels where they take it
-  attn::forward(in, out, a, attn::cuda_runner(in[0], "attention"));
+  ours(in, out, a);
 }
 }  // namespace
 
