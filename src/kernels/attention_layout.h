@@ -1,8 +1,9 @@
 // The heads-inner layout of the attention ops (attrs.dim == 1, set by fused_attention for 4-dim
-// q on a GPU): attention's output, and attention_backward's o and dout, hold [B, L, H, F]
-// contiguously, and the front end returns the output as its [B, H, L, F] view, so the usual
-// `y.transpose(1, 2).contiguous().view(B, L, H * F)` copies nothing, and neither does the
-// backward of it. The kernels take the [B, H, L, F] views of those tensors: these wrappers
+// q on a GPU): attention's output, and attention_backward's o, dout and grads of q, k and v,
+// hold [B, L, H, F] contiguously, and the op's users take their [B, H, L, F] views (the front
+// end for the output, the grad formula for the grads), so the usual
+// `y.transpose(1, 2).contiguous().view(B, L, H * F)` copies nothing, nor does the backward of
+// it, nor that of q, k and v taken as heads of one [B, L, 3 H F] product. The kernels take the [B, H, L, F] views of those tensors: these wrappers
 // make them, for kernels that write (or read) that shape with any strides (`run_strided`, which
 // may decline) and for those that write it contiguously (`run_contiguous`).
 #pragma once
@@ -31,16 +32,22 @@ void forward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a,
   o[0].copy_(dense[0]);
 }
 
-// The attention_backward op with o (in[3]) and dout (in[5]) of the heads-inner layout.
-template <class Run>
-void backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a, Run run) {
+// The attention_backward op with o (in[3]), dout (in[5]) and its three grads of the
+// heads-inner layout.
+template <class Strided, class Contiguous>
+void backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a,
+              Strided run_strided, Contiguous run_contiguous) {
   NoGradGuard no_grad;
   Attrs b = a;
   b.dim = 0;
   std::vector<Tensor> ins(in.begin(), in.end());
   ins[3] = ins[3].transpose(1, 2);
   ins[5] = ins[5].transpose(1, 2);
-  run(std::span<const Tensor>(ins), out, b);
+  Tensor grads[3] = {out[0].transpose(1, 2), out[1].transpose(1, 2), out[2].transpose(1, 2)};
+  if (run_strided(std::span<const Tensor>(ins), std::span<Tensor>(grads, 3), b)) return;
+  Tensor dense[3] = {grads[0].contiguous(), grads[1].contiguous(), grads[2].contiguous()};
+  run_contiguous(std::span<const Tensor>(ins), std::span<Tensor>(dense, 3), b);
+  for (int i = 0; i < 3; ++i) grads[i].copy_(dense[i]);
 }
 
 }  // namespace ember::attention_layout

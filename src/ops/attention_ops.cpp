@@ -24,10 +24,18 @@ MetaList infer_attention(std::span<const Tensor> in, const Attrs& a) {
   return {TensorMeta{out, {}, 0, q.dtype()}, TensorMeta{lse, {}, 0, stats_dtype(q.dtype())}};
 }
 
-MetaList infer_attention_backward(std::span<const Tensor> in, const Attrs&) {
-  return {TensorMeta{in[0].sizes(), {}, 0, in[0].dtype()},
-          TensorMeta{in[1].sizes(), {}, 0, in[1].dtype()},
-          TensorMeta{in[2].sizes(), {}, 0, in[2].dtype()}};
+MetaList infer_attention_backward(std::span<const Tensor> in, const Attrs& a) {
+  MetaList m;
+  for (int i = 0; i < 3; ++i) {
+    Shape s = in[size_t(i)].sizes();
+    if (attention_layout::heads_inner(a)) {
+      EMBER_CHECK(s.size() == 4, "attention_backward: the heads-inner layout (dim 1) takes 4-dim "
+                  "q, k and v, got ", in[size_t(i)].shape_str());
+      std::swap(s[1], s[2]);  // [B, L, H, E]
+    }
+    m.push_back(TensorMeta{s, {}, 0, in[size_t(i)].dtype()});
+  }
+  return m;
 }
 
 // One attention_backward call gives all three grads (with the same attrs, so the same dropout
@@ -40,8 +48,11 @@ std::vector<Tensor> grad_attention(const GradCtx& c) {
                           c.outputs[0], c.outputs[1], cast_to(g, c.outputs[0].dtype())};
   if (rng) ins.push_back(c.inputs[3]);
   std::vector<Tensor> grads = dispatch(OpId::attention_backward, std::move(ins), c.attrs);
-  for (size_t i = 0; i < 3; ++i)
+  for (size_t i = 0; i < 3; ++i) {
     if (!c.needs_grad[i]) grads[i] = Tensor();
+    // Heads-inner grads [B, L, H, E] as the [B, H, L, E] of q, k and v.
+    else if (attention_layout::heads_inner(c.attrs)) grads[i] = grads[i].transpose(1, 2);
+  }
   if (rng) grads.emplace_back();
   return grads;
 }

@@ -9,6 +9,8 @@
 #include <cmath>
 
 #include "dispatch/dispatcher.h"
+#include "ember/autograd.h"
+#include "kernels/attention_layout.h"
 #include "ember/ember.h"
 #include "support/expect_error.h"
 #include "support/op_cases.h"
@@ -129,8 +131,25 @@ TEST(FusedAttention, HeadsInnerLayoutGivesTheSameValuesAndGrads) {
   const std::vector<Tensor> dgot = dispatch(
       OpId::attention_backward, {q, k, v, got[0], got[1], g.transpose(1, 2).contiguous()}, inner);
   for (size_t i = 0; i < 3; ++i) {
-    ASSERT_EQ(dgot[i].sizes(), dwant[i].sizes()) << i;
-    EXPECT_LT(max_abs_diff(dgot[i], dwant[i]), 1e-13) << i;
+    // The grads in the heads-inner layout too: [B, L, H, E].
+    ASSERT_EQ(dgot[i].transpose(1, 2).sizes(), dwant[i].sizes()) << i;
+    EXPECT_TRUE(dgot[i].is_contiguous()) << i;
+    EXPECT_LT(max_abs_diff(dgot[i].transpose(1, 2), dwant[i]), 1e-13) << i;
+  }
+  // Through autograd: the grads of q, k and v equal the usual layout's.
+  auto grads = [&](const Attrs& at) {
+    EnableGradGuard grad;
+    Tensor qq = q.clone().requires_grad_(true), kk = k.clone().requires_grad_(true),
+           vv = v.clone().requires_grad_(true);
+    Tensor out = dispatch(OpId::attention, {qq, kk, vv}, at)[0];
+    if (attention_layout::heads_inner(at)) out = out.transpose(1, 2);
+    (out * g).sum().backward();
+    return std::vector<Tensor>{qq.grad(), kk.grad(), vv.grad()};
+  };
+  const std::vector<Tensor> gw = grads(a), gg = grads(inner);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(gg[i].sizes(), gw[i].sizes()) << i;
+    EXPECT_LT(max_abs_diff(gg[i], gw[i]), 1e-13) << i;
   }
   expect_error(
       [&] {

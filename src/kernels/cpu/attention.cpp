@@ -144,7 +144,11 @@ void attention(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a
 // Batches run in parallel (dK and dV sum over the rows of one batch).
 void attention_backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   if (attention_layout::heads_inner(a)) {
-    attention_layout::backward(in, out, a, attention_backward);
+    attention_layout::backward(
+        in, out, a, [](auto&&...) { return false; },
+        [](std::span<const Tensor> i, std::span<Tensor> o, const Attrs& b) {
+          attention_backward(i, o, b);
+        });
     return;
   }
   const Tensor q = compute_contiguous(in[0]), k = compute_contiguous(in[1]),

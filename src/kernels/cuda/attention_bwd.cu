@@ -10,8 +10,13 @@ namespace ember::cuda {
 namespace {
 void attention_backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   if (attention_layout::heads_inner(a)) {
-    // o and dout as their [B, H, L, F] views: both kernels read them with any strides.
-    attention_layout::backward(in, out, a, attention_backward);
+    // cuDNN reads and writes the [B, H, L, F] views as they lie; ember's kernels read any
+    // strides and write the grads densely.
+    attention_layout::backward(
+        in, out, a, cudnn_attention_backward,
+        [](std::span<const Tensor> i, std::span<Tensor> o, const Attrs& b) {
+          attn::backward(i, o, b, attn::cuda_runner(i[0], "attention_backward"));
+        });
     return;
   }
   if (cudnn_attention_backward(in, out, a)) return;  // cuDNN's where it takes it
