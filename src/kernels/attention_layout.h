@@ -5,7 +5,7 @@
 // `y.transpose(1, 2).contiguous().view(B, L, H * F)` copies nothing, nor does the backward of
 // it, nor that of q, k and v taken as heads of one [B, L, 3 H F] product. The kernels take the [B, H, L, F] views of those tensors: these wrappers
 // make them, for kernels that write (or read) that shape with any strides (`run_strided`, which
-// may decline) and for those that write it contiguously (`run_contiguous`).
+// may decline) and for those that write it densely (`run_contiguous`: the CPU's).
 #pragma once
 #include <span>
 #include <vector>

@@ -154,12 +154,15 @@ struct Config {
   // How q, k, v are laid out: 0 contiguous, 1 heads interleaved as in the GPT (a transposed view
   // of [B, L, H, E]), 2 every other element of the last dim, 3 k and v broadcast along batch dim 0.
   int layout = 0;
+  // The results (out, dq, dk, dv) written through [B, H, L, F] views of [B, L, H, F] tensors
+  // (the heads-inner layout, kernels/attention_layout.h); batch {B, H} only.
+  bool heads_inner_results = false;
 
   std::string str() const {
     return "batch " + shape_str(batch) + " L " + std::to_string(L) + " S " + std::to_string(S) +
            " E " + std::to_string(E) + " F " + std::to_string(F) + (causal ? " causal" : "") +
            " dropout " + std::to_string(dropout) + " " + std::string(dtype_name(dtype)) +
-           " layout " + std::to_string(layout);
+           " layout " + std::to_string(layout) + (heads_inner_results ? " heads-inner results" : "");
   }
 };
 
@@ -246,26 +249,31 @@ void check(const Config& c) {
   lse_shape.push_back(c.L);
   Tensor want[2] = {make_tensor(with(c.batch, c.L, c.F), c.dtype),
                     make_tensor(lse_shape, stats_dtype(c.dtype))};
-  Tensor got[2] = {make_tensor(with(c.batch, c.L, c.F), c.dtype),
-                   make_tensor(lse_shape, stats_dtype(c.dtype))};
+  // A result of `shape` [..., rows, cols], or with heads_inner_results the [B, H, rows, cols]
+  // view of a [B, rows, H, cols] tensor.
+  auto result = [&](const Shape& shape) {
+    if (!c.heads_inner_results) return make_tensor(shape, c.dtype);
+    return make_tensor({shape[0], shape[2], shape[1], shape[3]}, c.dtype).transpose(1, 2);
+  };
+  Tensor got[2] = {result(with(c.batch, c.L, c.F)), make_tensor(lse_shape, stats_dtype(c.dtype))};
   cpu::attention(in, want, a);
   cuda::attn::forward(in, got, a, Emulated{});
   const double tol = tolerance(c.dtype);
-  EXPECT_LE(max_rel_error(got[0], want[0]), tol) << "out";
+  EXPECT_LE(max_rel_error(got[0].contiguous(), want[0]), tol) << "out";
   EXPECT_LE(max_rel_error(got[1], want[1]), c.dtype == DType::Float64 ? 1e-12 : 1e-5) << "lse";
 
   // The backward from the CPU's out and lse, so both compute from the same saved values.
   const Tensor bin[6] = {q, k, v, want[0], want[1], go};
   Tensor bwant[3] = {make_tensor(q.sizes(), c.dtype), make_tensor(k.sizes(), c.dtype),
                      make_tensor(v.sizes(), c.dtype)};
-  Tensor bgot[3] = {make_tensor(q.sizes(), c.dtype), make_tensor(k.sizes(), c.dtype),
-                    make_tensor(v.sizes(), c.dtype)};
+  Tensor bgot[3] = {result(q.sizes()), result(k.sizes()), result(v.sizes())};
   cpu::attention_backward(bin, bwant, a);
   cuda::attn::backward(bin, bgot, a, Emulated{});
   const char* names[3] = {"dq", "dk", "dv"};
   // Grads sum over many rows: a few roundings more than out.
   const double gtol = c.dtype == DType::Float64 ? 1e-9 : 4 * tol;
-  for (int i = 0; i < 3; ++i) EXPECT_LE(max_rel_error(bgot[i], bwant[i]), gtol) << names[i];
+  for (int i = 0; i < 3; ++i)
+    EXPECT_LE(max_rel_error(bgot[i].contiguous(), bwant[i]), gtol) << names[i];
 }
 
 TEST(AttentionEmulation, SmallShapesEveryDtype) {
@@ -298,6 +306,19 @@ TEST(AttentionEmulation, StridedAndBroadcastOperands) {
     check({{2, 3}, 40, 40, 16, 16, true, 0.2, t, 1});  // heads of a [B, L, H, E] tensor
     check({{2, 3}, 12, 17, 8, 8, false, 0.0, t, 2});   // every other element
     check({{2, 3}, 12, 17, 8, 16, true, 0.1, t, 3});   // k, v shared by batch dim 0
+  }
+}
+
+// The heads-inner layout's results: out and the grads written through [B, H, L, F] views, by
+// the float kernels and the tensor-core ones.
+TEST(AttentionEmulation, ResultsWrittenThroughHeadsInnerViews) {
+  for (DType t : {DType::Float32, DType::BFloat16, DType::Float16}) {
+    Config c{{2, 3}, 40, 40, 64, 64, true, 0.2, t, 1};
+    c.heads_inner_results = true;
+    check(c);
+    Config d{{2, 2}, 70, 50, 32, 32, false, 0.0, t, 0};
+    d.heads_inner_results = true;
+    check(d);
   }
 }
 

@@ -10,13 +10,15 @@ namespace ember::cuda {
 namespace {
 void attention_backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   if (attention_layout::heads_inner(a)) {
-    // cuDNN reads and writes the [B, H, L, F] views as they lie; ember's kernels read any
-    // strides and write the grads densely.
-    attention_layout::backward(
-        in, out, a, cudnn_attention_backward,
-        [](std::span<const Tensor> i, std::span<Tensor> o, const Attrs& b) {
-          attn::backward(i, o, b, attn::cuda_runner(i[0], "attention_backward"));
-        });
+    // cuDNN and ember's kernels both read and write the [B, H, L, F] views as they lie.
+    auto ours = [](std::span<const Tensor> i, std::span<Tensor> o, const Attrs& b) {
+      attn::backward(i, o, b, attn::cuda_runner(i[0], "attention_backward"));
+    };
+    auto either = [&](std::span<const Tensor> i, std::span<Tensor> o, const Attrs& b) {
+      if (!cudnn_attention_backward(i, o, b)) ours(i, o, b);
+      return true;
+    };
+    attention_layout::backward(in, out, a, either, ours);
     return;
   }
   if (cudnn_attention_backward(in, out, a)) return;  // cuDNN's where it takes it

@@ -143,14 +143,15 @@ EMBER_ATTN_KERNEL void attention_dkdv_kernel(BackwardArgs<T, C> a) {
   for (int i = 0; i < V; ++i) {
     const int key = tr + kSide * i;
     if (key >= cols) continue;
-    const int64_t row = b * p.S + c0 + key;
+    T* dk_row = a.dk.at(b, c0 + key);
+    T* dv_row = a.dv.at(b, c0 + key);
     EMBER_UNROLL
     for (int pass = 0; pass < kPasses; ++pass) {
       EMBER_UNROLL
       for (int x = 0; x < V; ++x) {
         const int col = (kSide * pass + tc) * V + x;
-        if (col < p.E) a.dk[row * p.E + col] = narrow<T>(dk[i][pass * V + x] * p.scale);
-        if (col < p.F) a.dv[row * p.F + col] = narrow<T>(dv[i][pass * V + x]);
+        if (col < p.E) dk_row[col] = narrow<T>(dk[i][pass * V + x] * p.scale);
+        if (col < p.F) dv_row[col] = narrow<T>(dv[i][pass * V + x]);
       }
     }
   }
@@ -207,7 +208,7 @@ EMBER_ATTN_KERNEL void attention_dq_kernel(BackwardArgs<T, C> a) {
   for (int i = 0; i < V; ++i) {
     const int qr = tr + kSide * i;
     if (qr >= rows) continue;
-    T* out = a.dq + (b * p.L + r0 + qr) * p.E;
+    T* out = a.dq.at(b, r0 + qr);
     EMBER_UNROLL
     for (int pass = 0; pass < kPasses; ++pass) {
       EMBER_UNROLL
@@ -237,9 +238,13 @@ void backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a,
     const Problem<C>& p = args.p;
     if (p.batch == 0) return;
     args.lse = static_cast<const C*>(lse.impl()->data());
-    args.dq = static_cast<T*>(out[0].impl()->data());
-    args.dk = static_cast<T*>(out[1].impl()->data());
-    args.dv = static_cast<T*>(out[2].impl()->data());
+    OutRows<T>* grads[3] = {&args.dq, &args.dk, &args.dv};
+    for (int i = 0; i < 3; ++i) {
+      const std::optional<OutRows<T>> r = out_rows<T>(out[size_t(i)]);
+      EMBER_CHECK(r, op, ": the grads must be dense or 4-dim views with unit stride along their "
+                  "last dim, got ", out[size_t(i)].shape_str());
+      *grads[i] = *r;
+    }
     const Tensor d = make_tensor({p.batch * p.L}, lse.dtype(), lse.device());
     args.d = static_cast<const C*>(d.impl()->data());
     constexpr int R = Tiles<C>::kRows;

@@ -14,8 +14,12 @@ void attention(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a
     attn::forward(i, o, b, attn::cuda_runner(i[0], "attention"));
   };
   if (attention_layout::heads_inner(a)) {
-    // cuDNN writes the [B, H, L, F] view as it lies; ember's kernels write it densely.
-    attention_layout::forward(in, out, a, cudnn_attention, ours);
+    // cuDNN and ember's kernels both write the [B, H, L, F] view as it lies.
+    auto either = [&](std::span<const Tensor> i, std::span<Tensor> o, const Attrs& b) {
+      if (!cudnn_attention(i, o, b)) ours(i, o, b);
+      return true;
+    };
+    attention_layout::forward(in, out, a, either, ours);
     return;
   }
   if (cudnn_attention(in, out, a)) return;  // cuDNN's fused kernels where they take it

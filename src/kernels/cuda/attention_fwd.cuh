@@ -103,7 +103,7 @@ EMBER_ATTN_KERNEL void attention_forward_kernel(ForwardArgs<T, C> a) {
     if (r >= rows) continue;
     const int64_t row = b * p.L + r0 + r;
     const C inv = total > 0 ? C(1) / total : C(0);
-    T* out = a.out + row * p.F;
+    T* out = a.out.at(b, r0 + r);
     EMBER_UNROLL
     for (int pass = 0; pass < kPasses; ++pass) {
       EMBER_UNROLL
@@ -127,7 +127,10 @@ void forward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a, 
     args.q = q.operand;
     args.k = k.operand;
     args.v = v.operand;
-    args.out = static_cast<T*>(out[0].impl()->data());
+    const std::optional<OutRows<T>> rows_out = out_rows<T>(out[0]);
+    EMBER_CHECK(rows_out, op, ": the output must be dense or a 4-dim view with unit stride along "
+                "its last dim, got strides of ", out[0].shape_str());
+    args.out = *rows_out;
     args.lse = static_cast<C*>(out[1].impl()->data());
     args.p = problem_of<C>(in[0], in[1], in[2], a, in.size() > 3 ? &in[3] : nullptr, op);
     const Problem<C>& p = args.p;

@@ -134,10 +134,41 @@ Problem<C> problem_of(const Tensor& q, const Tensor& k, const Tensor& v, const A
 }
 
 // The kernels' arguments: the forward's, and the backward's (which all three of its kernels read).
+// Where a kernel writes the rows of a [batch, rows, cols] result: row r of batch entry b at
+// data + (b / inner) * outer_stride + (b % inner) * inner_stride + r * row_stride (cols
+// contiguous). Dense results have inner 1; the heads-inner layout's [B, H, L, F] view of a
+// [B, L, H, F] tensor has inner H (kernels/attention_layout.h).
+template <class T>
+struct OutRows {
+  T* data = nullptr;
+  int64_t row_stride = 0, inner = 1, inner_stride = 0, outer_stride = 0;
+  EMBER_ATTN_DEVICE T* at(int64_t b, int64_t row) const {
+    return data + (b / inner) * outer_stride + (b % inner) * inner_stride + row * row_stride;
+  }
+};
+
+// t's rows as OutRows: t contiguous, or 4-dim with unit stride along its last dim; else nullopt.
+template <class T>
+std::optional<OutRows<T>> out_rows(const Tensor& t) {
+  OutRows<T> o;
+  o.data = static_cast<T*>(t.impl()->data());
+  if (t.is_contiguous()) {
+    o.row_stride = t.size(-1);
+    o.outer_stride = t.size(-2) * t.size(-1);
+    return o;
+  }
+  if (t.dim() != 4 || t.stride(3) != 1) return std::nullopt;
+  o.row_stride = t.stride(2);
+  o.inner = t.size(1);
+  o.inner_stride = t.stride(1);
+  o.outer_stride = t.stride(0);
+  return o;
+}
+
 template <class T, class C>
 struct ForwardArgs {
   Operand<T> q, k, v;
-  T* out = nullptr;  // [batch, L, F], contiguous
+  OutRows<T> out;    // [batch, L, F]
   C* lse = nullptr;  // [batch, L], contiguous
   Problem<C> p;
 };
@@ -146,7 +177,7 @@ struct BackwardArgs {
   Operand<T> q, k, v, go;
   const C* lse = nullptr;                         // [batch, L], contiguous
   const C* d = nullptr;                           // [batch, L], contiguous
-  T *dq = nullptr, *dk = nullptr, *dv = nullptr;  // [batch, L, E], [batch, S, E], [batch, S, F]
+  OutRows<T> dq, dk, dv;  // [batch, L, E], [batch, S, E], [batch, S, F]
   Problem<C> p;
 };
 

@@ -215,7 +215,7 @@ EMBER_ATTN_DEVICE float quad_sum(float v) {
 // [0, cols) (cols a multiple of 8) of dst (contiguous rows of `cols`), rounded to T.
 template <class T>
 EMBER_ATTN_DEVICE void store_rows(T* dst, const float (&acc)[kHead / 8][4], int warp, int lane,
-                                  int rows, int cols, float scale) {
+                                  int rows, int cols, float scale, int64_t ld) {
   const int g = lane / 4, q = lane % 4;
   EMBER_UNROLL
   for (int h = 0; h < 2; ++h) {
@@ -225,7 +225,7 @@ EMBER_ATTN_DEVICE void store_rows(T* dst, const float (&acc)[kHead / 8][4], int 
     for (int dn = 0; dn < kHead / 8; ++dn) {
       const int c = dn * 8 + 2 * q;
       if (c >= cols) continue;
-      store4(dst + int64_t(r) * cols + c, pack2<T>(acc[dn][2 * h] * scale, acc[dn][2 * h + 1] * scale));
+      store4(dst + int64_t(r) * ld + c, pack2<T>(acc[dn][2 * h] * scale, acc[dn][2 * h + 1] * scale));
     }
   }
 }

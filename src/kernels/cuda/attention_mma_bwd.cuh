@@ -115,8 +115,8 @@ EMBER_ATTN_MMA_KERNEL void attention_dkdv_kernel(BackwardArgs<T, float> a) {
     mma_pv<T>(dk, dpt, qb, lane);
   }
 
-  store_rows(a.dk + (b * p.S + c0) * p.E, dk, warp, lane, cols, p.E, p.scale);
-  store_rows(a.dv + (b * p.S + c0) * p.F, dv, warp, lane, cols, p.F, 1.f);
+  store_rows(a.dk.at(b, c0), dk, warp, lane, cols, p.E, p.scale, a.dk.row_stride);
+  store_rows(a.dv.at(b, c0), dv, warp, lane, cols, p.F, 1.f, a.dv.row_stride);
 }
 
 template <class T>
@@ -186,7 +186,7 @@ EMBER_ATTN_MMA_KERNEL void attention_dq_kernel(BackwardArgs<T, float> a) {
     }
     mma_pv<T>(dq, s, kb, lane);
   }
-  store_rows(a.dq + (b * p.L + r0) * p.E, dq, warp, lane, rows, p.E, p.scale);
+  store_rows(a.dq.at(b, r0), dq, warp, lane, rows, p.E, p.scale, a.dq.row_stride);
 }
 
 // Launches dkdv and dq on `run` (D already in args.d) when the kernels take the problem (as

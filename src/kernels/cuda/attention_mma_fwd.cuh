@@ -115,7 +115,7 @@ EMBER_ATTN_MMA_KERNEL void attention_forward_kernel(ForwardArgs<T, float> a) {
     mma_pv<T>(acc, s, vb, lane);
   }
 
-  T* out = a.out + (b * p.L + r0) * p.F;
+  T* out = a.out.at(b, r0);
   EMBER_UNROLL
   for (int h = 0; h < 2; ++h) {
     const float total = quad_sum(l[h]);
@@ -129,7 +129,7 @@ EMBER_ATTN_MMA_KERNEL void attention_forward_kernel(ForwardArgs<T, float> a) {
     if (q == 0 && r < rows)
       a.lse[b * p.L + r0 + r] = m[h] == -INFINITY ? -INFINITY : (m[h] + log2f(total)) * kLn2;
   }
-  store_rows(out, acc, warp, lane, rows, p.F, 1.f);
+  store_rows(out, acc, warp, lane, rows, p.F, 1.f, a.out.row_stride);
 }
 
 // Launches the forward on `run` when the kernels take the problem (takes_type, heads of at most
