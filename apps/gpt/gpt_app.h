@@ -45,6 +45,7 @@ struct SampleOptions {
   uint64_t seed = 1337;
   std::string device = "cpu";
   bool compile = false;  // the forward compiled: code shared over the growing context
+  std::string dtype = "auto";  // the weights' dtype: auto is bfloat16 on a GPU, float32 on the CPU
 };
 
 int run_train(const TrainOptions& o);

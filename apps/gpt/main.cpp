@@ -64,6 +64,10 @@ int main(int argc, char** argv) {
   sample->add_option("--top_k", s.top_k, "keep the k most likely tokens (0: all)")->capture_default_str();
   sample->add_option("--seed", s.seed)->capture_default_str();
   sample->add_option("--device", s.device, "cpu, cuda or cuda:N")->capture_default_str();
+  sample->add_option("--dtype", s.dtype,
+                     "the weights' dtype: auto (bfloat16 on a GPU, float32 on the CPU), "
+                     "bfloat16, float16 or float32")
+      ->capture_default_str();
   sample->add_option("--compile", s.compile,
                      "compile the decode step over a key/value cache preallocated to the block "
                      "(one trace serves every position) and, past the block, the forward; "

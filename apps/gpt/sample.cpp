@@ -37,6 +37,9 @@ int run_sample(const SampleOptions& o) {
   nn::GPT& model = *model_ptr;
   model.load_state_dict(ckpt.model);
   model.to(device);
+  // 16-bit weights on a GPU by default (nanoGPT samples under bfloat16 autocast): the caches take
+  // the weights' dtype, and generate draws from the logits in float32.
+  if (const std::optional<DType> dt = app_autocast(o.dtype, device)) model.to(*dt);
   model.eval();
 
   std::string start = o.start;

@@ -263,7 +263,8 @@ class GPT : public Module {
   // of a cache is read after it is written, so a compiled prefill is one graph.
   Tensor prefill(const Tensor& idx, const std::vector<Tensor>& k,
                  const std::vector<Tensor>& v) const;
-  // Appends max_new_tokens sampled tokens to idx [B, T] (eval mode, no grad). `logits_of`,
+  // Appends max_new_tokens sampled tokens to idx [B, T] (eval mode, no grad; 16-bit logits are
+  // drawn from in float32). `logits_of`,
   // when given, computes the logits of a context in place of forward (a compiled forward:
   // the context grows to block_size, then slides). Without it, the context's keys and values
   // are cached (forward_cached): each new token costs one position's work until the context

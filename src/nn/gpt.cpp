@@ -320,7 +320,11 @@ Tensor GPT::generate(const Tensor& idx, int64_t max_new_tokens, double temperatu
       cache.length = 0;  // a new context, or a window that slid: every position again
       logits = forward_cached(cond, cache);
     }
-    logits = logits.select(1, -1) / temperature;
+    logits = logits.select(1, -1);
+    // 16-bit logits (a model in bfloat16 or float16) are drawn from in float32.
+    if (logits.dtype() == DType::BFloat16 || logits.dtype() == DType::Float16)
+      logits = logits.to(DType::Float32);
+    logits = logits / temperature;
     if (top_k > 0) {
       int64_t k = std::min(top_k, logits.size(-1));
       Tensor kth = logits.topk(k, -1).first.slice(1, k - 1, k);  // [B, 1]
