@@ -72,8 +72,7 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const graph::Graph> g)
     : g_(widen_16bit(std::move(g))) {
   // Random nodes run through the dispatcher with this run's draws, reserved in node order at
   // the start of each run (Graph::reserve_draws), so the masks equal eager's.
-  draws_ = g_->trailing_skipped_draws() > 0;
-  for (const auto& n : g_->nodes()) draws_ |= graph::is_random(n->op) || n->skipped_draws;
+  draws_ = graph::draws_random(*g_);
   plan_ = plan_fusion(*g_);
   const auto& nodes = g_->nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {

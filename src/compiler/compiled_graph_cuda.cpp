@@ -86,8 +86,7 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
     : g_(std::move(g)), device_(device) {
   // Random nodes run through the dispatcher with this run's draws, reserved in node order at
   // the start of each run (Graph::reserve_draws), so the masks equal eager's.
-  draws_ = g_->trailing_skipped_draws() > 0;
-  for (const auto& n : g_->nodes()) draws_ |= graph::is_random(n->op) || n->skipped_draws;
+  draws_ = graph::draws_random(*g_);
   plan_ = plan_fusion(*g_, device_);
   std::vector<const graph::Node*> views;
   for (size_t k = 0; k < plan_.groups.size(); ++k) {
@@ -195,19 +194,6 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   build(/*defer_first=*/g_->dynamic_sizes());
 }
 
-namespace {
-// Whether a captured layout is row-major without gaps (strides of size-1 dims aside).
-bool dense_meta(const TensorMeta& m) {
-  if (m.strides.empty()) return true;
-  int64_t expected = 1;
-  for (size_t d = m.sizes.size(); d-- > 0;) {
-    if (m.sizes[d] != 1 && m.strides[d] != expected) return false;
-    expected *= m.sizes[d];
-  }
-  return true;
-}
-}  // namespace
-
 // A mutation's new contents computed by a pointwise kernel go straight into the input they
 // replace (a cache written each step), not into a buffer copied over it after the run, when
 // that is safe: the kernel reads the input only at the index it writes (same sizes, no other
@@ -221,18 +207,17 @@ void CudaCompiledGraph::plan_writes_into_inputs(const std::vector<int>& last) {
   const auto& outs = g_->outputs();
   for (const graph::Mutation& m : g_->mutations()) {
     const graph::Value *v = m.value, *t = m.target;
-    if (v == t || !v->producer) continue;
-    const auto& nodes = g_->nodes();
-    const auto at_node = std::find_if(nodes.begin(), nodes.end(),
-                                      [&](const auto& n) { return n.get() == v->producer; });
-    if (at_node == nodes.end()) continue;
-    const int k = plan_.group_of_node[size_t(at_node - nodes.begin())];
-    if (k < 0 || step_of[size_t(k)] < 0 || ce_fold_of_group_[size_t(k)] >= 0) continue;
-    const FusionGroup& grp = plan_.groups[size_t(k)];
-    if (grp.output != v || grp.row || grp.gemm || grp.attn_qk || !grp.extra_outputs.empty())
-      continue;
-    if (v->meta.sizes != t->meta.sizes || v->meta.dtype != t->meta.dtype ||
-        !dense_meta(t->meta) || std::find(outs.begin(), outs.end(), v) != outs.end())
+    if (v == t) continue;
+    // The kernel whose result it is.
+    const auto it = std::find_if(plan_.groups.begin(), plan_.groups.end(),
+                                 [&](const FusionGroup& grp) { return grp.output == v; });
+    if (it == plan_.groups.end()) continue;
+    const int k = int(it - plan_.groups.begin());
+    if (step_of[size_t(k)] < 0 || ce_fold_of_group_[size_t(k)] >= 0) continue;
+    const FusionGroup& grp = *it;
+    if (grp.row || grp.gemm || grp.attn_qk || !grp.extra_outputs.empty()) continue;
+    if (v->meta.sizes != t->meta.sizes || v->meta.dtype != t->meta.dtype || !contiguous(*t) ||
+        std::find(outs.begin(), outs.end(), v) != outs.end())
       continue;
     const int at = step_of[size_t(k)];
     bool safe = std::find(grp.inputs.begin(), grp.inputs.end(), t) != grp.inputs.end();

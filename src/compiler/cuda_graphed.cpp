@@ -55,9 +55,7 @@ class CudaGraphed : public capture::Runnable {
   CudaGraphed(std::shared_ptr<const capture::Runnable> inner,
               std::shared_ptr<const graph::Graph> g, Device device)
       : inner_(std::move(inner)), g_(std::move(g)), device_(device) {
-    bool draws = g_->trailing_skipped_draws() > 0;
-    for (const auto& n : g_->nodes()) draws |= graph::is_random(n->op) || n->skipped_draws;
-    if (draws) off_why_ = "it draws random numbers (a replay would repeat the recorded draws)";
+    if (graph::draws_random(*g_)) off_why_ = "it draws random numbers (a replay would repeat the recorded draws)";
     for (const graph::Mutation& m : g_->mutations()) mutated_.push_back(m.target->input_index);
   }
 

@@ -12,6 +12,14 @@ std::string value_type_str(const Value& v);
 std::string node_str(const Node& n);
 
 inline bool is_random(OpId op) { return op_info(op).kind == OpKind::Random; }
+// Whether a run of g draws random numbers: a random node, or draws reserved in place of removed
+// ones.
+inline bool draws_random(const Graph& g) {
+  if (g.trailing_skipped_draws() > 0) return true;
+  for (const auto& n : g.nodes())
+    if (is_random(n->op) || n->skipped_draws) return true;
+  return false;
+}
 
 // The value whose buffer v lives in: v itself, or what a chain of views of it started from.
 inline const Value* view_root(const Value* v) {

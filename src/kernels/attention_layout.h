@@ -3,9 +3,10 @@
 // hold [B, L, H, F] contiguously, and the op's users take their [B, H, L, F] views (the front
 // end for the output, the grad formula for the grads), so the usual
 // `y.transpose(1, 2).contiguous().view(B, L, H * F)` copies nothing, nor does the backward of
-// it, nor that of q, k and v taken as heads of one [B, L, 3 H F] product. The kernels take the [B, H, L, F] views of those tensors: these wrappers
-// make them, for kernels that write (or read) that shape with any strides (`run_strided`, which
-// may decline) and for those that write it densely (`run_contiguous`: the CPU's).
+// it, nor that of q, k and v taken as heads of one [B, L, 3 H F] product. The kernels take the
+// [B, H, L, F] views of those tensors, which these wrappers make: with `writes_strided` the kernel
+// writes its results through the views as they lie (cuDNN's and ember's CUDA kernels), else into
+// dense [B, H, L, F] tensors that are then laid out (the CPU's). Either way it reads any strides.
 #pragma once
 #include <span>
 #include <vector>
@@ -18,36 +19,43 @@ namespace ember::attention_layout {
 
 inline bool heads_inner(const Attrs& a) { return a.dim == 1; }
 
+// Runs `run` on results `views` (the [B, H, L, F] views of out), with the usual layout's attrs.
+template <class Run>
+void run_on_views(std::span<const Tensor> in, std::span<Tensor> views, const Attrs& a, Run run,
+                  bool writes_strided) {
+  Attrs usual = a;
+  usual.dim = 0;
+  if (writes_strided) {
+    run(in, views, usual);
+    return;
+  }
+  std::vector<Tensor> dense;
+  for (const Tensor& v : views) dense.push_back(v.contiguous());
+  run(in, std::span<Tensor>(dense), usual);
+  for (size_t i = 0; i < dense.size(); ++i) views[i].copy_(dense[i]);
+}
+
 // The attention op with out[0] of the heads-inner layout.
-template <class Strided, class Contiguous>
-void forward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a,
-             Strided run_strided, Contiguous run_contiguous) {
+template <class Run>
+void forward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a, Run run,
+             bool writes_strided) {
   NoGradGuard no_grad;
-  Attrs b = a;
-  b.dim = 0;
   Tensor o[2] = {out[0].transpose(1, 2), out[1]};
-  if (run_strided(in, std::span<Tensor>(o, 2), b)) return;
-  Tensor dense[2] = {o[0].contiguous(), out[1]};  // the kernel's [B, H, L, F], then laid out
-  run_contiguous(in, std::span<Tensor>(dense, 2), b);
-  o[0].copy_(dense[0]);
+  run_on_views(in, std::span<Tensor>(o, 2), a, run, writes_strided);
 }
 
 // The attention_backward op with o (in[3]), dout (in[5]) and its three grads of the
 // heads-inner layout.
-template <class Strided, class Contiguous>
-void backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a,
-              Strided run_strided, Contiguous run_contiguous) {
+template <class Run>
+void backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a, Run run,
+              bool writes_strided) {
   NoGradGuard no_grad;
-  Attrs b = a;
-  b.dim = 0;
   std::vector<Tensor> ins(in.begin(), in.end());
   ins[3] = ins[3].transpose(1, 2);
   ins[5] = ins[5].transpose(1, 2);
   Tensor grads[3] = {out[0].transpose(1, 2), out[1].transpose(1, 2), out[2].transpose(1, 2)};
-  if (run_strided(std::span<const Tensor>(ins), std::span<Tensor>(grads, 3), b)) return;
-  Tensor dense[3] = {grads[0].contiguous(), grads[1].contiguous(), grads[2].contiguous()};
-  run_contiguous(std::span<const Tensor>(ins), std::span<Tensor>(dense, 3), b);
-  for (int i = 0; i < 3; ++i) grads[i].copy_(dense[i]);
+  run_on_views(std::span<const Tensor>(ins), std::span<Tensor>(grads, 3), a, run,
+               writes_strided);
 }
 
 }  // namespace ember::attention_layout

@@ -20,7 +20,8 @@ bool available();
 class Pool;
 std::shared_ptr<Pool> new_pool(int device);
 
-// While alive, this thread's allocations on the pool's device come from the pool.
+// While alive, this thread's allocations on the pool's device come from the pool (with a null
+// pool: from the device's shared cache, whatever scope encloses it).
 class PoolScope {
  public:
   explicit PoolScope(Pool* pool);

@@ -109,12 +109,8 @@ C forward_row(const Dims& d, int64_t b, int64_t i, const C* q, const C* k, const
 }  // namespace
 
 void attention(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-  if (attention_layout::heads_inner(a)) {
-    attention_layout::forward(
-        in, out, a, [](auto&&...) { return false; },
-        [](std::span<const Tensor> i, std::span<Tensor> o, const Attrs& b) { attention(i, o, b); });
-    return;
-  }
+  if (attention_layout::heads_inner(a))
+    return attention_layout::forward(in, out, a, attention, /*writes_strided=*/false);
   const Tensor q = compute_contiguous(in[0]), k = compute_contiguous(in[1]),
                v = compute_contiguous(in[2]);
   const Dims d(in[0], in[1], in[2], a, in.size() > 3 ? &in[3] : nullptr);
@@ -143,14 +139,8 @@ void attention(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a
 //   dV += (P Z)^T dO,  dS = P (dO V^T Z - D),  dQ = dS K * scale,  dK = dS^T Q * scale.
 // Batches run in parallel (dK and dV sum over the rows of one batch).
 void attention_backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-  if (attention_layout::heads_inner(a)) {
-    attention_layout::backward(
-        in, out, a, [](auto&&...) { return false; },
-        [](std::span<const Tensor> i, std::span<Tensor> o, const Attrs& b) {
-          attention_backward(i, o, b);
-        });
-    return;
-  }
+  if (attention_layout::heads_inner(a))
+    return attention_layout::backward(in, out, a, attention_backward, /*writes_strided=*/false);
   const Tensor q = compute_contiguous(in[0]), k = compute_contiguous(in[1]),
                v = compute_contiguous(in[2]), o = compute_contiguous(in[3]),
                lse = compute_contiguous(in[4]), go = compute_contiguous(in[5]);

@@ -324,15 +324,8 @@ void move_out(Storage& s) {
   const int device = s.device.index;
   void* fresh = nullptr;
   {
-    Pool* prev = tl_pool;  // the shared cache, whatever scope this thread is in
-    tl_pool = nullptr;
-    try {
-      fresh = cuda_malloc(device, s.nbytes);
-    } catch (...) {
-      tl_pool = prev;
-      throw;
-    }
-    tl_pool = prev;
+    PoolScope shared(nullptr);  // the shared cache, whatever scope this thread is in
+    fresh = cuda_malloc(device, s.nbytes);
   }
   cuda::detail::use_device(device);
   cuda::detail::check(cudaMemcpyAsync(fresh, s.data, s.nbytes, cudaMemcpyDeviceToDevice,

@@ -9,18 +9,9 @@ namespace ember::cuda {
 
 namespace {
 void attention_backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-  if (attention_layout::heads_inner(a)) {
-    // cuDNN and ember's kernels both read and write the [B, H, L, F] views as they lie.
-    auto ours = [](std::span<const Tensor> i, std::span<Tensor> o, const Attrs& b) {
-      attn::backward(i, o, b, attn::cuda_runner(i[0], "attention_backward"));
-    };
-    auto either = [&](std::span<const Tensor> i, std::span<Tensor> o, const Attrs& b) {
-      if (!cudnn_attention_backward(i, o, b)) ours(i, o, b);
-      return true;
-    };
-    attention_layout::backward(in, out, a, either, ours);
-    return;
-  }
+  // cuDNN and ember's kernels both read and write the heads-inner layout's views as they lie.
+  if (attention_layout::heads_inner(a))
+    return attention_layout::backward(in, out, a, attention_backward, /*writes_strided=*/true);
   if (cudnn_attention_backward(in, out, a)) return;  // cuDNN's where it takes it
   attn::backward(in, out, a, attn::cuda_runner(in[0], "attention_backward"));
 }

@@ -10,20 +10,11 @@ namespace ember::cuda {
 
 namespace {
 void attention(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-  auto ours = [](std::span<const Tensor> i, std::span<Tensor> o, const Attrs& b) {
-    attn::forward(i, o, b, attn::cuda_runner(i[0], "attention"));
-  };
-  if (attention_layout::heads_inner(a)) {
-    // cuDNN and ember's kernels both write the [B, H, L, F] view as it lies.
-    auto either = [&](std::span<const Tensor> i, std::span<Tensor> o, const Attrs& b) {
-      if (!cudnn_attention(i, o, b)) ours(i, o, b);
-      return true;
-    };
-    attention_layout::forward(in, out, a, either, ours);
-    return;
-  }
+  // cuDNN and ember's kernels both write the heads-inner layout's [B, H, L, F] view as it lies.
+  if (attention_layout::heads_inner(a))
+    return attention_layout::forward(in, out, a, attention, /*writes_strided=*/true);
   if (cudnn_attention(in, out, a)) return;  // cuDNN's fused kernels where they take it
-  ours(in, out, a);
+  attn::forward(in, out, a, attn::cuda_runner(in[0], "attention"));
 }
 }  // namespace
 
