@@ -663,31 +663,31 @@ def ember_train_run(gpt, text_path, iters):
 
 
 def torch_rows(quick, repeat, wants, use_compile):
-    out = []
+    """PyTorch's side of each wanted row, yielded as it is measured."""
     if wants("cuda/add_f32_256M"):
         n = (1 << 24) if quick else (256 << 20)
         a, b = torch.rand(n, device=DEV), torch.rand(n, device=DEV)
-        out.append(bandwidth_row("cuda/add_f32_256M", gpu_ms(lambda: a + b, repeat), 3.0 * n * 4,
-                                 repeat))
+        yield bandwidth_row("cuda/add_f32_256M", gpu_ms(lambda: a + b, repeat), 3.0 * n * 4,
+                            repeat)
         del a, b
     rows_n, cols = (1024 if quick else 16384), 4096
     if wants("cuda/softmax_f32_16384x4096"):
         x = torch.randn(rows_n, cols, device=DEV)
-        out.append(bandwidth_row("cuda/softmax_f32_16384x4096",
-                                 gpu_ms(lambda: x.softmax(-1), repeat), 2.0 * rows_n * cols * 4,
-                                 repeat))
+        yield bandwidth_row("cuda/softmax_f32_16384x4096",
+                            gpu_ms(lambda: x.softmax(-1), repeat), 2.0 * rows_n * cols * 4,
+                            repeat)
     if wants("cuda/layer_norm_f32_16384x4096"):
         x = torch.randn(rows_n, cols, device=DEV)
         w, b = torch.ones(cols, device=DEV), torch.zeros(cols, device=DEV)
-        out.append(bandwidth_row("cuda/layer_norm_f32_16384x4096",
-                                 gpu_ms(lambda: F.layer_norm(x, (cols,), w, b), repeat),
-                                 2.0 * rows_n * cols * 4, repeat))
+        yield bandwidth_row("cuda/layer_norm_f32_16384x4096",
+                            gpu_ms(lambda: F.layer_norm(x, (cols,), w, b), repeat),
+                            2.0 * rows_n * cols * 4, repeat)
     if wants("cuda/matmul_bf16_8192"):
         m = 1024 if quick else 8192
         a = torch.randn(m, m, device=DEV, dtype=torch.bfloat16)
         b = torch.randn(m, m, device=DEV, dtype=torch.bfloat16)
         ms = gpu_ms(lambda: a @ b, repeat)
-        out.append(row("cuda/matmul_bf16_8192", ms, tflops=2.0 * m ** 3 / (ms * 1e9)))
+        yield row("cuda/matmul_bf16_8192", ms, tflops=2.0 * m ** 3 / (ms * 1e9))
     if wants("cuda/add_1elem_overhead"):
         # Host side, as ember-bench: batches of 256 queued ops, the device drained between them.
         a, b = torch.ones(1, device=DEV), torch.ones(1, device=DEV)
@@ -701,7 +701,7 @@ def torch_rows(quick, repeat, wants, use_compile):
         torch.cuda.synchronize()
         per_op.sort()
         ms = per_op[len(per_op) // 2]
-        out.append(row("cuda/add_1elem_overhead", ms, us_per_op=ms * 1000))
+        yield row("cuda/add_1elem_overhead", ms, us_per_op=ms * 1000)
     for name, bsz, heads, t, p in (("cuda/attention_bf16", 8 if quick else 64, 6, 256, 0.2),
                                    ("cuda/attention_gpt2_bf16", 2 if quick else 16, 12, 1024, 0.0)):
         if not wants(name):
@@ -716,47 +716,46 @@ def torch_rows(quick, repeat, wants, use_compile):
         ms = gpu_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                                            dropout_p=p).backward(g), repeat)
         flops = 3.5 * 2 * 2.0 * bsz * heads * t * t * hs / 2
-        out.append(row(name, ms, fwd_ms=fwd, tflops=flops / (ms * 1e9),
-                       note=f"fwd + bwd, causal, dropout {p}"))
+        yield row(name, ms, fwd_ms=fwd, tflops=flops / (ms * 1e9),
+                  note=f"fwd + bwd, causal, dropout {p}")
     for name, dtype in (("cuda/gpt_train_step", torch.float32),
                         ("cuda/gpt_train_step_bf16", torch.bfloat16)):
         if wants(name):
-            out.append(gpt_step_row(name, quick, 2 if quick else 10, dtype))
+            yield gpt_step_row(name, quick, 2 if quick else 10, dtype)
 
     # Compiled against eager.
     if wants("cuda/fused_relu_add_mul_f32_256M"):
         n = (1 << 24) if quick else (256 << 20)
         a, b, c = (torch.randn(n, device=DEV) for _ in range(3))
-        out.append(compiled_bandwidth_row("cuda/fused_relu_add_mul_f32_256M",
-                                          lambda p, q, r: (torch.relu(p) + q) * r, (a, b, c),
-                                          4.0 * n * 4, repeat, use_compile))
+        yield compiled_bandwidth_row("cuda/fused_relu_add_mul_f32_256M",
+                                     lambda p, q, r: (torch.relu(p) + q) * r, (a, b, c),
+                                     4.0 * n * 4, repeat, use_compile)
         del a, b, c
     if wants("cuda/compiled_softmax_f32_16384x4096"):
         x = torch.randn(rows_n, cols, device=DEV)
-        out.append(compiled_bandwidth_row("cuda/compiled_softmax_f32_16384x4096",
-                                          lambda t: t.softmax(-1), (x,), 2.0 * rows_n * cols * 4,
-                                          repeat, use_compile))
+        yield compiled_bandwidth_row("cuda/compiled_softmax_f32_16384x4096",
+                                     lambda t: t.softmax(-1), (x,), 2.0 * rows_n * cols * 4,
+                                     repeat, use_compile)
     if wants("cuda/compiled_layer_norm_f32_16384x4096"):
         x = torch.randn(rows_n, cols, device=DEV)
         w, b = torch.randn(cols, device=DEV), torch.randn(cols, device=DEV)
-        out.append(compiled_bandwidth_row("cuda/compiled_layer_norm_f32_16384x4096",
-                                          lambda t, wt, bs: F.layer_norm(t, (cols,), wt, bs),
-                                          (x, w, b), 2.0 * rows_n * cols * 4, repeat, use_compile))
+        yield compiled_bandwidth_row("cuda/compiled_layer_norm_f32_16384x4096",
+                                     lambda t, wt, bs: F.layer_norm(t, (cols,), wt, bs),
+                                     (x, w, b), 2.0 * rows_n * cols * 4, repeat, use_compile)
     for shape in GPT_SHAPES:
         name = f"cuda/gpt_forward{shape}_bf16"
         if wants(name):
-            out.append(gpt_forward_row(name, shape, quick, repeat, use_compile))
+            yield gpt_forward_row(name, shape, quick, repeat, use_compile)
     for shape in GPT_SHAPES:
         name = f"cuda/gpt_train_step{shape}_bf16" if shape else "cuda/gpt_train_step_compiled_bf16"
         if wants(name):
-            out.append(gpt_compiled_step_row(name, shape, quick, 2 if quick else 10, use_compile))
+            yield gpt_compiled_step_row(name, shape, quick, 2 if quick else 10, use_compile)
 
     # GPT-2 at batch 1: one forward, and greedy decoding with a key/value cache.
     if wants("cuda/gpt_forward_gpt2_b1_bf16"):
-        out.append(gpt_forward_b1_row("cuda/gpt_forward_gpt2_b1_bf16", repeat, use_compile))
+        yield gpt_forward_b1_row("cuda/gpt_forward_gpt2_b1_bf16", repeat, use_compile)
     if wants("cuda/gpt_decode_gpt2_bf16"):
-        out.append(gpt_decode_row("cuda/gpt_decode_gpt2_bf16", quick, use_compile))
-    return out
+        yield gpt_decode_row("cuda/gpt_decode_gpt2_bf16", quick, use_compile)
 
 
 def ember_rows(path, quick, repeat, only):
@@ -838,18 +837,31 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     wants = lambda name: re.search(a.only, name) is not None if a.only else True
+    t0 = time.perf_counter()
     ember = ember_rows(a.ember, a.quick, a.repeat, a.only)
+    print(f"[compare_torch] {len(ember)} ember rows measured in {time.perf_counter() - t0:.0f} s",
+          file=sys.stderr, flush=True)
     torch.cuda.empty_cache()
     if a.torch_compile:
         # torch.compile's disk caches in a new directory, so its first calls compile cold.
         cache = tempfile.TemporaryDirectory(prefix="torch-compile-cache-")
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache.name
         os.environ["TRITON_CACHE_DIR"] = os.path.join(cache.name, "triton")
-    theirs = torch_rows(a.quick, a.repeat, wants, a.torch_compile)
     meta = {"name": "meta", "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
             "cuda": torch.version.cuda, "torch_compile": a.torch_compile,
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    for r in [meta] + ember + theirs + ratios(ember, theirs):
+    # Each row is printed as soon as it is measured, so a run cut short keeps what it measured.
+    for r in [meta] + ember:
+        print(json.dumps(r), flush=True)
+    theirs = []
+    t0 = time.perf_counter()
+    for r in torch_rows(a.quick, a.repeat, wants, a.torch_compile):
+        r = dict(r)
+        theirs.append(r)
+        print(json.dumps(r), flush=True)
+        print(f"[compare_torch] {r['name']}: torch measured at {time.perf_counter() - t0:.0f} s",
+              file=sys.stderr, flush=True)
+    for r in ratios(ember, theirs):
         print(json.dumps(r), flush=True)
 
 

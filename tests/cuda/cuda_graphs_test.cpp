@@ -182,8 +182,7 @@ TEST_F(CudaGraphs, DecodeStepGivesEagerDecodingsTokens) {
   Step eager = [m](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
                    const std::vector<Tensor>& v) { return m->decode_step(x, pos, k, v); };
   auto step = compile(eager, graphed());
-  auto decode = [&](const Step& s) {
-    nn::KVCache cache = m->preallocated_cache(1);
+  auto decode = [&](const Step& s, nn::KVCache cache) {
     Tensor idx = m->forward_cached(prompt, cache).select(1, -1).argmax(-1, true);
     std::vector<Tensor> tokens{idx};
     std::vector<Tensor> logits;
@@ -196,10 +195,11 @@ TEST_F(CudaGraphs, DecodeStepGivesEagerDecodingsTokens) {
     return std::make_pair(cat(tokens, 1).cpu().to_vector<int64_t>(), cat(logits, 1));
   };
   const CudaGraphCounters c0 = cuda_graph_counters();
-  auto [want_tokens, want_logits] = decode(eager);
-  auto [got_tokens, got_logits] =
-      decode([&](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
-                 const std::vector<Tensor>& v) { return step(x, pos, k, v); });
+  auto [want_tokens, want_logits] = decode(eager, m->preallocated_cache(1));
+  const Step graphed_step = [&](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
+                                const std::vector<Tensor>& v) { return step(x, pos, k, v); };
+  const nn::KVCache first = m->preallocated_cache(1);
+  auto [got_tokens, got_logits] = decode(graphed_step, first);
   const CudaGraphCounters c1 = cuda_graph_counters();
   EXPECT_EQ(got_tokens, want_tokens);
   EXPECT_LE(rel_err(got_logits, want_logits), 1e-4);
@@ -207,16 +207,25 @@ TEST_F(CudaGraphs, DecodeStepGivesEagerDecodingsTokens) {
   EXPECT_EQ(c1.recordings - c0.recordings, 1);
   EXPECT_EQ(c1.replays - c0.replays, 24);
   EXPECT_EQ(c1.unrecorded_runs - c0.unrecorded_runs, 0);
-  // A new cache: its first call runs unrecorded, its second is recorded, the rest replay.
+  // A new cache elsewhere (the first still held): its first call runs unrecorded, its second
+  // is recorded, the rest replay.
   const CudaGraphCounters c2 = cuda_graph_counters();
-  auto [again_tokens, again_logits] =
-      decode([&](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
-                 const std::vector<Tensor>& v) { return step(x, pos, k, v); });
+  const nn::KVCache second = m->preallocated_cache(1);
+  ASSERT_NE(second.k[0].data_ptr(), first.k[0].data_ptr());
+  auto [again_tokens, again_logits] = decode(graphed_step, second);
   const CudaGraphCounters c3 = cuda_graph_counters();
   EXPECT_EQ(again_tokens, want_tokens);
   EXPECT_EQ(c3.unrecorded_runs - c2.unrecorded_runs, 1);
   EXPECT_EQ(c3.recordings - c2.recordings, 1);
   EXPECT_EQ(c3.replays - c2.replays, 24);
+  // The first cache again: its recording replays from the first call.
+  const CudaGraphCounters c4 = cuda_graph_counters();
+  auto [third_tokens, third_logits] = decode(graphed_step, first);
+  const CudaGraphCounters c5 = cuda_graph_counters();
+  EXPECT_EQ(third_tokens, want_tokens);
+  EXPECT_EQ(c5.unrecorded_runs - c4.unrecorded_runs, 0);
+  EXPECT_EQ(c5.recordings - c4.recordings, 0);
+  EXPECT_EQ(c5.replays - c4.replays, 26);
 }
 
 }  // namespace
