@@ -358,6 +358,20 @@ Row gpt2_decode_row(bool quick) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     return std::make_pair(cat(tokens, 1).cpu().to_vector<int64_t>(), s);
   };
+  static const bool compiled_only = std::getenv("EMBER_BENCH_COMPILED_ONLY") != nullptr;
+  if (compiled_only) {
+    // The op profile, if on, of the default mode's decode steps alone.
+    generate(compiled);
+    op_profile::restart();
+    const double s = generate(compiled).second;
+    op_profile::print_now("the prompt, then " + std::to_string(steps) +
+                          " decode steps compiled in the default mode");
+    Row r{"cuda/gpt_decode_gpt2_bf16", NAN};
+    r.compiled_ms = s * 1000 / double(steps);
+    r.device = kGpu.str();
+    r.note = "EMBER_BENCH_COMPILED_ONLY: the default mode alone, per token";
+    return r;
+  }
   auto [eager_tokens, eager_s] = generate(eager);
   const double compile_s = seconds_of([&] { generate(graphed); });
   generate(compiled);

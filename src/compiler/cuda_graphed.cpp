@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/make_tensor.h"
+#include "dispatch/op_profile.h"
 #include "ember/autograd.h"
 #include "graph/graph_util.h"
 #include "kernels/cuda_graph.h"
@@ -55,7 +56,10 @@ class CudaGraphed : public capture::Runnable {
   CudaGraphed(std::shared_ptr<const capture::Runnable> inner,
               std::shared_ptr<const graph::Graph> g, Device device)
       : inner_(std::move(inner)), g_(std::move(g)), device_(device) {
-    if (graph::draws_random(*g_)) off_why_ = "it draws random numbers (a replay would repeat the recorded draws)";
+    if (graph::draws_random(*g_))
+      off_why_ = "it draws random numbers (a replay would repeat the recorded draws)";
+    else if (op_profile::enabled())
+      off_why_ = "EMBER_PROFILE_OPS times each kernel on its own";
     for (const graph::Mutation& m : g_->mutations()) mutated_.push_back(m.target->input_index);
   }
 
