@@ -62,9 +62,12 @@ void mark_static(const Tensor& t, int64_t dim);
 
 // Process-wide counters of mode "reduce-overhead" (tests and benchmarks read them): graphs
 // recorded, replays launched, runs of such graphs without a recording (warm-up calls excluded),
-// and outputs moved out of a recording's memory because they were still held at the next replay.
+// and outputs moved out of a recording's memory because they were still held at the next replay;
+// and the device memory the recordings alive now keep reserved in their pools (the mode's memory
+// cost: it goes back to the allocator's cache when the callables holding them are destroyed).
 struct CudaGraphCounters {
   int64_t recordings = 0, replays = 0, unrecorded_runs = 0, moved_outputs = 0;
+  int64_t pool_bytes = 0;
 };
 // The counters so far (all zero in a build without CUDA or where nothing was recorded).
 CudaGraphCounters cuda_graph_counters();

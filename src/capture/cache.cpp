@@ -18,7 +18,9 @@ struct Entry {
   bool training = false;  // compiled for grad mode on with an input that requires grad
   std::vector<bool> requires_grad;
   std::shared_ptr<const graph::Graph> graph;
-  std::shared_ptr<const Runnable> runnable;
+  std::shared_ptr<const Runnable> runnable;  // null when the callables own it (weak)
+  std::weak_ptr<const Runnable> weak;
+  std::shared_ptr<const Runnable> get() const { return runnable ? runnable : weak.lock(); }
 };
 
 struct SegmentCache {
@@ -50,8 +52,10 @@ std::shared_ptr<const Runnable> lookup_or_compile(Backend& be,
     std::lock_guard<std::mutex> lock(c.mu);
     for (const Entry& e : c.map[be.name()][h]) {
       if (e.training == training && e.requires_grad == rg && e.graph->structurally_equal(*g)) {
-        *compiled = false;
-        return e.runnable;
+        if (auto r = e.get()) {
+          *compiled = false;
+          return r;
+        }
       }
     }
   }
@@ -69,13 +73,17 @@ std::shared_ptr<const Runnable> lookup_or_compile(Backend& be,
   if (!r) r = be.compile(g);
   std::lock_guard<std::mutex> lock(c.mu);
   auto& bucket = c.map[be.name()][h];
+  std::erase_if(bucket, [](const Entry& e) { return !e.get(); });  // their callables are gone
   for (const Entry& e : bucket) {
     if (e.training == training && e.requires_grad == rg && e.graph->structurally_equal(*g)) {
       *compiled = true;
-      return e.runnable;
+      return e.get();
     }
   }
-  bucket.push_back({training, rg, g, r});
+  if (be.held_by_callables())
+    bucket.push_back({training, rg, g, nullptr, r});
+  else
+    bucket.push_back({training, rg, g, r, {}});
   *compiled = true;
   return r;
 }

@@ -44,6 +44,10 @@ class Backend {
   // Whether the backend gives eager's results bit for bit. Graphs for such a backend are not
   // rearranged in ways that change rounding (training.cpp).
   virtual bool bitwise_eager() const { return false; }
+  // Whether the callables that use a compiled graph own it: the segment cache then shares it
+  // between callables only while one of them holds it (it keeps resources, such as the device
+  // memory of recorded CUDA graphs, that must go when they do).
+  virtual bool held_by_callables() const { return false; }
 };
 // "eager" and whatever else was registered; throws for an unknown name.
 Backend& backend(const std::string& name);
@@ -222,6 +226,9 @@ struct TraceResult {
   bool broke = false;
   Guards guards;
   std::unique_ptr<ReplayPlan> plan;  // when the function never broke
+  // Each segment's compiled graph, in order (a callable whose function breaks keeps them: see
+  // Backend::held_by_callables).
+  std::vector<std::shared_ptr<const Runnable>> runnables;
   std::vector<BreakRecord> breaks;
   std::vector<int64_t> ops_per_segment;
   std::vector<std::string> graphs;

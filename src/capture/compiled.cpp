@@ -33,6 +33,8 @@ struct CompiledCore::State {
     // served by code built for the same program at other sizes.
     bool counts = true;
     std::unique_ptr<capture::ReplayPlan> plan;
+    // A segmented entry's compiled graphs, which its re-traces find in the segment cache.
+    std::vector<std::shared_ptr<const capture::Runnable>> segments;
   };
   mutable std::shared_mutex entries_mu;
   std::vector<std::shared_ptr<const Entry>> entries;
@@ -242,6 +244,7 @@ bool CompiledCore::call(CallFrame& frame, FunctionRef<void(CallFrame&)> body) {
   e->segmented = r.broke;
   e->counts = !(r.compiles > 0 && r.shared_compiles + r.deferred_compiles == r.compiles);
   e->plan = std::move(r.plan);
+  if (r.broke) e->segments = std::move(r.runnables);
   if (capture::log_enabled(capture::Log::Guards))
     capture::log_line(capture::Log::Guards, s.name + ": cache entry " + std::to_string(n) +
                                                 " guards:\n" + e->guards.str());

@@ -3,6 +3,7 @@
 // inputs; in-place writes are recorded as new values (and as mutations of real tensors); a
 // sync point or an op capture cannot record runs the pending segment, makes the symbolic
 // tensors the program still holds real in place, and starts a new segment.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 
@@ -431,8 +432,16 @@ class Tracer : public CaptureHook {
       // Removed random ops still reserve their draws at each run (graph.h), so the stream
       // stays where eager leaves it.
       s.g->eliminate_dead_code();
+      // Work repeated with the same inputs (a mask or a position table each layer builds) is
+      // done once. Not in a graph autograd differentiates: merged uses would sum their grads in
+      // another order than eager (the training compile merges its backward's on its own).
+      const bool differentiated =
+          is_grad_enabled() && std::any_of(s.inputs.begin(), s.inputs.end(),
+                                           [](const Tensor& t) { return t.requires_grad(); });
+      if (!differentiated) s.g->eliminate_common_subexpressions();
       bool compiled = false;
       runnable = lookup_or_compile(*cfg_.backend, s.g, s.inputs, &compiled);
+      out_.runnables.push_back(runnable);
       out_.ops_per_segment.push_back(int64_t(s.g->num_ops()));
       if (compiled) {
         out_.compiles++;

@@ -560,6 +560,8 @@ class CompilerBackend : public capture::Backend {
   std::string name() const override {
     return reduce_overhead_ ? "compiler/reduce-overhead" : "compiler";
   }
+  // Recordings keep device memory: it goes back with the last callable that uses them.
+  bool held_by_callables() const override { return reduce_overhead_; }
   std::shared_ptr<const capture::Runnable> compile(std::shared_ptr<const graph::Graph> g) override {
     bool on_gpu = false;
     for (const auto& v : g->values()) on_gpu |= v->device.type != DeviceType::CPU;

@@ -161,6 +161,7 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
     else if (const int b = bias_fold_of_node_[size_t(steps_[s].index)]; b >= 0) {
       for (const graph::Value* v : steps_[s].node->inputs) last[size_t(v->id)] = int(s);
       last[size_t(bias_folds_[size_t(b)].bias->id)] = int(s);
+      if (const graph::Value* r = bias_folds_[size_t(b)].residual) last[size_t(r->id)] = int(s);
     } else
       for (const graph::Value* v : steps_[s].node->inputs) last[size_t(v->id)] = int(s);
   }
@@ -180,7 +181,10 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
                " parameter and grad casts batched), " + std::to_string(eager) +
                " eager node(s) (" + std::to_string(folds_.size()) +
                " layer_norm_backward with a cast or add folded in, " +
-               std::to_string(bias_folds_.size()) + " matmul(s) with the bias add in the gemm, " +
+               std::to_string(bias_folds_.size()) + " matmul(s) with the bias add (and " +
+               std::to_string(std::count_if(bias_folds_.begin(), bias_folds_.end(),
+                                            [](const BiasFold& f) { return f.residual; })) +
+               " with a residual add) in the gemm, " +
                std::to_string(ce_folds_.size()) + " cross_entropy grad(s) by their own kernel)");
   if (plan_.groups.empty()) return;
   lowered_.reserve(plan_.groups.size());
@@ -356,9 +360,13 @@ void CudaCompiledGraph::run_bias_fold(const BiasFold& f, std::vector<Tensor>& en
     o.device = device_;
     out = empty(sizes, o);
   }
-  const bool done = out.defined() && profiled(
-      device_, [&] { return gemm_bias::run(a, b, env[size_t(f.bias->id)], out); },
-      [&] { return "matmul + bias " + a.shape_str() + ", " + b.shape_str(); });
+  const Tensor residual = f.residual ? env[size_t(f.residual->id)] : Tensor();
+  const bool done = out.defined() && (!f.residual || residual.defined()) && profiled(
+      device_, [&] { return gemm_bias::run(a, b, env[size_t(f.bias->id)], out, residual); },
+      [&] {
+        return std::string(f.residual ? "matmul + bias + residual " : "matmul + bias ") +
+               a.shape_str() + ", " + b.shape_str();
+      });
   if (!done) {  // the gemm does not take these tensors: the plan's steps
     run_node(n, env);
     run_kernel(f.add_group, env);

@@ -152,21 +152,39 @@ std::vector<BiasFold> bias_folds(const graph::Graph& g, const FusionPlan& plan,
     const graph::Node* r = readers.sole(p);
     if (!r) continue;
     const int k = plan.group_of_node[size_t(readers.index.at(r))];
-    if (k < 0 || !lone(plan.groups[size_t(k)], OpId::add) || r->inputs.size() != 2 ||
-        r->inputs[0] == r->inputs[1])
+    if (k < 0 || r->op != OpId::add || r->inputs.size() != 2 || r->inputs[0] == r->inputs[1])
       continue;
+    // The group: the bias add alone, or the bias add then a second add of a residual to it.
+    const FusionGroup& grp = plan.groups[size_t(k)];
+    const graph::Node* second = nullptr;
+    if (!lone(grp, OpId::add)) {
+      if (grp.nodes.size() != 2 || grp.row || grp.gemm || grp.col || !grp.extra_outputs.empty() ||
+          grp.nodes[0] != r || grp.nodes[1]->op != OpId::add)
+        continue;
+      second = grp.nodes[1];
+      const auto& in = second->inputs;
+      if (in.size() != 2 || in[0] == in[1] || (in[0] != r->outputs[0] && in[1] != r->outputs[0]))
+        continue;
+    }
     const graph::Value* bias = r->inputs[r->inputs[0] == p ? 1 : 0];
-    const graph::Value* sum = r->outputs[0];
-    // The bias must exist when the matmul runs: the sum is computed then.
-    const bool ready =
-        readers.before(bias, int(i)) ||
-        std::find(at_start.begin(), at_start.end(),
-                  plan.group_of_node[size_t(readers.index.at(bias->producer))]) != at_start.end();
+    const graph::Value* residual =
+        second ? second->inputs[second->inputs[0] == r->outputs[0] ? 1 : 0] : nullptr;
+    const graph::Value* sum = (second ? second : r)->outputs[0];
+    // The bias and the residual must exist when the matmul runs: the sum is computed then.
+    auto ready = [&](const graph::Value* v) {
+      return readers.before(v, int(i)) ||
+             std::find(at_start.begin(), at_start.end(),
+                       plan.group_of_node[size_t(readers.index.at(v->producer))]) !=
+                 at_start.end();
+    };
     if (bias->meta.dtype != t || bias->meta.sizes != Shape{p->meta.sizes.back()} ||
-        !contiguous(*bias) || !ready || sum->meta.dtype != t ||
+        !contiguous(*bias) || !ready(bias) || sum->meta.dtype != t ||
         sum->meta.sizes != p->meta.sizes || !contiguous(*sum))
       continue;
-    folds.push_back({int(i), k, bias, sum});
+    if (residual && (residual->meta.dtype != t || residual->meta.sizes != p->meta.sizes ||
+                     !contiguous(*residual) || !ready(residual)))
+      continue;
+    folds.push_back({int(i), k, bias, sum, residual});
   }
   return folds;
 }

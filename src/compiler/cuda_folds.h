@@ -38,15 +38,18 @@ struct LayerNormFold {
 // The layer_norm_backward nodes of g (float32, with a weight) that have a neighbour to fold.
 std::vector<LayerNormFold> layer_norm_folds(const graph::Graph& g, const FusionPlan& plan);
 
-// A matmul (the graph's node `node`) whose 16-bit product only a lone add group `add_group`
-// reads, adding `bias`, a contiguous vector of the product's last dim and dtype, giving `sum`:
-// one gemm with the bias in its epilogue. The bias is made before the matmul runs: by an earlier
-// node, or by one of the groups `at_start` (the batched casts, run when the graph starts).
+// A matmul (the graph's node `node`) whose 16-bit product only an add group `add_group` reads,
+// adding `bias`, a contiguous vector of the product's last dim and dtype, and then perhaps a
+// `residual` of the product's shape (the group's second add: x + linear(y)), giving `sum`: one
+// gemm with the bias in its epilogue and the residual as its C operand. The bias and residual
+// are made before the matmul runs: by an earlier node, or by one of the groups `at_start` (the
+// batched casts, run when the graph starts).
 struct BiasFold {
   int node = -1;
   int add_group = -1;
   const graph::Value* bias = nullptr;
   const graph::Value* sum = nullptr;
+  const graph::Value* residual = nullptr;  // null: the bias alone
 };
 std::vector<BiasFold> bias_folds(const graph::Graph& g, const FusionPlan& plan,
                                  const std::vector<int>& at_start);

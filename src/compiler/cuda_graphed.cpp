@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "core/make_tensor.h"
@@ -19,7 +21,8 @@ std::atomic<int64_t> g_recordings{0}, g_replays{0}, g_unrecorded{0}, g_moved{0};
 }  // namespace
 
 CudaGraphCounters cuda_graph_counters() {
-  return {g_recordings.load(), g_replays.load(), g_unrecorded.load(), g_moved.load()};
+  return {g_recordings.load(), g_replays.load(), g_unrecorded.load(), g_moved.load(),
+          int64_t(cuda_graph::live_pool_bytes())};
 }
 
 namespace compiler {
@@ -27,6 +30,12 @@ namespace compiler {
 namespace {
 
 constexpr size_t kMaxRecordings = 4;
+
+std::string mib(size_t bytes) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.1f", double(bytes) / double(1 << 20));
+  return s;
+}
 
 const char* address_of(const Tensor& t) {
   return static_cast<const char*>(t.impl()->storage->data) +
@@ -304,7 +313,8 @@ class CudaGraphed : public capture::Runnable {
     g_recordings++;
     capture::log_line(capture::Log::CudaGraphs,
                       "recorded a graph of " + std::to_string(g_->num_ops()) + " ops as " +
-                          std::to_string(cuda_graph::nodes(*r.exec)) + " CUDA graph nodes");
+                          std::to_string(cuda_graph::nodes(*r.exec)) + " CUDA graph nodes, " +
+                          mib(cuda_graph::pool_bytes(*r.pool)) + " MiB in its pool");
     r.alias.assign(outs.size(), -2);
     for (size_t k = 0; k < outs.size(); ++k) {
       if (!outs[k].defined() || !outs[k].impl()->storage) continue;

@@ -36,6 +36,11 @@ class PoolScope {
 // Whether `data` (a storage's block) belongs to some recording's pool.
 bool in_a_pool(const void* data);
 
+// Device memory the pool's segments take (what its recording keeps reserved), and that of every
+// pool alive in the process.
+size_t pool_bytes(const Pool& pool);
+size_t live_pool_bytes();
+
 // Gives `s` a block of the device's shared cache holding its bytes (copied in the order of the
 // device's stream) in place of the block it had, which it frees (or, for storage it did not
 // own, leaves). Every tensor on `s` sees the new block.

@@ -1,6 +1,6 @@
 // A matmul with its bias add in the gemm's epilogue, for compiled graphs on a GPU: out = a @ b +
 // bias in one kernel, where the ops (a matmul, then an add) take two and pass the product through
-// memory. Results are within an ulp of out's dtype of the exact sums, as the ops' are (the GPU
+// memory; with a residual added after the bias, one kernel where the ops take three. Results are within an ulp of out's dtype of the exact sums, as the ops' are (the GPU
 // tests check both, and that it is no further from them than the ops).
 // src/kernels/cuda/gemm_bias.cpp implements it through cuBLASLt; in a build without CUDA it takes
 // nothing.
@@ -9,11 +9,14 @@
 
 namespace ember::gemm_bias {
 
-// out [..., m, n] = a [..., m, k] @ b [k, n] + bias [n], all bfloat16 or all float16 on one
-// CUDA device: a's leading dims folded into its rows (rows of k contiguous elements, evenly
-// apart), b a matrix read as it lies (rows or columns contiguous), bias and out contiguous.
-// False, with nothing written, where it does not take these tensors (another dtype, other
-// layouts, no cuBLASLt algorithm): the caller runs the ops instead.
-bool run(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
+// out [..., m, n] = a [..., m, k] @ b [k, n] + bias [n] (+ residual [..., m, n], when given),
+// all bfloat16 or all float16 on one CUDA device: a's leading dims folded into its rows (rows of
+// k contiguous elements, evenly apart), b a matrix read as it lies (rows or columns contiguous),
+// bias, residual and out contiguous. The residual is the gemm's C operand (beta 1), so a
+// residual block's `x + linear(y)` is one kernel too. False, with nothing written, where it does
+// not take these tensors (another dtype, other layouts, no cuBLASLt algorithm): the caller runs
+// the ops instead.
+bool run(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
+         const Tensor& residual = Tensor());
 
 }  // namespace ember::gemm_bias

@@ -85,9 +85,14 @@ Tensor CausalSelfAttention::decode_step(const Tensor& x, const Tensor& pos, Tens
   const Tensor here = slots.eq(pos).view({1, 1, block, 1});
   k_cache.copy_(where(here, k.to(k_cache.dtype()), k_cache));
   v_cache.copy_(where(here, v.to(v_cache.dtype()), v_cache));
+  // The keys after this position masked by an additive -inf: scaling and masking are one
+  // pointwise step, and compiled, the mask (the same in every layer) is built once a step.
+  TensorOptions o(q.dtype());
+  o.device = x.device();
+  const Tensor after = zeros({block}, o).masked_fill(slots.gt(pos), -INFINITY);
   Tensor att = matmul(k_cache.to(q.dtype()), q.transpose(-2, -1)).transpose(-2, -1) *
                (1.0 / std::sqrt(double(hs)));
-  att = att.masked_fill(slots.gt(pos), -INFINITY).softmax(-1);
+  att = (att + after).softmax(-1);
   Tensor y = matmul(att, v_cache.to(att.dtype()));
   y = y.transpose(1, 2).contiguous().view({B, 1, C});
   return c_proj->forward(y);

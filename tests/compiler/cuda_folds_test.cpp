@@ -20,12 +20,13 @@ const Device kGpu{DeviceType::CUDA, 0};
 // A backend that keeps the graphs it is given and runs them eagerly.
 class GraphKeeper : public capture::Backend {
  public:
-  std::string name() const override { return "keep-graphs-for-cuda-folds"; }
+  std::string name() const override { return name_; }
   std::shared_ptr<const capture::Runnable> compile(std::shared_ptr<const graph::Graph> g) override {
     graphs.push_back(g);
     return capture::backend("eager").compile(g);
   }
   std::vector<std::shared_ptr<const graph::Graph>> graphs;
+  std::string name_ = "keep-graphs-for-cuda-folds";
 };
 
 TEST(CudaFolds, AutocastTrainingCastsParametersAndGradsInBatches) {
@@ -108,6 +109,57 @@ TEST(CudaFolds, AutocastTrainingCastsParametersAndGradsInBatches) {
   EXPECT_EQ(losses, 1);
   // The views after the casts lead to handed-out grads only.
   for (const graph::Node* n : views) EXPECT_EQ(op_info(n->op).kind, OpKind::View);
+}
+
+// A bfloat16 model's decode step: each block's two output projections add their bias and then
+// the residual stream, both in the gemm (the residual its C operand); the projections into
+// the attention and the MLP add their bias alone.
+TEST(CudaFolds, ResidualAddsOfBfloat16ProjectionsGoIntoTheGemm) {
+  auto keeper = std::make_unique<GraphKeeper>();
+  GraphKeeper* kept = keeper.get();
+  kept->name_ = "keep-graphs-for-residual-folds";
+  capture::register_backend(std::move(keeper));
+  manual_seed(5);
+  auto model = std::make_shared<nn::GPT>(test::tiny_gpt());
+  model->to(DType::BFloat16);
+  model->eval();
+  NoGradGuard no_grad;
+  CompileOptions o;
+  o.backend = kept->name();
+  auto step = compile([model](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
+                              const std::vector<Tensor>& v) {
+    return model->decode_step(x, pos, k, v);
+  }, o);
+  nn::KVCache cache = model->preallocated_cache(1);
+  step(zeros({1, 1}, DType::Int64), zeros({1}, DType::Int64), cache.k, cache.v);
+  ASSERT_EQ(kept->graphs.size(), 1u);
+  const graph::Graph& g = *kept->graphs[0];
+  const FusionPlan plan = plan_fusion(g);
+  int64_t with_residual = 0, bias_only = 0;
+  for (const BiasFold& f : bias_folds(g, plan, {})) {
+    const graph::Node& mm = *g.nodes()[size_t(f.node)];
+    EXPECT_EQ(f.sum->meta.dtype, DType::BFloat16);
+    EXPECT_EQ(f.sum->meta.sizes, mm.outputs[0]->meta.sizes);
+    if (!f.residual) {
+      ++bias_only;
+      continue;
+    }
+    ++with_residual;
+    EXPECT_EQ(f.residual->meta.sizes, mm.outputs[0]->meta.sizes);
+    EXPECT_EQ(f.residual->meta.dtype, DType::BFloat16);
+    const auto& grp = plan.groups[size_t(f.add_group)].nodes;
+    ASSERT_EQ(grp.size(), 2u);
+    EXPECT_EQ(grp[0]->op, OpId::add);
+    EXPECT_EQ(grp[1]->op, OpId::add);
+    EXPECT_EQ(grp[1]->outputs[0], f.sum);
+    // The residual exists when the matmul runs.
+    int made = -1;
+    for (size_t i = 0; i < g.nodes().size(); ++i)
+      if (g.nodes()[i].get() == f.residual->producer) made = int(i);
+    EXPECT_LT(made, f.node);
+  }
+  EXPECT_EQ(with_residual, 2 * test::tiny_gpt().n_layer);
+  EXPECT_GE(bias_only, test::tiny_gpt().n_layer);  // at least the attention's input projection
 }
 
 graph::Value* input(graph::Graph& g, const Shape& sizes, DType t) {

@@ -1,7 +1,8 @@
 // The gemm with its bias add in the epilogue (kernels/gemm_bias.h), what compiled GPU graphs run
 // for a 16-bit matmul followed by a bias add: against the float64 product plus bias, within an
 // ulp of the 16-bit result and no further from it than the eager ops, for a weight read as it
-// lies and through a transposed view, and declining what it does not take.
+// lies and through a transposed view, with a residual added as the gemm's C operand, and
+// declining what it does not take.
 #include <gtest/gtest.h>
 
 #include "ember/cuda.h"
@@ -45,6 +46,39 @@ TEST(CudaOps, GemmWithBiasEpilogueMatchesTheFloat64Product) {
                   (eager - want).abs().amax().item() * (1 + 1e-9))
             << what;
       }
+}
+
+// x + linear(y), as a residual block adds it: the residual is the gemm's C operand.
+TEST(CudaOps, GemmWithBiasAndResidualMatchesTheFloat64Sum) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  NoGradGuard no_grad;
+  for (DType t : {DType::BFloat16, DType::Float16})
+    for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 3072, 768}, {300, 768, 768}}) {
+      manual_seed(uint64_t(m + k + n + 1));
+      const Tensor a = randn({1, m, k}).to(t).to(kGpu);
+      const Tensor b = randn({n, k}).to(t).to(kGpu).t();
+      const Tensor bias = randn({n}).to(t).to(kGpu);
+      const Tensor x = (randn({1, m, n}) * 4.0).to(t).to(kGpu);
+      TensorOptions o(t);
+      o.device = kGpu;
+      const Tensor out = empty({1, m, n}, o);
+      const std::string what = std::string(dtype_name(t)) + " " + std::to_string(m) + "x" +
+                               std::to_string(k) + "x" + std::to_string(n);
+      ASSERT_TRUE(gemm_bias::run(a, b, bias, out, x)) << what;
+      const Tensor want = matmul(a.cpu().to(DType::Float64), b.cpu().to(DType::Float64)) +
+                          bias.cpu().to(DType::Float64) + x.cpu().to(DType::Float64);
+      const Tensor got = out.cpu().to(DType::Float64);
+      const double ulp = t == DType::BFloat16 ? 0x1p-7 : 0x1p-10;
+      EXPECT_LE(((got - want).abs() - (want.abs() * ulp + 1e-3)).amax().item(), 0.0) << what;
+      // No worse than the eager ops, which round the product, the biased sum and the total.
+      const Tensor eager = (x + (matmul(a, b) + bias)).cpu().to(DType::Float64);
+      EXPECT_LE((got - want).abs().amax().item(),
+                (eager - want).abs().amax().item() * (1 + 1e-9))
+          << what;
+      // A residual of another shape or dtype is declined, with nothing written.
+      EXPECT_FALSE(gemm_bias::run(a, b, bias, out, x.slice(2, 0, n - 1).contiguous()));
+      EXPECT_FALSE(gemm_bias::run(a, b, bias, out, x.to(DType::Float32)));
+    }
 }
 
 TEST(CudaOps, GemmWithBiasEpilogueDeclinesWhatItDoesNotTake) {

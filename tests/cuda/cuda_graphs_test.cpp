@@ -228,5 +228,34 @@ TEST_F(CudaGraphs, DecodeStepGivesEagerDecodingsTokens) {
   EXPECT_EQ(c5.replays - c4.replays, 26);
 }
 
+// The pools' memory is reported while recordings live, and all of it goes back with the callable:
+// the segment cache does not keep a reduce-overhead graph alive for callables to come.
+TEST_F(CudaGraphs, PoolMemoryIsReportedAndGoesBackWithTheCallable) {
+  const Tensor a = randn({128, 256}, gpu()), w = randn({256, 256}, gpu());
+  // The libraries' own first-use memory (cuBLASLt's workspace) before counting.
+  compile(block, compiler_opts())(a, w);
+  cuda::synchronize();
+  const size_t before = cuda::memory_stats(0).allocated_bytes;
+  const int64_t pools_before = cuda_graph_counters().pool_bytes;
+  {
+    auto f = compile(block, graphed());
+    for (int i = 0; i < 4; ++i) EXPECT_LE(rel_err(f(a, w), block(a, w)), 1e-5);
+    const CudaGraphCounters c = cuda_graph_counters();
+    EXPECT_GT(c.pool_bytes, pools_before) << "a recording keeps its pool";
+    cuda::synchronize();
+    EXPECT_GE(cuda::memory_stats(0).allocated_bytes, before);
+  }
+  cuda::synchronize();
+  EXPECT_EQ(cuda_graph_counters().pool_bytes, pools_before);
+  EXPECT_EQ(cuda::memory_stats(0).allocated_bytes, before);
+  // A new callable of the same function records again (nothing was left in the cache).
+  const CudaGraphCounters c0 = cuda_graph_counters();
+  {
+    auto f = compile(block, graphed());
+    for (int i = 0; i < 3; ++i) f(a, w);
+  }
+  EXPECT_EQ(cuda_graph_counters().recordings - c0.recordings, 1);
+}
+
 }  // namespace
 }  // namespace ember::test

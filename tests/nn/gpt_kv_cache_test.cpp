@@ -102,6 +102,36 @@ TEST(GptKvCache, DecodeStepsOverPreallocatedCachesGiveTheFullForwardsLogits) {
                                        "cache written in place)";
 }
 
+// Every layer builds the same slot masks from the position; the compiled step builds them once.
+TEST(GptKvCache, CompiledDecodeStepBuildsTheSlotMasksOnce) {
+  manual_seed(7);
+  auto model = std::make_shared<GPT>(small_config());
+  model->eval();
+  ASSERT_GE(model->config.n_layer, 2);
+  NoGradGuard no_grad;
+  auto step = compile([model](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
+                              const std::vector<Tensor>& v) {
+    return model->decode_step(x, pos, k, v);
+  });
+  KVCache cache = model->preallocated_cache(1);
+  const Tensor x = zeros({1, 1}, DType::Int64), pos = zeros({1}, DType::Int64);
+  step(x, pos, cache.k, cache.v);
+  const ExplainReport r = step.explain();
+  ASSERT_EQ(r.graphs.size(), 1u);
+  auto count = [&](const std::string& op) {
+    int n = 0;
+    for (size_t at = r.graphs[0].find(" = " + op + "("); at != std::string::npos;
+         at = r.graphs[0].find(" = " + op + "(", at + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_EQ(count("arange"), 1) << r.graphs[0];
+  EXPECT_EQ(count("eq"), 1) << r.graphs[0];
+  EXPECT_EQ(count("gt"), 1) << r.graphs[0];
+  EXPECT_EQ(count("masked_fill"), 1) << r.graphs[0];
+  EXPECT_EQ(count("softmax"), int(model->config.n_layer)) << r.graphs[0];
+}
+
 TEST(GptKvCache, GenerateThroughACompiledDecodeStepDrawsTheSameTokens) {
   manual_seed(6);
   auto model = std::make_shared<GPT>(small_config());

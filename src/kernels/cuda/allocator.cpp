@@ -71,7 +71,9 @@ class Pool {
   explicit Pool(int device) : device(device) {}
   ~Pool();
   const int device;
-  Pools pools;  // its free blocks (its stats stay unused: its device's count it)
+  // Its free blocks; its stats count only the segments made for it (reserved_bytes), all else
+  // counts in its device's.
+  Pools pools;
 };
 }  // namespace cuda_graph
 
@@ -79,6 +81,8 @@ namespace {
 
 // The private pool this thread's allocations come from (cuda_graph::PoolScope), if any.
 thread_local cuda_graph::Pool* tl_pool = nullptr;
+// The segments' bytes of the pools alive (cuda_graph::live_pool_bytes). Under Cache::mu.
+size_t g_pool_bytes = 0;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -176,6 +180,10 @@ void* cuda_malloc(int device, size_t nbytes) {
     cuda::detail::use_device(device);
     b = new Block{device, seg, new_segment(device, seg, nbytes, p, &home == &p), small};
     b->home = &home;
+    if (&home != &p) {  // a recording's pool: its own segment
+      home.stats.reserved_bytes += seg;
+      g_pool_bytes += seg;
+    }
   }
   const size_t rest = b->size - size;
   if (rest >= (small ? kRound : kMinLargeSplit)) {
@@ -303,6 +311,19 @@ Pool::~Pool() {
     }
   for (auto& [ptr, b] : c.live)
     if (b->home == &pools) b->home = &dev;
+  g_pool_bytes -= pools.stats.reserved_bytes;
+}
+
+size_t pool_bytes(const Pool& pool) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return pool.pools.stats.reserved_bytes;
+}
+
+size_t live_pool_bytes() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return g_pool_bytes;
 }
 
 std::shared_ptr<Pool> new_pool(int device) {

@@ -1,4 +1,5 @@
-// gemm_bias::run (kernels/gemm_bias.h) through cuBLASLt's bias epilogue. Row-major out = a @ b
+// gemm_bias::run (kernels/gemm_bias.h) through cuBLASLt's bias epilogue (a residual as its C
+// operand, beta 1). Row-major out = a @ b
 // is computed column-major as out^T (n x rows) = b^T (n x k) @ a^T (k x rows), so the bias runs
 // along cuBLASLt's rows, which is what its BIAS epilogue adds. The descriptors and the
 // heuristic's algorithm are made once per shape and layout and kept; the workspace is one
@@ -96,7 +97,8 @@ const Plan& plan_of(const Key& key, cublasLtHandle_t handle, cudaDataType_t type
 
 }  // namespace
 
-bool run(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
+bool run(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
+         const Tensor& residual) {
   const DType dt = out.dtype();
   if (dt != DType::BFloat16 && dt != DType::Float16) return false;
   const Device dev = out.device();
@@ -110,6 +112,11 @@ bool run(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out
     return false;
   for (int64_t d = 0; d + 1 < a.dim(); ++d)
     if (out.sizes()[size_t(d)] != a.sizes()[size_t(d)]) return false;
+  // The residual: laid out as out (the gemm's C and D share one layout).
+  if (residual.defined() &&
+      (residual.dtype() != dt || residual.device() != dev || residual.sizes() != out.sizes() ||
+       !residual.is_contiguous()))
+    return false;
   const int64_t rows = out.numel() / n;
   if (rows == 0) return false;
   // a's rows: k contiguous elements, evenly apart across all its leading dims.
@@ -152,10 +159,11 @@ bool run(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out
     return false;
   cuda::detail::use_device(dev.index);
   const float one = 1, zero = 0;
+  const void* c = residual.defined() ? residual.impl()->data() : out.impl()->data();
   const cublasStatus_t s = cublasLtMatmul(
-      st.handle, p.op, &one, b.impl()->data(), p.la, a.impl()->data(), p.lb, &zero,
-      out.impl()->data(), p.ld, out.impl()->data(), p.ld, &p.algo, st.workspace, kWorkspace,
-      cuda::detail::stream(dev.index));
+      st.handle, p.op, &one, b.impl()->data(), p.la, a.impl()->data(), p.lb,
+      residual.defined() ? &one : &zero, c, p.ld, out.impl()->data(), p.ld, &p.algo,
+      st.workspace, kWorkspace, cuda::detail::stream(dev.index));
   EMBER_CHECK(ok(s), "matmul with bias: cublasLtMatmul failed: ", cublasGetStatusName(s));
   return true;
 }
