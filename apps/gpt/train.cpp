@@ -51,6 +51,21 @@ std::string duration_str(double seconds) {
   return buf;
 }
 
+// A training step's loss, still on the device, with what its loss.csv row needs.
+struct PendingLoss {
+  int64_t iter = 0;
+  Tensor loss;
+  double lr = 0;
+};
+
+// The pending losses' values, read in one transfer (waiting for the device).
+std::vector<double> read_losses(const std::vector<PendingLoss>& pending) {
+  std::vector<Tensor> all;
+  all.reserve(pending.size());
+  for (const PendingLoss& p : pending) all.push_back(p.loss.reshape({1}).to(DType::Float64));
+  return cat(all, 0).cpu().to_vector<double>();
+}
+
 // Mean loss over eval_iters batches of each split, in eval mode without grad, through `loss`
 // (model.loss, or its compiled form: eval mode and no grad are an entry of their own). The
 // losses add up on the device and are read once a split.
@@ -253,6 +268,8 @@ int run_train(const TrainOptions& opts) {
   const int64_t first_iter = iter;
   double probe_ms = 0, compiled_ms = 0;  // --eager_probe_iters: both speeds, first steps aside
   int64_t probe_n = 0, compiled_n = 0;
+  std::vector<PendingLoss> pending;  // steps whose loss is not read yet
+  double unread_ms = 0;              // their time
   for (;; ++iter) {
     double lr = optim::cosine_lr(iter, o.lr, o.min_lr, o.warmup_iters, o.lr_decay_iters);
     opt.set_lr(lr);
@@ -293,13 +310,37 @@ int run_train(const TrainOptions& opts) {
     if (o.grad_clip > 0) optim::clip_grad_norm_(params, o.grad_clip);
     scaler.step(opt);
     scaler.update();
-    const double lossf = loss.item();
+    // The loss is read (which waits for the device) only every log_interval iterations, before
+    // an evaluation, at the last iteration and around compiling, as nanoGPT reads it: between
+    // reads the host queues the next steps while the device runs these.
+    pending.push_back({iter, loss.detach(), lr});
+    const bool probing = o.compile && !use_compiled;
+    const bool first_compiled = use_compiled && !compile_reported;
+    const bool read = probing || first_compiled || iter % o.log_interval == 0 ||
+                      iter + 1 >= o.max_iters || (iter + 1) % o.eval_interval == 0;
+    double lossf = NAN;
+    std::vector<double> losses;
+    if (read) {
+      losses = read_losses(pending);
+      lossf = losses.back();
+    }
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    EMBER_CHECK(std::isfinite(lossf), "training diverged: loss is ", lossf, " at iter ", iter,
-                "; try a lower --lr");
-    csv << iter << "," << lossf << ",," << lr << "," << ms << "\n";
+    unread_ms += ms;
+    if (read) {
+      // Each row gets the mean time of the steps read together (one step's own time is not
+      // known without waiting for it).
+      const double row_ms = unread_ms / double(pending.size());
+      for (size_t i = 0; i < pending.size(); ++i) {
+        EMBER_CHECK(std::isfinite(losses[i]), "training diverged: loss is ", losses[i],
+                    " at iter ", pending[i].iter, "; try a lower --lr");
+        csv << pending[i].iter << "," << losses[i] << ",," << pending[i].lr << "," << row_ms
+            << "\n";
+      }
+      pending.clear();
+      unread_ms = 0;
+    }
     ++steps_done;
-    if (o.compile && !use_compiled && iter > first_iter) {  // the first eager step warms up
+    if (probing && iter > first_iter) {  // the first eager step warms up
       probe_ms += ms;
       ++probe_n;
     }
@@ -307,7 +348,7 @@ int run_train(const TrainOptions& opts) {
       compiled_ms += ms;
       ++compiled_n;
     }
-    if (use_compiled && !compile_reported) {
+    if (first_compiled) {
       // The first step traces, builds the joint graph and compiles both halves (or finds them
       // in the disk cache): reported once and kept out of the ms/iter figures.
       compile_reported = true;
