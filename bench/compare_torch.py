@@ -31,12 +31,12 @@ reduce_overhead_ms on both sides add reduce_overhead_ember_over_torch.
 
 usage: bench/compare_torch.py [--ember PATH] [--quick] [--repeat N] [--only REGEX]
                               [--no-torch-compile] [--profile]
-       bench/compare_torch.py --train-run ITERS [--gpt PATH]
+       bench/compare_torch.py --train-run ITERS [--gpt PATH] [--no-ember-compile]
 
 --train-run trains nanoGPT's shakespeare_char recipe for ITERS iterations twice, with
-`ember-gpt train --device cuda` (bfloat16 autocast) and with the same model and loop in PyTorch
-(bfloat16 autocast, eager), and prints each one's wall time (evaluations included), ms per
-iteration and best val loss, and their ratio.
+`ember-gpt train --device cuda --compile true` (bfloat16 autocast; --no-ember-compile: eager)
+and with the same model and loop in PyTorch (bfloat16 autocast, eager), and prints each one's
+wall time (evaluations included), ms per iteration and best val loss, and their ratio.
 """
 import argparse
 import hashlib
@@ -641,11 +641,11 @@ def torch_train_run(text_path, iters):
             "wall_s": wall, "ms_per_iter": 1000 * train_s / iters, "best_val_loss": best}
 
 
-def ember_train_run(gpt, text_path, iters):
+def ember_train_run(gpt, text_path, iters, compiled):
     r = RECIPE
     cmd = [gpt, "train", "--device", "cuda", "--data", text_path, "--quiet",
            "--out_dir", "/tmp/ember-train-run", "--max_iters", str(iters),
-           "--lr_decay_iters", str(iters)]
+           "--lr_decay_iters", str(iters), "--compile", "true" if compiled else "false"]
     for k in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "dropout",
               "learning_rate", "min_lr", "warmup_iters", "beta2", "grad_clip", "weight_decay",
               "eval_interval", "eval_iters"):
@@ -658,7 +658,7 @@ def ember_train_run(gpt, text_path, iters):
         raise SystemExit(f"compare_torch: {' '.join(cmd)} failed with status {res.returncode}")
     m = re.search(r"\(([0-9.]+) ms/iter training\); best val loss ([0-9.]+)", res.stdout)
     return {"name": "cuda/train_run", "device": DEV, "framework": "ember", "iters": iters,
-            "wall_s": wall, "ms_per_iter": float(m.group(1)) if m else None,
+            "compiled": compiled, "wall_s": wall, "ms_per_iter": float(m.group(1)) if m else None,
             "best_val_loss": float(m.group(2)) if m else None, "summary": res.stdout.strip()[-300:]}
 
 
@@ -817,6 +817,8 @@ def main():
                     help="time torch.compile on the compiled rows (--no-torch-compile: eager only)")
     ap.add_argument("--train-run", type=int, default=0, metavar="ITERS",
                     help="compare a training run of ITERS iterations instead of the rows")
+    ap.add_argument("--ember-compile", action=argparse.BooleanOptionalAction, default=True,
+                    help="--train-run: ember trains with --compile true (--no-ember-compile: eager)")
     ap.add_argument("--profile", action="store_true",
                     help="print torch.profiler's kernel table of each compiled GPT step (stderr)")
     ap.add_argument("--gpt", default="build-gpu/apps/ember-gpt")
@@ -827,7 +829,7 @@ def main():
     if not torch.cuda.is_available():
         raise SystemExit("compare_torch: PyTorch sees no CUDA device")
     if a.train_run:
-        e = ember_train_run(a.gpt, a.data, a.train_run)
+        e = ember_train_run(a.gpt, a.data, a.train_run, a.ember_compile)
         print(json.dumps(e), flush=True)
         t = torch_train_run(a.data, a.train_run)
         print(json.dumps(t), flush=True)
