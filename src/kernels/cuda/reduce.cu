@@ -431,20 +431,35 @@ __device__ __forceinline__ bool better(A v, int64_t i, A bv, int64_t bi) {
   return Max ? v > bv : v < bv;
 }
 template <class T, class A, bool Max>
-__global__ void arg_kernel(const T* in, int64_t* out, ReducePlan p) {
+__global__ void __launch_bounds__(1024) arg_kernel(const T* in, int64_t* out, ReducePlan p) {
   __shared__ A sv[32];
   __shared__ int64_t si[32];
   for (int64_t o = blockIdx.x; o < p.outputs; o += gridDim.x) {
     const T* x = in + offset_of(o, p.kept_ndim, p.kept_sizes, p.kept_strides);
     A bv = 0;
     int64_t bi = INT64_MAX;
-    for (int64_t r = threadIdx.x; r < p.reduced; r += blockDim.x) {
-      const A v = A(load(x + offset_of(r, p.red_ndim, p.red_sizes, p.red_strides)));
+    auto take = [&](A v, int64_t r) {
       if (bi == INT64_MAX || better<Max>(v, r, bv, bi)) {
         bv = v;
         bi = r;
       }
+    };
+    // kUnroll loads in flight a thread before their compares: a long row (a vocabulary's
+    // logits) is read by one block, which would otherwise wait on one load at a time. Each
+    // thread still takes its positions in increasing order.
+    constexpr int kUnroll = 8;
+    const int64_t step = blockDim.x;
+    int64_t r = threadIdx.x;
+    for (; r + (kUnroll - 1) * step < p.reduced; r += kUnroll * step) {
+      A v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        v[u] = A(load(x + offset_of(r + u * step, p.red_ndim, p.red_sizes, p.red_strides)));
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) take(v[u], r + u * step);
     }
+    for (; r < p.reduced; r += step)
+      take(A(load(x + offset_of(r, p.red_ndim, p.red_sizes, p.red_strides))), r);
     auto fold = [&]() {
       for (int s = 16; s > 0; s >>= 1) {
         const A v = __shfl_down_sync(0xffffffffu, bv, s);
@@ -483,7 +498,8 @@ void arg_extreme(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
     detail::use_device(device);
     const T* xp = reinterpret_cast<const T*>(in[0].impl()->data());
     int64_t* op = reinterpret_cast<int64_t*>(out[0].impl()->data());
-    const int threads = p.reduced >= 4096 ? 512 : p.reduced >= 256 ? 256 : 64;
+    const int threads = p.reduced >= 16384 ? 1024 : p.reduced >= 4096 ? 512
+                        : p.reduced >= 256 ? 256 : 64;
     const int blocks = int(p.outputs < 65535 ? p.outputs : 65535);
     using A = std::conditional_t<std::is_same_v<T, double>, double,
                                  std::conditional_t<std::is_integral_v<T>, int64_t, float>>;
