@@ -81,6 +81,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal = false, double dropout_p = 0.0,
                                     std::optional<double> scale = std::nullopt);
+// Attention of new positions over key/value caches: q [..., L, E] holds positions pos ..
+// pos + L - 1 (pos an int64 tensor of one element), the caches [..., S, E] and [..., S, F] hold
+// S slots with these positions' keys and values already written; query i sees slots 0 ..
+// pos + i. scale defaults to 1/sqrt(E). No grad. A decode step's attention in one kernel on
+// CUDA, with the position a tensor so that one compiled step serves every position.
+Tensor cached_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                        const Tensor& pos, std::optional<double> scale = std::nullopt);
 // x with src added (index_add) or scattered and added (scatter_add) at int64 `index` along dim.
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);

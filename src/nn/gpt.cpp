@@ -79,21 +79,14 @@ Tensor CausalSelfAttention::decode_step(const Tensor& x, const Tensor& pos, Tens
   TensorOptions ids(DType::Int64);
   ids.device = x.device();
   const Tensor slots = arange(block, ids);
-  // This position's key and value into its slot; the keys after it do not count. Attention
-  // takes the caches whole, never a view of them (a view of a tensor written earlier in a graph
-  // would break a compiled step into pieces): the scores as cache @ q^T, then turned.
+  // This position's key and value into its slot (compiled, the slot mask, the same in every
+  // layer, is built once a step); then attention over the slots up to this position, one
+  // kernel on a GPU. It takes the caches whole, never a view of them (a view of a tensor
+  // written earlier in a graph would break a compiled step into pieces).
   const Tensor here = slots.eq(pos).view({1, 1, block, 1});
   k_cache.copy_(where(here, k.to(k_cache.dtype()), k_cache));
   v_cache.copy_(where(here, v.to(v_cache.dtype()), v_cache));
-  // The keys after this position masked by an additive -inf: scaling and masking are one
-  // pointwise step, and compiled, the mask (the same in every layer) is built once a step.
-  TensorOptions o(q.dtype());
-  o.device = x.device();
-  const Tensor after = zeros({block}, o).masked_fill(slots.gt(pos), -INFINITY);
-  Tensor att = matmul(k_cache.to(q.dtype()), q.transpose(-2, -1)).transpose(-2, -1) *
-               (1.0 / std::sqrt(double(hs)));
-  att = (att + after).softmax(-1);
-  Tensor y = matmul(att, v_cache.to(att.dtype()));
+  Tensor y = cached_attention(q, k_cache.to(q.dtype()), v_cache.to(q.dtype()), pos);
   y = y.transpose(1, 2).contiguous().view({B, 1, C});
   return c_proj->forward(y);
 }

@@ -70,6 +70,16 @@ Tensor expand_batch(const Tensor& t, const Shape& batch) {
 }  // namespace
 
 const OpImpl op_impl_attention{infer_attention, cpu::attention, grad_attention, 0b1111, 0b11};
+
+namespace {
+MetaList infer_cached_attention(std::span<const Tensor> in, const Attrs&) {
+  Shape out = in[0].sizes();
+  out.back() = in[2].sizes().back();
+  return {TensorMeta{out, {}, 0, in[0].dtype()}};
+}
+}  // namespace
+
+const OpImpl op_impl_cached_attention{infer_cached_attention, cpu::cached_attention, nullptr};
 const OpImpl op_impl_attention_backward{infer_attention_backward, cpu::attention_backward, nullptr};
 
 void check_attention_args(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p,
@@ -126,6 +136,35 @@ AttentionResult fused_attention(const Tensor& q_in, const Tensor& k_in, const Te
   std::vector<Tensor> outs = dispatch(OpId::attention, std::move(ins), a);
   if (attention_layout::heads_inner(a)) return {outs[0].transpose(1, 2), outs[1]};
   return {outs[0], outs[1]};
+}
+
+Tensor cached_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                        const Tensor& pos, std::optional<double> scale) {
+  const char* op = "cached_attention";
+  EMBER_CHECK(q.defined() && k_cache.defined() && v_cache.defined() && pos.defined(), op,
+              ": undefined input");
+  EMBER_CHECK(q.dim() >= 2 && k_cache.dim() == q.dim() && v_cache.dim() == q.dim(), op,
+              ": q [..., L, E] and caches [..., S, E], [..., S, F] with the same dims, got q ",
+              q.shape_str(), ", k ", k_cache.shape_str(), ", v ", v_cache.shape_str());
+  EMBER_CHECK(batch_of(q) == batch_of(k_cache) && batch_of(q) == batch_of(v_cache) &&
+                  q.size(-1) == k_cache.size(-1) && k_cache.size(-2) == v_cache.size(-2),
+              op, ": q ", q.shape_str(), ", k ", k_cache.shape_str(), " and v ",
+              v_cache.shape_str(), " must share their batch dims, q and k their last dim, and k "
+              "and v their slots (dim -2)");
+  EMBER_CHECK(q.dtype() == k_cache.dtype() && q.dtype() == v_cache.dtype() &&
+                  is_floating(q.dtype()),
+              op, ": q, k and v must share one floating dtype, got ", dtype_name(q.dtype()),
+              ", ", dtype_name(k_cache.dtype()), " and ", dtype_name(v_cache.dtype()));
+  EMBER_CHECK(pos.numel() == 1 && pos.dtype() == DType::Int64, op,
+              ": pos must be an int64 tensor of one element (the first new position), got ",
+              dtype_name(pos.dtype()), " ", pos.shape_str());
+  EMBER_CHECK(q.device() == k_cache.device() && q.device() == v_cache.device() &&
+                  q.device() == pos.device(),
+              op, ": q, the caches and pos must be on one device, got ", q.device().str(), ", ",
+              k_cache.device().str(), ", ", v_cache.device().str(), " and ", pos.device().str());
+  Attrs a;
+  a.value2 = scale ? *scale : 1.0 / std::sqrt(double(q.size(-1)));
+  return dispatch(OpId::cached_attention, {q, k_cache, v_cache, pos.reshape({1})}, a)[0];
 }
 
 }  // namespace ember

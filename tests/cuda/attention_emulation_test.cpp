@@ -130,6 +130,7 @@ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/attention_bwd.cuh"
 #include "kernels/cuda/attention_fwd.cuh"
+#include "kernels/cuda/cached_attention.cuh"
 
 namespace ember::test {
 namespace {
@@ -373,6 +374,63 @@ TEST(AttentionEmulation, DropoutDrawsFromAnRngStateInput) {
     cpu::attention_backward(b6, bw, a);
     cuda::attn::backward(b7, bg, blank, Emulated{});
     for (int i = 0; i < 3; ++i) EXPECT_LE(max_rel_error(bg[i], bw[i]), 4 * tolerance(t)) << i;
+  }
+}
+
+// cached_attention's kernel against the CPU kernel: q [B, H, L, E] as the decode step passes it
+// (a transposed view of [B, L, H, E]) or 3-dim; positions at the caches' end, in their middle
+// (later slots hold values a row must not see), past them, and before them (no slot seen);
+// heads wider than a block's threads (the output's columns in two passes).
+TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
+  struct Case {
+    Shape batch;
+    int64_t L, S, E, F, pos;
+    DType dtype;
+  };
+  const Case cases[] = {
+      {{2, 3}, 1, 40, 64, 64, 39, DType::Float32},  {{2, 3}, 1, 40, 64, 64, 17, DType::BFloat16},
+      {{1, 4}, 3, 33, 16, 8, 5, DType::Float64},    {{2}, 2, 9, 5, 300, 3, DType::Float32},
+      {{2, 2}, 2, 12, 8, 8, 30, DType::Float16},    {{3}, 1, 6, 4, 4, -1, DType::Float32},
+  };
+  for (const Case& c : cases) {
+    manual_seed(uint64_t(c.S * 7 + c.E));
+    const std::string what = "batch " + shape_str(c.batch) + " L " + std::to_string(c.L) +
+                             " S " + std::to_string(c.S) + " E " + std::to_string(c.E) + " F " +
+                             std::to_string(c.F) + " pos " + std::to_string(c.pos) + " " +
+                             std::string(dtype_name(c.dtype));
+    auto draw = [&](const Shape& s) { return (rand(s, DType::Float64) * 4.0 - 2.0).to(c.dtype); };
+    Tensor q;
+    if (c.batch.size() == 2)  // [B, H, L, E] as the view of [B, L, H, E]
+      q = draw({c.batch[0], c.L, c.batch[1], c.E}).transpose(1, 2);
+    else
+      q = draw(with(c.batch, c.L, c.E));
+    const Tensor k = draw(with(c.batch, c.S, c.E)), v = draw(with(c.batch, c.S, c.F));
+    const Tensor pos = full({1}, double(c.pos), TensorOptions(DType::Int64));
+    const Tensor want = cached_attention(q, k, v, pos);
+    const Tensor got = make_tensor(want.sizes(), c.dtype);
+    cuda::attn::CachedArgs a;
+    cuda::attn::cached_q_layout(a, q);
+    a.k = k.impl()->data();
+    a.v = v.impl()->data();
+    a.pos = static_cast<const int64_t*>(pos.impl()->data());
+    a.out = got.impl()->data();
+    a.S = c.S;
+    a.F = c.F;
+    a.scale = 1 / std::sqrt(double(c.E));
+    const int64_t rows = want.numel() / c.F;
+    emu::run_blocks(rows, cuda::attn::kThreads,
+                    c.dtype == DType::Float64 ? cuda::attn::cached_attention_smem<double>(c.S, c.E)
+                                              : cuda::attn::cached_attention_smem<float>(c.S, c.E),
+                    [&] {
+                      switch (c.dtype) {
+                        case DType::Float32: return cuda::attn::cached_attention_kernel<float>(a);
+                        case DType::Float64: return cuda::attn::cached_attention_kernel<double>(a);
+                        case DType::Float16: return cuda::attn::cached_attention_kernel<__half>(a);
+                        default: return cuda::attn::cached_attention_kernel<__nv_bfloat16>(a);
+                      }
+                    });
+    EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << what;
+    if (c.pos < 0) EXPECT_EQ(got.abs().amax().item(), 0.0) << what;
   }
 }
 

@@ -1,8 +1,9 @@
 // Op cases: scaled_dot_product_attention (a composite of table ops on the CPU, the fused op on
 // CUDA), with and without the causal mask, and the fused attention op called directly (its
-// out and lse, its grad through attention_backward, and its dropout mask), against float64 loop
-// implementations. The dropout reference decides each element from the Philox stream as
-// dropout of the [..., L, S] probabilities would (core/philox.h, ops/defs/factory.def).
+// out and lse, its grad through attention_backward, and its dropout mask), and cached_attention
+// over caches whose later slots a row must not see, against float64 loop implementations. The
+// dropout reference decides each element from the Philox stream as dropout of the [..., L, S]
+// probabilities would (core/philox.h, ops/defs/factory.def).
 #include "core/philox.h"
 #include "core/generator.h"
 #include "dispatch/dispatcher.h"
@@ -171,6 +172,62 @@ EMBER_OP_CASES(attention) {
     };
     c.tol_scale = 4;
     c.strided = false;
+    cases.push_back(c);
+  }
+  // cached_attention: new positions pos .. pos + L - 1 over caches of S slots, the slots after
+  // a row's position holding values it must not see. pos at the caches' end, in their middle,
+  // and past it (the rows see every slot); a GPT-2 decode step's shape.
+  struct PosRule {
+    const char* name;
+    int64_t (*pos)(int64_t L, int64_t S);
+  };
+  for (PosRule rule : {PosRule{"end", [](int64_t L, int64_t S) { return S - L; }},
+                       PosRule{"middle", [](int64_t L, int64_t S) { return (S - L) / 2; }},
+                       PosRule{"past", [](int64_t, int64_t S) { return S + 2; }}}) {
+    OpCase c;
+    c.name = std::string("cached_attention_") + rule.name;
+    c.covers = {OpId::cached_attention};
+    c.shapes = {{{2, 3, 1, 8}, {2, 3, 10, 8}, {2, 3, 10, 6}, {1}},
+                {{2, 4, 5}, {2, 9, 5}, {2, 9, 4}, {1}},
+                {{3, 4}, {7, 4}, {7, 5}, {1}}};
+    if (std::string(rule.name) == "end")
+      c.shapes.push_back({{1, 12, 1, 64}, {1, 12, 1024, 64}, {1, 12, 1024, 64}, {1}});
+    c.make_inputs = [rule](const Shapes& s, DType t) {
+      const int64_t L = s[0].end()[-2], S = s[1].end()[-2];
+      return Inputs{random_tensor(s[0], t), random_tensor(s[1], t), random_tensor(s[2], t),
+                    full({1}, double(rule.pos(L, S)), TensorOptions(DType::Int64))};
+    };
+    c.run = [](const Inputs& in) {
+      return Inputs{cached_attention(in[0], in[1], in[2], in[3])};
+    };
+    c.reference = [](const std::vector<Ref>& r) {
+      const Ref &q = r[0], &k = r[1], &v = r[2];
+      const int64_t L = q.shape.end()[-2], E = q.shape.back(), S = k.shape.end()[-2],
+                    F = v.shape.back(), pos = int64_t(r[3].v[0]);
+      const int64_t batch = q.numel() / (L * E);
+      Shape out_shape = q.shape;
+      out_shape.back() = F;
+      Ref out(out_shape, 0.0);
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t i = 0; i < L; ++i) {
+          const int64_t n = std::clamp<int64_t>(pos + i + 1, 0, S);
+          std::vector<double> w(static_cast<size_t>(n));
+          double mx = -INFINITY, z = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            double d = 0;
+            for (int64_t e = 0; e < E; ++e)
+              d += q.v[(b * L + i) * E + e] * k.v[(b * S + j) * E + e];
+            w[size_t(j)] = d / std::sqrt(double(E));
+            mx = std::max(mx, w[size_t(j)]);
+          }
+          for (double& x : w) z += (x = std::exp(x - mx));
+          for (int64_t j = 0; j < n; ++j)
+            for (int64_t f = 0; f < F; ++f)
+              out.v[(b * L + i) * F + f] += w[size_t(j)] / z * v.v[(b * S + j) * F + f];
+        }
+      return std::vector<Ref>{out};
+    };
+    c.tol_scale = 4;
     cases.push_back(c);
   }
   return cases;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "core/philox.h"
@@ -188,6 +189,51 @@ void attention_backward(std::span<const Tensor> in, std::span<Tensor> out, const
   store_buffer(dq, out[0]);
   store_buffer(dk, out[1]);
   store_buffer(dv, out[2]);
+}
+
+// Each query row over the cache slots it sees, max-subtracted, in the compute dtype.
+void cached_attention(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor q = compute_contiguous(in[0]), k = compute_contiguous(in[1]),
+               v = compute_contiguous(in[2]);
+  const int64_t L = q.size(-2), E = q.size(-1), S = k.size(-2), F = v.size(-1);
+  const int64_t batch = shape_numel(Shape(q.sizes().begin(), q.sizes().end() - 2));
+  const int64_t pos = *static_cast<const int64_t*>(in[3].impl()->data());
+  Tensor o = compute_buffer(out[0]);
+  visit_compute(q.dtype(), [&]<class C>() {
+    const C *qp = data_of<C>(q), *kp = data_of<C>(k), *vp = data_of<C>(v);
+    C* op = data_of<C>(o);
+    const C scale = C(a.value2);
+    const int64_t rows = batch * L;
+#pragma omp parallel if (use_threads(rows * S * (E + F)) && rows > 1)
+    {
+      std::vector<C> w(static_cast<size_t>(S));
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t b = r / L, i = r % L;
+        const int64_t n = std::clamp<int64_t>(pos + i + 1, 0, S);  // the slots row i sees
+        const C* qr = qp + r * E;
+        C* orow = op + r * F;
+        std::fill(orow, orow + F, C(0));
+        if (n == 0) continue;
+        C mx = -std::numeric_limits<C>::infinity();
+        for (int64_t j = 0; j < n; ++j) {
+          const C* kr = kp + (b * S + j) * E;
+          C d = 0;
+          for (int64_t e = 0; e < E; ++e) d += qr[e] * kr[e];
+          w[size_t(j)] = d * scale;
+          mx = std::max(mx, w[size_t(j)]);
+        }
+        C z = 0;
+        for (int64_t j = 0; j < n; ++j) z += (w[size_t(j)] = std::exp(w[size_t(j)] - mx));
+        for (int64_t j = 0; j < n; ++j) {
+          const C p = w[size_t(j)] / z;
+          const C* vr = vp + (b * S + j) * F;
+          for (int64_t f = 0; f < F; ++f) orow[f] += p * vr[f];
+        }
+      }
+    }
+  });
+  store_buffer(o, out[0]);
 }
 
 }  // namespace ember::cpu

@@ -22,6 +22,7 @@ KernelFn device_kernel(OpId op, Device device) {
     cuda::register_nonzero(t);
     cuda::register_attention_forward(t);
     cuda::register_attention_backward(t);
+    cuda::register_cached_attention(t);
     return t;
   }();
   return device.type == DeviceType::CUDA ? table.fns[size_t(op)] : nullptr;

@@ -25,5 +25,6 @@ void register_factories(KernelTable& t);     // factory.cu: full, arange
 void register_nonzero(KernelTable& t);       // nonzero.cu
 void register_attention_forward(KernelTable& t);   // attention_fwd.cu
 void register_attention_backward(KernelTable& t);  // attention_bwd.cu
+void register_cached_attention(KernelTable& t);    // cached_attention.cu
 
 }  // namespace ember::cuda

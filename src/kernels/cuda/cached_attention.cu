@@ -1,0 +1,58 @@
+// CUDA launch of cached_attention (the kernel: cached_attention.cuh): a block a query row, on
+// the device's stream. One kernel for what the ops take five (the scores' gemm, scale, mask,
+// softmax, the values' gemm): a decode step's attention over a cache written in place.
+#include "kernels/cuda/cached_attention.cuh"
+#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/kernel_table.h"
+
+namespace ember::cuda {
+
+namespace {
+
+void cached_attention(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const char* op = "cached_attention";
+  Tensor q = in[0];
+  const Tensor k = in[1].is_contiguous() ? in[1] : in[1].contiguous(),
+               v = in[2].is_contiguous() ? in[2] : in[2].contiguous();
+  attn::CachedArgs a;
+  a.L = q.size(-2);
+  a.E = q.size(-1);
+  a.S = k.size(-2);
+  a.F = v.size(-1);
+  a.scale = attrs.value2;
+  if (out[0].numel() == 0) return;
+  const int64_t rows = out[0].numel() / a.F, batch = rows / a.L;
+  if (q.dim() > 4) q = q.contiguous().view({1, batch, a.L, a.E});
+  attn::cached_q_layout(a, q);
+  EMBER_CHECK(rows < (int64_t(1) << 31), op, ": ", rows,
+              " query rows are more than one launch takes");
+  a.k = k.impl()->data();
+  a.v = v.impl()->data();
+  a.pos = static_cast<const int64_t*>(in[3].impl()->data());
+  a.out = out[0].impl()->data();
+  const int device = q.device().index;
+  detail::use_device(device);
+  visit<Kinds::Float>(q.dtype(), op, [&]<class T>() {
+    using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const size_t smem = attn::cached_attention_smem<C>(a.S, a.E);
+    auto kernel = attn::cached_attention_kernel<T>;
+    if (smem > (size_t(48) << 10)) {
+      EMBER_CHECK(smem <= attn::kMaxSharedBytes, op, ": caches of ", a.S, " slots with heads of ",
+                  a.E, " need ", smem, " bytes of shared memory a block, more than the ",
+                  attn::kMaxSharedBytes, " a block may have; use shorter caches");
+      detail::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(smem)),
+                    op);
+    }
+    kernel<<<unsigned(rows), attn::kThreads, smem, detail::stream(device)>>>(a);
+    detail::check(cudaGetLastError(), op);
+  });
+}
+
+}  // namespace
+
+void register_cached_attention(KernelTable& t) {
+  t[OpId::cached_attention] = cached_attention;
+}
+
+}  // namespace ember::cuda
