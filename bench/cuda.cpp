@@ -349,8 +349,12 @@ Row gpt2_decode_row(bool quick) {
     auto t1 = std::chrono::steady_clock::now();
     prefill_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     std::vector<Tensor> tokens{idx};
+    // One position tensor refilled each step (as torch's loop adds 1 to its own): a recorded
+    // step reads it in place.
+    Tensor pos = zeros({1}, on_gpu(DType::Int64));
     for (int64_t i = 0; i < steps; ++i) {
-      logits = step(idx, full({1}, double(prompt_len + i), on_gpu(DType::Int64)), cache.k, cache.v);
+      pos.fill_(double(prompt_len + i));
+      logits = step(idx, pos, cache.k, cache.v);
       idx = logits.select(1, -1).argmax(-1, true);
       tokens.push_back(idx);
     }

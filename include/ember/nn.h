@@ -273,7 +273,8 @@ class GPT : public Module {
   // decode_step): the cache is preallocated, the prompt runs through `prefill` (a compiled
   // prefill) when given, else forward_cached, then each token through `decode` until the
   // context reaches block_size; past it the window slides as above (through `logits_of` when
-  // given).
+  // given). `decode` gets the same position tensor at every step, refilled (a recorded CUDA
+  // graph then reads it where it lies): copy it to keep a step's position.
   using DecodeFn = std::function<Tensor(const Tensor& idx, const Tensor& pos,
                                         const std::vector<Tensor>& k, const std::vector<Tensor>& v)>;
   using PrefillFn = std::function<Tensor(const Tensor& idx, const std::vector<Tensor>& k,
