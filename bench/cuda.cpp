@@ -91,13 +91,18 @@ double gpu_ms(const std::function<void()>& fn, int repeat, int inner = 1) {
   }, repeat, 2) / inner;
 }
 
-// Eager against compiled as time_pair_ms takes them, the device synchronized after each call.
-// EMBER_BENCH_COMPILED_ONLY=1 times the compiled side alone (eager_ms NaN), so that an
-// EMBER_PROFILE_OPS table shows the compiled step's kernels only.
+// EMBER_BENCH_COMPILED_ONLY=1: rows time their compiled side alone (eager_ms NaN), so that an
+// EMBER_PROFILE_OPS table shows the compiled kernels only.
+bool compiled_only() {
+  static const bool on = std::getenv("EMBER_BENCH_COMPILED_ONLY") != nullptr;
+  return on;
+}
+
+// Eager against compiled as time_pair_ms takes them, the device synchronized after each call
+// (the compiled side alone under compiled_only()).
 std::pair<double, double> gpu_pair_ms(const std::function<void()>& eager,
                                       const std::function<void()>& compiled, int repeat) {
-  static const bool compiled_only = std::getenv("EMBER_BENCH_COMPILED_ONLY") != nullptr;
-  if (compiled_only) {
+  if (compiled_only()) {
     // The op profile, if on, of these timed calls alone (not of the first calls' setup).
     compiled();
     sync_all();
@@ -362,8 +367,7 @@ Row gpt2_decode_row(bool quick) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     return std::make_pair(cat(tokens, 1).cpu().to_vector<int64_t>(), s);
   };
-  static const bool compiled_only = std::getenv("EMBER_BENCH_COMPILED_ONLY") != nullptr;
-  if (compiled_only) {
+  if (compiled_only()) {
     // The op profile, if on, of the default mode's decode steps alone.
     generate(compiled);
     op_profile::restart();

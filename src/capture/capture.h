@@ -226,8 +226,8 @@ struct TraceResult {
   bool broke = false;
   Guards guards;
   std::unique_ptr<ReplayPlan> plan;  // when the function never broke
-  // Each segment's compiled graph, in order (a callable whose function breaks keeps them: see
-  // Backend::held_by_callables).
+  // Each segment's compiled graph, in order, from a first trace (want_plan): a callable whose
+  // function breaks keeps them (see Backend::held_by_callables).
   std::vector<std::shared_ptr<const Runnable>> runnables;
   std::vector<BreakRecord> breaks;
   std::vector<int64_t> ops_per_segment;

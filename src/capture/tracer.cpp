@@ -441,7 +441,7 @@ class Tracer : public CaptureHook {
       if (!differentiated) s.g->eliminate_common_subexpressions();
       bool compiled = false;
       runnable = lookup_or_compile(*cfg_.backend, s.g, s.inputs, &compiled);
-      out_.runnables.push_back(runnable);
+      if (cfg_.want_plan) out_.runnables.push_back(runnable);  // a new entry keeps them
       out_.ops_per_segment.push_back(int64_t(s.g->num_ops()));
       if (compiled) {
         out_.compiles++;

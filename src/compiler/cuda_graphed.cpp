@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -30,12 +29,6 @@ namespace compiler {
 namespace {
 
 constexpr size_t kMaxRecordings = 4;
-
-std::string mib(size_t bytes) {
-  char s[32];
-  std::snprintf(s, sizeof s, "%.1f", double(bytes) / double(1 << 20));
-  return s;
-}
 
 const char* address_of(const Tensor& t) {
   return static_cast<const char*>(t.impl()->storage->data) +
@@ -314,7 +307,8 @@ class CudaGraphed : public capture::Runnable {
     capture::log_line(capture::Log::CudaGraphs,
                       "recorded a graph of " + std::to_string(g_->num_ops()) + " ops as " +
                           std::to_string(cuda_graph::nodes(*r.exec)) + " CUDA graph nodes, " +
-                          mib(cuda_graph::pool_bytes(*r.pool)) + " MiB in its pool");
+                          std::to_string(cuda_graph::pool_bytes(*r.pool) >> 20) +
+                          " MiB in its pool");
     r.alias.assign(outs.size(), -2);
     for (size_t k = 0; k < outs.size(); ++k) {
       if (!outs[k].defined() || !outs[k].impl()->storage) continue;

@@ -292,7 +292,7 @@ Tensor GPT::generate(const Tensor& idx, int64_t max_new_tokens, double temperatu
   pos_opts.device = idx.device();
   // The position decode reads: one tensor refilled each step, so a recorded step (a CUDA graph)
   // reads it where it lies instead of copying a new one in.
-  const Tensor pos = zeros({1}, pos_opts);
+  Tensor pos = zeros({1}, pos_opts);
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     int64_t T = seq.size(1);
     const bool fits = T <= config.block_size;
@@ -301,7 +301,7 @@ Tensor GPT::generate(const Tensor& idx, int64_t max_new_tokens, double temperatu
     if (decode && fits && cache.length == T - 1) {
       // The newest token as a tensor of its own layout (a slice of seq would carry seq's
       // strides, which change each step, and a compiled step guards on them).
-      Tensor(pos).fill_(double(T - 1));
+      pos.fill_(double(T - 1));
       logits = decode(seq.slice(1, T - 1, T).clone(), pos, cache.k, cache.v);
       cache.length = T;
     } else if (decode && fits) {

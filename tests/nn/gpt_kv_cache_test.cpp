@@ -37,6 +37,13 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
   return m;
 }
 
+// model->decode_step compiled: the step takes the caches as arguments and writes them in place.
+auto compile_decode_step(const std::shared_ptr<GPT>& model, CompileOptions o = {}) {
+  return compile([model](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
+                         const std::vector<Tensor>& v) { return model->decode_step(x, pos, k, v); },
+                 std::move(o));
+}
+
 TEST(GptKvCache, PromptThenTokensGiveTheFullForwardsLogits) {
   manual_seed(3);
   GPT model(small_config());
@@ -81,10 +88,7 @@ TEST(GptKvCache, DecodeStepsOverPreallocatedCachesGiveTheFullForwardsLogits) {
   // place; the position is a tensor, so every position replays one trace.
   CompileOptions o;
   o.name = "decode step";
-  auto step = compile(
-      [model](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
-              const std::vector<Tensor>& v) { return model->decode_step(x, pos, k, v); },
-      o);
+  auto step = compile_decode_step(model, o);
   for (bool compiled : {false, true}) {
     KVCache cache = model->preallocated_cache(2);
     for (int64_t p = 0; p < 16; ++p) {
@@ -110,10 +114,7 @@ TEST(GptKvCache, CompiledDecodeStepBuildsTheSlotMasksOnce) {
   model->eval();
   ASSERT_GE(model->config.n_layer, 2);
   NoGradGuard no_grad;
-  auto step = compile([model](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
-                              const std::vector<Tensor>& v) {
-    return model->decode_step(x, pos, k, v);
-  });
+  auto step = compile_decode_step(model);
   KVCache cache = model->preallocated_cache(1);
   const Tensor x = zeros({1, 1}, DType::Int64), pos = zeros({1}, DType::Int64);
   step(x, pos, cache.k, cache.v);
@@ -137,10 +138,7 @@ TEST(GptKvCache, GenerateThroughACompiledDecodeStepDrawsTheSameTokens) {
   auto model = std::make_shared<GPT>(small_config());
   model->eval();
   const Tensor prompt = randint(0, 23, {2, 3}, DType::Int64);
-  auto step = compile([model](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
-                              const std::vector<Tensor>& v) {
-    return model->decode_step(x, pos, k, v);
-  });
+  auto step = compile_decode_step(model);
   GPT::DecodeFn decode = [&step](const Tensor& x, const Tensor& pos,
                                  const std::vector<Tensor>& k, const std::vector<Tensor>& v) {
     return step(x, pos, k, v);
@@ -168,8 +166,7 @@ TEST(GptKvCache, PrefillThenDecodeStepsGiveTheFullForwardsLogits) {
   auto prefill = compile([model](const Tensor& x, const Caches& k, const Caches& v) {
     return model->prefill(x, k, v);
   });
-  auto step = compile([model](const Tensor& x, const Tensor& pos, const Caches& k,
-                              const Caches& v) { return model->decode_step(x, pos, k, v); });
+  auto step = compile_decode_step(model);
   for (bool compiled : {false, true}) {
     // Prompts of 5 and of the whole block (nothing left for the steps).
     for (int64_t t : {5, 16}) {

@@ -55,8 +55,15 @@ struct Dims {
     seed = uint64_t(r[0]);
     offset = uint64_t(r[1]);
   }
-  // Keys query row i sees: 0..i when causal (top-left aligned), all of them otherwise.
-  int64_t visible(int64_t i) const { return causal ? std::min(S, i + 1) : S; }
+  // cached_attention's rows: query row i is at position cached_pos + i.
+  bool cached = false;
+  int64_t cached_pos = 0;
+  // Keys query row i sees: 0..i when causal (top-left aligned), 0..cached_pos + i (those that
+  // exist) for a cached attention, all of them otherwise.
+  int64_t visible(int64_t i) const {
+    if (cached) return std::clamp<int64_t>(cached_pos + i + 1, 0, S);
+    return causal ? std::min(S, i + 1) : S;
+  }
   // The factor of probability (b, i, j): 1 without dropout, else inv_keep or 0.
   template <class C>
   C keep_factor(int64_t b, int64_t i, int64_t j) const {
@@ -191,45 +198,29 @@ void attention_backward(std::span<const Tensor> in, std::span<Tensor> out, const
   store_buffer(dv, out[2]);
 }
 
-// Each query row over the cache slots it sees, max-subtracted, in the compute dtype.
+// Each query row over the cache slots it sees, as the attention op's rows (no dropout; a row
+// that sees no slot gives 0).
 void cached_attention(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor q = compute_contiguous(in[0]), k = compute_contiguous(in[1]),
                v = compute_contiguous(in[2]);
-  const int64_t L = q.size(-2), E = q.size(-1), S = k.size(-2), F = v.size(-1);
-  const int64_t batch = shape_numel(Shape(q.sizes().begin(), q.sizes().end() - 2));
-  const int64_t pos = *static_cast<const int64_t*>(in[3].impl()->data());
+  Attrs plain;
+  plain.value2 = a.value2;
+  Dims d(q, k, v, plain);
+  d.cached = true;
+  d.cached_pos = *static_cast<const int64_t*>(in[3].impl()->data());
   Tensor o = compute_buffer(out[0]);
   visit_compute(q.dtype(), [&]<class C>() {
     const C *qp = data_of<C>(q), *kp = data_of<C>(k), *vp = data_of<C>(v);
     C* op = data_of<C>(o);
-    const C scale = C(a.value2);
-    const int64_t rows = batch * L;
-#pragma omp parallel if (use_threads(rows * S * (E + F)) && rows > 1)
+    const int64_t rows = d.batch * d.L;
+#pragma omp parallel if (use_threads(rows * d.S * (d.E + d.F)) && rows > 1)
     {
-      std::vector<C> w(static_cast<size_t>(S));
+      std::vector<C> s(static_cast<size_t>(d.S));
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t b = r / L, i = r % L;
-        const int64_t n = std::clamp<int64_t>(pos + i + 1, 0, S);  // the slots row i sees
-        const C* qr = qp + r * E;
-        C* orow = op + r * F;
-        std::fill(orow, orow + F, C(0));
-        if (n == 0) continue;
-        C mx = -std::numeric_limits<C>::infinity();
-        for (int64_t j = 0; j < n; ++j) {
-          const C* kr = kp + (b * S + j) * E;
-          C d = 0;
-          for (int64_t e = 0; e < E; ++e) d += qr[e] * kr[e];
-          w[size_t(j)] = d * scale;
-          mx = std::max(mx, w[size_t(j)]);
-        }
-        C z = 0;
-        for (int64_t j = 0; j < n; ++j) z += (w[size_t(j)] = std::exp(w[size_t(j)] - mx));
-        for (int64_t j = 0; j < n; ++j) {
-          const C p = w[size_t(j)] / z;
-          const C* vr = vp + (b * S + j) * F;
-          for (int64_t f = 0; f < F; ++f) orow[f] += p * vr[f];
-        }
+        const int64_t b = r / d.L, i = r % d.L;
+        forward_row(d, b, i, qp + b * d.L * d.E, kp + b * d.S * d.E, vp + b * d.S * d.F,
+                    op + r * d.F, s);
       }
     }
   });

@@ -1,9 +1,8 @@
 // gemm_bias::run (kernels/gemm_bias.h) through cuBLASLt's bias epilogue (a residual as its C
-// operand, beta 1). Row-major out = a @ b
-// is computed column-major as out^T (n x rows) = b^T (n x k) @ a^T (k x rows), so the bias runs
-// along cuBLASLt's rows, which is what its BIAS epilogue adds. The descriptors and the
-// heuristic's algorithm are made once per shape and layout and kept; the workspace is one
-// buffer a device.
+// operand, beta 1). Row-major out = a @ b is computed column-major as out^T (n x rows) = b^T
+// (n x k) @ a^T (k x rows), so the bias runs along cuBLASLt's rows, which is what its BIAS
+// epilogue adds. The descriptors and the heuristic's algorithm are made once per shape and
+// layout and kept; the workspace is one buffer a device.
 #include <cublasLt.h>
 
 #include <map>
