@@ -35,7 +35,8 @@
 //   cuda/gpt_decode_gpt2_bf16: greedy decoding of 500 tokens after a 128-token prompt with a
 //                            preallocated key/value cache, GPT-2 124M in bfloat16: tokens_per_s
 //                            of the decode step compiled "reduce-overhead"; same_tokens: 1 when
-//                            its tokens are eager decoding's
+//                            its tokens are eager decoding's (agreeing_tokens: how many lead
+//                            before the first that differs)
 //   cuda/gpt_train_step_b8_bf16: the shakespeare_char step at batch 8, compiled "default"
 //                            (compiled_ms) against "reduce-overhead" (reduce_overhead_ms)
 // GPU times are wall times around the work with the device synchronized before and after.
@@ -397,6 +398,13 @@ Row gpt2_decode_row(bool quick) {
   r.extra.push_back({"first_generation_s", compile_s});
   r.extra.push_back({"same_tokens", graphed_tokens == eager_tokens ? 1.0 : 0.0});
   r.extra.push_back({"default_same_tokens", default_tokens == eager_tokens ? 1.0 : 0.0});
+  // Where the tokens first differ from eager's (all of them when they never do).
+  auto agreeing = [&](const std::vector<int64_t>& t) {
+    return double(std::mismatch(t.begin(), t.end(), eager_tokens.begin(), eager_tokens.end())
+                      .first - t.begin());
+  };
+  r.extra.push_back({"agreeing_tokens", agreeing(graphed_tokens)});
+  r.extra.push_back({"default_agreeing_tokens", agreeing(default_tokens)});
   r.extra.push_back({"replays", double(c1.replays - c0.replays)});
   r.extra.push_back({"unrecorded_runs", double(c1.unrecorded_runs - c0.unrecorded_runs)});
   r.note = "batch 1, 128-token prompt, " + std::to_string(steps) +

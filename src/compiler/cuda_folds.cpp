@@ -162,6 +162,10 @@ std::vector<BiasFold> bias_folds(const graph::Graph& g, const FusionPlan& plan,
           grp.nodes[0] != r || grp.nodes[1]->op != OpId::add)
         continue;
       second = grp.nodes[1];
+      // Recorded without grad (inference): the add keeps eager's rounding of the biased product
+      // before it, so a compiled decode step gives eager's logits bit for bit and greedy
+      // decoding eager's tokens. A graph autograd differentiates agrees with eager to rounding.
+      if (second->no_grad) continue;
       const auto& in = second->inputs;
       if (in.size() != 2 || in[0] == in[1] || (in[0] != r->outputs[0] && in[1] != r->outputs[0]))
         continue;

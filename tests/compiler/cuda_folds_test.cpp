@@ -112,9 +112,11 @@ TEST(CudaFolds, AutocastTrainingCastsParametersAndGradsInBatches) {
 }
 
 // A bfloat16 model's decode step: each block's two output projections add their bias and then
-// the residual stream, both in the gemm (the residual its C operand); the projections into
-// the attention and the MLP add their bias alone.
-TEST(CudaFolds, ResidualAddsOfBfloat16ProjectionsGoIntoTheGemm) {
+// the residual stream. Recorded without grad (inference), the residual add stays a kernel of its
+// own (it keeps eager's rounding); in a graph autograd differentiates, the bias and the residual
+// both go into the gemm (the residual its C operand). The projections into the attention and
+// the MLP add their bias alone.
+TEST(CudaFolds, ResidualAddsOfBfloat16ProjectionsGoIntoTheGemmOutsideInference) {
   auto keeper = std::make_unique<GraphKeeper>();
   GraphKeeper* kept = keeper.get();
   kept->name_ = "keep-graphs-for-residual-folds";
@@ -134,32 +136,42 @@ TEST(CudaFolds, ResidualAddsOfBfloat16ProjectionsGoIntoTheGemm) {
   step(zeros({1, 1}, DType::Int64), zeros({1}, DType::Int64), cache.k, cache.v);
   ASSERT_EQ(kept->graphs.size(), 1u);
   const graph::Graph& g = *kept->graphs[0];
-  const FusionPlan plan = plan_fusion(g);
-  int64_t with_residual = 0, bias_only = 0;
-  for (const BiasFold& f : bias_folds(g, plan, {})) {
-    const graph::Node& mm = *g.nodes()[size_t(f.node)];
-    EXPECT_EQ(f.sum->meta.dtype, DType::BFloat16);
-    EXPECT_EQ(f.sum->meta.sizes, mm.outputs[0]->meta.sizes);
-    if (!f.residual) {
-      ++bias_only;
-      continue;
+  // The folds of g's plan: those with a residual, and those with the bias alone.
+  auto count = [&] {
+    const FusionPlan plan = plan_fusion(g);
+    std::pair<int64_t, int64_t> n{0, 0};
+    for (const BiasFold& f : bias_folds(g, plan, {})) {
+      const graph::Node& mm = *g.nodes()[size_t(f.node)];
+      EXPECT_EQ(f.sum->meta.dtype, DType::BFloat16);
+      EXPECT_EQ(f.sum->meta.sizes, mm.outputs[0]->meta.sizes);
+      if (!f.residual) {
+        ++n.second;
+        continue;
+      }
+      ++n.first;
+      EXPECT_EQ(f.residual->meta.sizes, mm.outputs[0]->meta.sizes);
+      EXPECT_EQ(f.residual->meta.dtype, DType::BFloat16);
+      const auto& grp = plan.groups[size_t(f.add_group)].nodes;
+      EXPECT_EQ(grp.size(), 2u);
+      EXPECT_EQ(grp[0]->op, OpId::add);
+      EXPECT_EQ(grp.back()->op, OpId::add);
+      EXPECT_EQ(grp.back()->outputs[0], f.sum);
+      // The residual exists when the matmul runs.
+      int made = -1;
+      for (size_t i = 0; i < g.nodes().size(); ++i)
+        if (g.nodes()[i].get() == f.residual->producer) made = int(i);
+      EXPECT_LT(made, f.node);
     }
-    ++with_residual;
-    EXPECT_EQ(f.residual->meta.sizes, mm.outputs[0]->meta.sizes);
-    EXPECT_EQ(f.residual->meta.dtype, DType::BFloat16);
-    const auto& grp = plan.groups[size_t(f.add_group)].nodes;
-    ASSERT_EQ(grp.size(), 2u);
-    EXPECT_EQ(grp[0]->op, OpId::add);
-    EXPECT_EQ(grp[1]->op, OpId::add);
-    EXPECT_EQ(grp[1]->outputs[0], f.sum);
-    // The residual exists when the matmul runs.
-    int made = -1;
-    for (size_t i = 0; i < g.nodes().size(); ++i)
-      if (g.nodes()[i].get() == f.residual->producer) made = int(i);
-    EXPECT_LT(made, f.node);
-  }
-  EXPECT_EQ(with_residual, 2 * test::tiny_gpt().n_layer);
-  EXPECT_GE(bias_only, test::tiny_gpt().n_layer);  // at least the attention's input projection
+    return n;
+  };
+  const int64_t layers = test::tiny_gpt().n_layer;
+  const auto inference = count();
+  EXPECT_EQ(inference.first, 0);
+  EXPECT_GE(inference.second, layers);  // at least the attention's input projection
+  for (const auto& n : g.nodes()) n->no_grad = false;  // as a differentiated graph records them
+  const auto training = count();
+  EXPECT_EQ(training.first, 2 * layers);
+  EXPECT_GE(training.second, layers);
 }
 
 graph::Value* input(graph::Graph& g, const Shape& sizes, DType t) {

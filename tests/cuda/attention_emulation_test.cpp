@@ -380,7 +380,8 @@ TEST(AttentionEmulation, DropoutDrawsFromAnRngStateInput) {
 // cached_attention's kernel against the CPU kernel: q [B, H, L, E] as the decode step passes it
 // (a transposed view of [B, L, H, E]) or 3-dim; positions at the caches' end, in their middle
 // (later slots hold values a row must not see), past them, and before them (no slot seen);
-// heads wider than a block's threads (the output's columns in two passes).
+// heads wider than a block's threads (the output's columns in two passes); caches of several
+// splits, a row's visible slots ending inside one and the splits after it skipped.
 TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
   struct Case {
     Shape batch;
@@ -391,6 +392,8 @@ TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
       {{2, 3}, 1, 40, 64, 64, 39, DType::Float32},  {{2, 3}, 1, 40, 64, 64, 17, DType::BFloat16},
       {{1, 4}, 3, 33, 16, 8, 5, DType::Float64},    {{2}, 2, 9, 5, 300, 3, DType::Float32},
       {{2, 2}, 2, 12, 8, 8, 30, DType::Float16},    {{3}, 1, 6, 4, 4, -1, DType::Float32},
+      {{1, 2}, 1, 200, 64, 64, 150, DType::BFloat16}, {{2}, 2, 130, 32, 16, 127, DType::Float32},
+      {{1, 3}, 1, 256, 64, 64, 255, DType::Float64},
   };
   for (const Case& c : cases) {
     manual_seed(uint64_t(c.S * 7 + c.E));
@@ -417,20 +420,30 @@ TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
     a.S = c.S;
     a.F = c.F;
     a.scale = 1 / std::sqrt(double(c.E));
+    a.splits = cuda::attn::cached_splits(c.S);
     const int64_t rows = want.numel() / c.F;
-    emu::run_blocks(rows, cuda::attn::kThreads,
-                    c.dtype == DType::Float64 ? cuda::attn::cached_attention_smem<double>(c.S, c.E)
-                                              : cuda::attn::cached_attention_smem<float>(c.S, c.E),
-                    [&] {
-                      switch (c.dtype) {
-                        case DType::Float32: return cuda::attn::cached_attention_kernel<float>(a);
-                        case DType::Float64: return cuda::attn::cached_attention_kernel<double>(a);
-                        case DType::Float16: return cuda::attn::cached_attention_kernel<__half>(a);
-                        default: return cuda::attn::cached_attention_kernel<__nv_bfloat16>(a);
-                      }
-                    });
+    const bool wide = c.dtype == DType::Float64;
+    const Tensor ws = make_tensor({cuda::attn::cached_workspace(rows, c.S, c.F)},
+                                  wide ? DType::Float64 : DType::Float32);
+    auto launch = [&]<class T>() {
+      using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+      C* w = static_cast<C*>(ws.impl()->data());
+      emu::run_blocks(rows * a.splits, cuda::attn::kThreads,
+                      cuda::attn::cached_attention_smem<C>(c.E),
+                      [&] { cuda::attn::cached_attention_split_kernel<T, C>(a, w); });
+      emu::run_blocks(rows, cuda::attn::kThreads, 0,
+                      [&] { cuda::attn::cached_attention_join_kernel<T, C>(a, w); });
+    };
+    switch (c.dtype) {
+      case DType::Float32: launch.operator()<float>(); break;
+      case DType::Float64: launch.operator()<double>(); break;
+      case DType::Float16: launch.operator()<__half>(); break;
+      default: launch.operator()<__nv_bfloat16>();
+    }
     EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << what;
-    if (c.pos < 0) EXPECT_EQ(got.abs().amax().item(), 0.0) << what;
+    if (c.pos < 0) {
+      EXPECT_EQ(got.abs().amax().item(), 0.0) << what;
+    }
   }
 }
 

@@ -1,6 +1,8 @@
-// CUDA launch of cached_attention (the kernel: cached_attention.cuh): a block a query row, on
-// the device's stream. One kernel for what the ops take five (the scores' gemm, scale, mask,
-// softmax, the values' gemm): a decode step's attention over a cache written in place.
+// CUDA launches of cached_attention (the kernels: cached_attention.cuh), on the device's stream:
+// a block for each query row and split of the cache, then a block a row joining its splits. Two
+// kernels for what the ops take five (the scores' gemm, scale, mask, softmax, the values'
+// gemm): a decode step's attention over a cache written in place.
+#include "core/make_tensor.h"
 #include "kernels/cuda/cached_attention.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/kernel_table.h"
@@ -24,27 +26,35 @@ void cached_attention(std::span<const Tensor> in, std::span<Tensor> out, const A
   const int64_t rows = out[0].numel() / a.F, batch = rows / a.L;
   if (q.dim() > 4) q = q.contiguous().view({1, batch, a.L, a.E});
   attn::cached_q_layout(a, q);
-  EMBER_CHECK(rows < (int64_t(1) << 31), op, ": ", rows,
-              " query rows are more than one launch takes");
   a.k = k.impl()->data();
   a.v = v.impl()->data();
   a.pos = static_cast<const int64_t*>(in[3].impl()->data());
   a.out = out[0].impl()->data();
   const int device = q.device().index;
   detail::use_device(device);
+  const int64_t splits = a.splits = attn::cached_splits(a.S);
+  EMBER_CHECK(rows * splits < (int64_t(1) << 31), op, ": ", rows, " query rows over ", a.S,
+              " cache slots are more blocks than one launch takes");
+  const bool wide = q.dtype() == DType::Float64;
+  const Tensor ws = make_tensor({attn::cached_workspace(rows, a.S, a.F)},
+                                wide ? DType::Float64 : DType::Float32, q.device());
   visit<Kinds::Float>(q.dtype(), op, [&]<class T>() {
     using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    const size_t smem = attn::cached_attention_smem<C>(a.S, a.E);
-    auto kernel = attn::cached_attention_kernel<T>;
+    const size_t smem = attn::cached_attention_smem<C>(a.E);
+    auto split = attn::cached_attention_split_kernel<T, C>;
     if (smem > (size_t(48) << 10)) {
-      EMBER_CHECK(smem <= attn::kMaxSharedBytes, op, ": caches of ", a.S, " slots with heads of ",
-                  a.E, " need ", smem, " bytes of shared memory a block, more than the ",
-                  attn::kMaxSharedBytes, " a block may have; use shorter caches");
-      detail::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      EMBER_CHECK(smem <= attn::kMaxSharedBytes, op, ": heads of ", a.E, " need ", smem,
+                  " bytes of shared memory a block, more than the ", attn::kMaxSharedBytes,
+                  " a block may have");
+      detail::check(cudaFuncSetAttribute(split, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          int(smem)),
                     op);
     }
-    kernel<<<unsigned(rows), attn::kThreads, smem, detail::stream(device)>>>(a);
+    C* w = static_cast<C*>(ws.impl()->data());
+    split<<<unsigned(rows * splits), attn::kThreads, smem, detail::stream(device)>>>(a, w);
+    detail::check(cudaGetLastError(), op);
+    attn::cached_attention_join_kernel<T, C>
+        <<<unsigned(rows), attn::kThreads, 0, detail::stream(device)>>>(a, w);
     detail::check(cudaGetLastError(), op);
   });
 }

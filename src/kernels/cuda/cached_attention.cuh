@@ -1,8 +1,9 @@
-// The kernel of cached_attention (ops/defs/reduction.def): a block of attn::kThreads threads a
-// query row. Its scores over the cache slots it sees go to shared memory (a warp a slot, its
-// lanes along the key), then the row's softmax, then the probabilities times the values (the
-// threads split over the value's columns and interleaved slots, their partial sums added in
-// shared memory). Written on attention_tiles.cuh's primitives, so the block emulator runs it on
+// The kernels of cached_attention (ops/defs/reduction.def), split over the cache as flash
+// decoding does: a decode step has a query row a head, too few rows to fill a GPU with a block
+// each. The first kernel gives each (row, split of kChunk slots) a block, which scores the
+// split's visible slots (kThreadsPerSlot lanes a slot), takes their softmax numerators with the
+// split's own max, and sums them times the values (threads over the value's columns and
+// interleaved slots, partial sums added in shared memory). The second joins a row's splits. Written on attention_tiles.cuh's primitives, so the block emulator runs it on
 // the host too (tests/cuda/attention_emulation_test.cpp).
 #pragma once
 #include "ember/tensor.h"
@@ -19,6 +20,7 @@ struct CachedArgs {
   const int64_t* pos = nullptr;
   void* out = nullptr;
   int64_t B1 = 1, L = 1, E = 1, S = 0, F = 1;
+  int64_t splits = 1;  // cached_splits(S)
   int64_t qs0 = 0, qs1 = 0, qs2 = 0, qs3 = 1;
   double scale = 1;
 };
@@ -36,10 +38,27 @@ inline void cached_q_layout(CachedArgs& a, const Tensor& q) {
   a.qs3 = q.stride(nd - 1);
 }
 
-// Dynamic shared memory of a launch: the scores, q's row, the output's partial sums.
+// The slots one block of the first kernel takes (a split of a row's slots): a decode step's
+// dozen rows spread over many blocks (as split-K flash decoding does), each scoring its slots
+// with kThreads / kChunk threads a slot.
+constexpr int kChunk = 64;
+constexpr int kThreadsPerSlot = kThreads / kChunk;
+
+// The splits of a row: a fixed count for a cache of S slots (the visible count lives on the
+// device), those past a row's visible slots exiting at once.
+inline int64_t cached_splits(int64_t S) {
+  return S < 1 ? 1 : (S + kChunk - 1) / kChunk;
+}
+// The workspace of a launch in elements of C: per row and split, the split's output summed
+// with its own max subtracted (F), that max and its sum of exponentials.
+inline int64_t cached_workspace(int64_t rows, int64_t S, int64_t F) {
+  return rows * cached_splits(S) * (F + 2);
+}
+// Dynamic shared memory of the first kernel: the split's scores, q's row, the output's partial
+// sums, the block reduction's 32 values.
 template <class C>
-inline size_t cached_attention_smem(int64_t S, int64_t E) {
-  return size_t(S + E + kThreads + 32) * sizeof(C);
+inline size_t cached_attention_smem(int64_t E) {
+  return size_t(kChunk + E + kThreads + 32) * sizeof(C);
 }
 
 // v over the block (max when `max`, else the sum); every thread gets it. `red` holds 32 values.
@@ -58,66 +77,105 @@ EMBER_ATTN_DEVICE C cached_block_reduce(C v, C* red, bool max) {
   return v;
 }
 
-template <class T>
-EMBER_ATTN_KERNEL void cached_attention_kernel(CachedArgs a) {
-  using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
-  C* w = reinterpret_cast<C*>(shared_memory());  // [S]: the scores, then exp(score - max)
-  C* qs = w + a.S;                               // [E]: this row of q
+// The slots a row sees: pos + i + 1, clamped to the cache.
+EMBER_ATTN_DEVICE int64_t cached_visible(const CachedArgs& a, int64_t i) {
+  const int64_t n = a.pos[0] + i + 1;
+  return n < 0 ? 0 : n > a.S ? a.S : n;
+}
+
+// First kernel: block (row, split) scores the split's visible slots, and writes its softmax
+// numerators times the values, their max and their sum to the workspace `ws`.
+template <class T, class C>
+EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
+  C* w = reinterpret_cast<C*>(shared_memory());  // [kChunk]: scores, then exp(score - max)
+  C* qs = w + kChunk;                            // [E]: this row of q
   C* part = qs + a.E;                            // [kThreads]: partial sums of the output
   C* red = part + kThreads;                      // [32]
   const int tid = thread_index();
-  const int64_t r = block_index(), b = r / a.L, i = r % a.L;
-  const T* qr = static_cast<const T*>(a.q) + (b / a.B1) * a.qs0 + (b % a.B1) * a.qs1 + i * a.qs2;
-  for (int64_t e = tid; e < a.E; e += kThreads) qs[e] = widen<C>(qr[e * a.qs3]);
-  int64_t n = a.pos[0] + i + 1;  // the slots this row sees
-  n = n < 0 ? 0 : n > a.S ? a.S : n;
-  T* orow = static_cast<T*>(a.out) + r * a.F;
-  if (n == 0) {  // no key: 0, as the attention op gives a row that sees none
-    for (int64_t f = tid; f < a.F; f += kThreads) orow[f] = narrow<T>(C(0));
+  const int64_t splits = a.splits, r = block_index() / splits,
+                s = block_index() % splits, b = r / a.L, i = r % a.L;
+  C* wsr = ws + (r * splits + s) * (a.F + 2);
+  const int64_t j0 = s * kChunk, n = cached_visible(a, i);
+  if (j0 >= n) {  // a split past the visible slots (the whole block leaves)
+    if (tid == 0) {
+      wsr[a.F] = C(0);
+      wsr[a.F + 1] = C(0);
+    }
     return;
   }
+  const int64_t cnt = n - j0 < kChunk ? n - j0 : kChunk;
+  const T* qr = static_cast<const T*>(a.q) + (b / a.B1) * a.qs0 + (b % a.B1) * a.qs1 + i * a.qs2;
+  for (int64_t e = tid; e < a.E; e += kThreads) qs[e] = widen<C>(qr[e * a.qs3]);
   sync_block();
-  const int lane = tid % 32, warp = tid / 32;
-  const T* kb = static_cast<const T*>(a.k) + b * a.S * a.E;
-  // Every warp takes as many turns (the last ones past n idle), so the block's warps exchange
-  // in step, as the emulator's block-wide exchanges need.
-  for (int64_t j0 = 0; j0 < n; j0 += kThreads / 32) {
-    const int64_t j = j0 + warp;
+  {  // kThreadsPerSlot adjacent lanes a slot, each over every kThreadsPerSlot-th element
+    const int64_t jj = tid / kThreadsPerSlot, p = tid % kThreadsPerSlot;
     C acc = 0;
-    if (j < n) {
-      const T* kr = kb + j * a.E;
-      for (int64_t e = lane; e < a.E; e += 32) acc += qs[e] * widen<C>(kr[e]);
+    if (jj < cnt) {
+      const T* kr = static_cast<const T*>(a.k) + (b * a.S + j0 + jj) * a.E;
+      for (int64_t e = p; e < a.E; e += kThreadsPerSlot) acc += qs[e] * widen<C>(kr[e]);
     }
-    for (int s = 16; s > 0; s >>= 1) acc += shfl_xor(acc, s);
-    if (lane == 0 && j < n) w[j] = acc * C(a.scale);
+    for (int m = 1; m < kThreadsPerSlot; m <<= 1) acc += shfl_xor(acc, m);
+    if (p == 0 && jj < cnt) w[jj] = acc * C(a.scale);
   }
   sync_block();
-  C mx = w[0];
-  for (int64_t j = tid; j < n; j += kThreads) mx = max_of(mx, w[j]);
+  C mx = tid < cnt ? w[tid] : w[0];
   mx = cached_block_reduce(mx, red, true);
   C z = 0;
-  for (int64_t j = tid; j < n; j += kThreads) {
-    const C e = exp_of(w[j] - mx);
-    w[j] = e;
-    z += e;
+  if (tid < cnt) {
+    z = exp_of(w[tid] - mx);
+    w[tid] = z;
   }
   z = cached_block_reduce(z, red, false);  // its barriers order the w[] writes before the reads
-  const T* vb = static_cast<const T*>(a.v) + b * a.S * a.F;
+  const T* vb = static_cast<const T*>(a.v) + (b * a.S + j0) * a.F;
   const int64_t fw = a.F < kThreads ? a.F : kThreads;
   const int64_t groups = kThreads / fw, g = tid / fw, c = tid % fw;
   for (int64_t f0 = 0; f0 < a.F; f0 += fw) {
     const int64_t f = f0 + c;
     C acc = 0;
     if (g < groups && f < a.F)
-      for (int64_t j = g; j < n; j += groups) acc += w[j] * widen<C>(vb[j * a.F + f]);
+      for (int64_t j = g; j < cnt; j += groups) acc += w[j] * widen<C>(vb[j * a.F + f]);
     part[tid] = acc;
     sync_block();
     if (tid < fw && f0 + tid < a.F) {
-      C s = 0;
-      for (int64_t h = 0; h < groups; ++h) s += part[h * fw + tid];
-      orow[f0 + tid] = narrow<T>(s / z);
+      C sum = 0;
+      for (int64_t h = 0; h < groups; ++h) sum += part[h * fw + tid];
+      wsr[f0 + tid] = sum;
     }
     sync_block();
+  }
+  if (tid == 0) {
+    wsr[a.F] = mx;
+    wsr[a.F + 1] = z;
+  }
+}
+
+// Second kernel: block r joins its row's splits, each rescaled by exp(its max - the row's),
+// into the output (0 for a row that sees no slot, as the attention op gives).
+template <class T, class C>
+EMBER_ATTN_KERNEL void cached_attention_join_kernel(CachedArgs a, const C* ws) {
+  const int64_t splits = a.splits, r = block_index();
+  const C* wsr = ws + r * splits * (a.F + 2);
+  C mx = 0, z = 0;
+  bool any = false;
+  for (int64_t s = 0; s < splits; ++s) {
+    const C* q = wsr + s * (a.F + 2);
+    if (q[a.F + 1] > C(0)) {
+      mx = any ? max_of(mx, q[a.F]) : q[a.F];
+      any = true;
+    }
+  }
+  for (int64_t s = 0; s < splits; ++s) {
+    const C* q = wsr + s * (a.F + 2);
+    if (q[a.F + 1] > C(0)) z += q[a.F + 1] * exp_of(q[a.F] - mx);
+  }
+  T* orow = static_cast<T*>(a.out) + r * a.F;
+  for (int64_t f = thread_index(); f < a.F; f += kThreads) {
+    C o = 0;
+    for (int64_t s = 0; s < splits; ++s) {
+      const C* q = wsr + s * (a.F + 2);
+      if (q[a.F + 1] > C(0)) o += q[f] * exp_of(q[a.F] - mx);
+    }
+    orow[f] = narrow<T>(any ? o / z : C(0));
   }
 }
 
