@@ -129,6 +129,10 @@ constexpr bool is_floating(DType t) {
   return t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32 ||
          t == DType::Float64;
 }
+// Float16 and BFloat16: stored in 16 bits, computed in float.
+constexpr bool is_16bit_float(DType t) {
+  return t == DType::Float16 || t == DType::BFloat16;
+}
 // Int32 and Int64 (and Bool when include_bool).
 constexpr bool is_integral(DType t, bool include_bool = false) {
   return t == DType::Int32 || t == DType::Int64 || (include_bool && t == DType::Bool);

@@ -36,10 +36,6 @@ const char* c_type(DType t) {
   }
 }
 
-namespace {
-bool is_16bit_float(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
-}  // namespace
-
 const char* storage_type(DType t) {
   if (t == DType::Bool) return "uint8_t";  // loops over bytes vectorize, over bool they do not
   return is_16bit_float(t) ? "uint16_t" : c_type(t);

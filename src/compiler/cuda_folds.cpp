@@ -20,8 +20,6 @@ const graph::Node* lone(const FusionGroup& grp, OpId op) {
   return grp.nodes[0];
 }
 
-bool half(DType t) { return t == DType::BFloat16 || t == DType::Float16; }
-
 // Who reads each value of a graph: its nodes, and `kept` for the values handed out or written
 // back (they are read after the graph).
 struct Readers {
@@ -57,7 +55,7 @@ const graph::Value* parameter_cast(const FusionGroup& grp) {
   if (root->producer || root->meta.sizes != in.meta.sizes ||
       root->meta.strides != in.meta.strides || root->meta.offset != in.meta.offset)
     return nullptr;
-  const bool ok = in.meta.dtype == DType::Float32 && half(n->outputs[0]->meta.dtype) &&
+  const bool ok = in.meta.dtype == DType::Float32 && is_16bit_float(n->outputs[0]->meta.dtype) &&
                   contiguous(in) && contiguous(*n->outputs[0]) && shape_numel(in.meta.sizes) > 0;
   return ok ? root : nullptr;
 }
@@ -67,8 +65,8 @@ bool grad_cast(const FusionGroup& grp, const graph::Graph& g,
   const graph::Node* n = lone(grp, OpId::cast);
   if (!n || grp.inputs.size() != 1) return false;
   const graph::Value& in = *grp.inputs[0];
-  if (n->outputs[0]->meta.dtype != DType::Float32 || !half(in.meta.dtype) || !contiguous(in) ||
-      !contiguous(*n->outputs[0]) || shape_numel(in.meta.sizes) == 0)
+  if (n->outputs[0]->meta.dtype != DType::Float32 || !is_16bit_float(in.meta.dtype) ||
+      !contiguous(in) || !contiguous(*n->outputs[0]) || shape_numel(in.meta.sizes) == 0)
     return false;
   // The values from the cast's result through views: each read by views alone, and at least
   // one handed out; none written back.
@@ -112,7 +110,7 @@ std::vector<LayerNormFold> layer_norm_folds(const graph::Graph& g, const FusionP
       const int k = group_of(dy->producer);
       if (k >= 0 && lone(plan.groups[size_t(k)], OpId::cast) &&
           plan.groups[size_t(k)].inputs.size() == 1 &&
-          half(plan.groups[size_t(k)].inputs[0]->meta.dtype) &&
+          is_16bit_float(plan.groups[size_t(k)].inputs[0]->meta.dtype) &&
           contiguous(*plan.groups[size_t(k)].inputs[0])) {
         f.cast_group = k;
         f.grad = plan.groups[size_t(k)].inputs[0];
@@ -148,7 +146,8 @@ std::vector<BiasFold> bias_folds(const graph::Graph& g, const FusionPlan& plan,
     if (n.op != OpId::matmul || plan.group_of_node[i] >= 0 || n.inputs.size() != 2) continue;
     const graph::Value* p = n.outputs[0];
     const DType t = p->meta.dtype;
-    if (!half(t) || n.inputs[1]->meta.sizes.size() != 2 || p->meta.sizes.empty()) continue;
+    if (!is_16bit_float(t) || n.inputs[1]->meta.sizes.size() != 2 || p->meta.sizes.empty())
+      continue;
     const graph::Node* r = readers.sole(p);
     if (!r) continue;
     const int k = plan.group_of_node[size_t(readers.index.at(r))];
@@ -178,8 +177,7 @@ std::vector<BiasFold> bias_folds(const graph::Graph& g, const FusionPlan& plan,
     auto ready = [&](const graph::Value* v) {
       return readers.before(v, int(i)) ||
              std::find(at_start.begin(), at_start.end(),
-                       plan.group_of_node[size_t(readers.index.at(v->producer))]) !=
-                 at_start.end();
+                       plan.group_of_node[size_t(readers.index.at(v->producer))]) != at_start.end();
     };
     if (bias->meta.dtype != t || bias->meta.sizes != Shape{p->meta.sizes.back()} ||
         !contiguous(*bias) || !ready(bias) || sum->meta.dtype != t ||
@@ -213,7 +211,8 @@ std::vector<CrossEntropyGradFold> cross_entropy_grad_folds(const FusionPlan& pla
     };
     const graph::Value* o = grp.output;
     const graph::Node* out_cast = made(o, OpId::cast);
-    if (!out_cast || !half(o->meta.dtype) || o->meta.sizes.size() != 2 || !contiguous(*o)) continue;
+    if (!out_cast || !is_16bit_float(o->meta.dtype) || o->meta.sizes.size() != 2 || !contiguous(*o))
+      continue;
     const int64_t rows = o->meta.sizes[0], classes = o->meta.sizes[1];
     const graph::Node* mul = made(out_cast->inputs[0], OpId::mul);
     if (!mul) continue;

@@ -90,6 +90,9 @@ struct RowProgram {
   // each row to one value (row_output false), once per row, storing at the row.
   std::vector<Stmt> out;
   bool row_output = true;
+  // The row op's type, which the kernel computes in; the output buffer may be a 16-bit float
+  // (a cast after the row op on the GPU: the store rounds).
+  DType compute = DType::Float32;
   std::vector<std::pair<int, std::string>> stats;  // buffer <- statistic, stored per row
 };
 

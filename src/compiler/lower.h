@@ -32,4 +32,8 @@ kir::Kernel kernel_of_group(const FusionGroup& grp, const Shape& domain, const s
 // broadcast to `out` (size-1 and stride-0 dims read at 0).
 kir::Index broadcast_index(const graph::Value& v, const Shape& out);
 
+// The statement that computes a fused pointwise node's output: a conversion for a cast, else
+// a call of its functor on its inputs.
+kir::Stmt node_stmt(const graph::Node& node);
+
 }  // namespace ember::compiler

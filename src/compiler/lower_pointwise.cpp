@@ -11,6 +11,21 @@
 
 namespace ember::compiler {
 
+kir::Stmt node_stmt(const graph::Node& node) {
+  kir::Stmt s;
+  s.out = var(node.outputs[0]);
+  s.dtype = node.outputs[0]->meta.dtype;
+  if (node.op == OpId::cast) {
+    s.kind = kir::Stmt::Kind::Cast;
+    s.args = {var(node.inputs[0])};
+  } else {
+    s.kind = kir::Stmt::Kind::Call;
+    s.functor = fused_op_info(node)->functor;
+    for (const graph::Value* v : node.inputs) s.args.push_back(var(v));
+  }
+  return s;
+}
+
 kir::Index broadcast_index(const graph::Value& v, const Shape& out) {
   const Shape& vs = v.meta.sizes;
   const size_t lead = out.size() - vs.size();
@@ -128,7 +143,6 @@ kir::Kernel lower_elementwise(const FusionGroup& grp, const std::string& name) {
     k.body.push_back(s);
   }
   for (const graph::Node* node : grp.nodes) {
-    const DType nt = node->outputs[0]->meta.dtype;
     if (node->op == OpId::slice_backward) {
       int b = buffer_of(node->inputs[0]);
       if (b == int(grp.inputs.size())) b = -1;  // a zero-size grad: never read
@@ -139,18 +153,7 @@ kir::Kernel lower_elementwise(const FusionGroup& grp, const std::string& name) {
       k.body.push_back(slice_backward_load(*node, b));
       continue;
     }
-    kir::Stmt s;
-    s.out = var(node->outputs[0]);
-    s.dtype = nt;
-    if (node->op == OpId::cast) {
-      s.kind = kir::Stmt::Kind::Cast;
-      s.args = {var(node->inputs[0])};
-    } else {
-      s.kind = kir::Stmt::Kind::Call;
-      s.functor = fused_op_info(*node)->functor;
-      for (const graph::Value* v : node->inputs) s.args.push_back(var(v));
-    }
-    k.body.push_back(s);
+    k.body.push_back(node_stmt(*node));
   }
   kir::Stmt st;
   st.kind = kir::Stmt::Kind::Store;

@@ -31,15 +31,8 @@ void lower_nodes(const FusionGroup& grp, const std::vector<const graph::Node*>& 
     s.index = shape_numel(v->meta.sizes) == 1 ? kir::Index(0) : broadcast_index(*v, shape);
     loads.push_back(s);
   }
-  for (const graph::Node* node : nodes) {
-    kir::Stmt s;
-    s.kind = kir::Stmt::Kind::Call;
-    s.out = var(node->outputs[0]);
-    s.dtype = node->outputs[0]->meta.dtype;
-    s.functor = fused_op_info(*node)->functor;
-    for (const graph::Value* v : node->inputs) s.args.push_back(var(v));
-    into.push_back(s);
-  }
+  // A cast is only ever the group's last node (pointwise_fusion.cpp).
+  for (const graph::Node* node : nodes) into.push_back(node_stmt(*node));
 }
 
 }  // namespace
@@ -76,6 +69,7 @@ kir::Kernel lower_rows(const FusionGroup& grp, const std::string& name) {
   rp.input = var(row.inputs[0]);
   rp.steps = dec->steps;
   rp.row_output = out.meta.sizes == shape;
+  rp.compute = row.outputs[0]->meta.dtype;
   // The producers and their loads (the row op's input itself when nothing computes it).
   std::vector<bool> loaded(grp.inputs.size(), false);
   lower_nodes(grp, pre, shape, row.inputs[0], rp.pre, rp.pre, loaded);

@@ -511,7 +511,16 @@ FusionPlan plan_fusion(const graph::Graph& g, Device device) {
       if (src >= 0 && uses[size_t(v->id)] == 1 &&
           (plan.groups[size_t(src)].row ? row_consumer : same_shape)) {
         FusionGroup& other = plan.groups[size_t(src)];
-        if (other.row && (group.row || group.gemm || !other.extra_outputs.empty())) continue;
+        // On the GPU, a row group's float result cast to a 16-bit float: the cast is the
+        // kernel's store (the group computes in the row op's type and rounds when it stores),
+        // so the float result is never written. Its statistics stay outputs; nothing joins the
+        // group after the cast (it mixes dtypes).
+        const bool row_cast = other.row && !other.gemm && device.type == DeviceType::CUDA &&
+                              n.op == OpId::cast && group.nodes.empty() &&
+                              is_16bit_float(n.outputs[0]->meta.dtype) &&
+                              !has_mixed_dtypes(other) && row_consumer;
+        if (!row_cast && other.row && (group.row || group.gemm || !other.extra_outputs.empty()))
+          continue;
         // Row and attention kernels load inputs element for element: no slice_backward there.
         const bool rows = row || group.row || other.row;
         if (rows && (has_slice_backward(other) || has_slice_backward(group) ||
@@ -522,10 +531,13 @@ FusionPlan plan_fusion(const graph::Graph& g, Device device) {
         // Casts, comparisons and where stay out of row, attention and gemm kernels (one element
         // type each).
         const bool typed = rows || group.gemm || other.gemm;
-        if (typed && (has_mixed_dtypes(other) || has_mixed_dtypes(group) || mixes_dtypes(n)))
+        if (!row_cast && typed &&
+            (has_mixed_dtypes(other) || has_mixed_dtypes(group) || mixes_dtypes(n)))
           continue;
         if (other.gemm) group.gemm = other.gemm;
         if (other.row) group.row = other.row;
+        group.extra_outputs.insert(group.extra_outputs.end(), other.extra_outputs.begin(),
+                                   other.extra_outputs.end());
         group.nodes.insert(group.nodes.end(), other.nodes.begin(), other.nodes.end());
         other.nodes.clear();  // emptied: dropped below
         group_of_value[size_t(v->id)] = -1;

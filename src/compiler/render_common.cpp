@@ -204,11 +204,13 @@ void RowSpell::operator()(std::ostringstream& os, const std::vector<Stmt>& stmts
       case Stmt::Kind::Kept:
         os << ind << decl << kept_at << ";\n";
         break;
-      case Stmt::Kind::Cast:
-        os << ind << decl << T << "(" << s.args[0] << ");\n";
+      case Stmt::Kind::Cast:  // as the elementwise kernels' (and eager's) cast
+        os << ind << decl
+           << load_value(s.dtype, store_value(s.dtype, std::string(T) + "(" + s.args[0] + ")"))
+           << ";\n";
         break;
       case Stmt::Kind::Store:
-        os << ind << store_to << " = " << s.args[0] << ";\n";
+        os << ind << store_to << " = " << store_value(s.dtype, s.args[0]) << ";\n";
         break;
     }
   }

@@ -32,8 +32,10 @@ CudaLaunch render_cuda_rows(std::ostringstream& os, const kir::Kernel& k) {
   int out_buffer = -1;
   for (size_t b = 0; b < k.buffers.size() && out_buffer < 0; ++b)
     if (k.buffers[b].output) out_buffer = int(b);
-  const DType dt = k.buffers[size_t(out_buffer)].dtype;
+  // Computed in the row op's type; the output stored as its own (a 16-bit float after a cast).
+  const DType dt = rp.compute, out_dt = k.buffers[size_t(out_buffer)].dtype;
   const char* T = c_type(dt);
+  const char* OT = storage_type(out_dt);
   const kir::Index n_expr = k.domain.back();
   l.work = n_expr.is_constant() && n_expr.constant() == 0 ? kir::Index(0)
                                                           : floordiv(k.numel(), n_expr);
@@ -58,7 +60,7 @@ CudaLaunch render_cuda_rows(std::ostringstream& os, const kir::Kernel& k) {
     if (!buf.output)
       os << "const " << T << "* __restrict__ in" << b;
     else if (int(b) == out_buffer)
-      os << T << "* __restrict__ out";
+      os << OT << "* __restrict__ out";
     else
       os << T << "* __restrict__ stat" << b;
   }
@@ -89,7 +91,8 @@ CudaLaunch render_cuda_rows(std::ostringstream& os, const kir::Kernel& k) {
   std::vector<size_t> along;  // offsets read along the row: vector loads
   for (size_t p = 0; p < offsets.entries.size(); ++p)
     if (offsets.entries[p].col == "j") along.push_back(p);
-  const std::string vec = "ember_vec<" + std::string(T) + ", " + std::to_string(V) + ">";
+  const std::string vec = "ember_vec<" + std::string(T) + ", " + std::to_string(V) + ">",
+                    out_vec = "ember_vec<" + std::string(OT) + ", " + std::to_string(V) + ">";
   // The passes over the row, with scalar or vector accesses.
   auto emit_passes = [&](bool vec_mode, const std::string& ind) {
     const std::string slot = vec_mode ? "cu" : "c";
@@ -127,13 +130,13 @@ CudaLaunch render_cuda_rows(std::ostringstream& os, const kir::Kernel& k) {
         os << ind << "    const " << vec << " L" << buffer << "_" << p
            << " = *reinterpret_cast<const " << vec << "*>(in" << buffer << " + " << offsets.base(p)
            << " + jv);\n";
-      if (store) os << ind << "    " << vec << " o;\n";
+      if (store) os << ind << "    " << out_vec << " o;\n";
       os << "#pragma unroll\n"
          << ind << "    for (int u = 0; u < " << V << "; ++u) {\n"
          << ind << "      const int64_t j = jv + u;\n"
          << ind << "      const int cu = c * " << V << " + u;\n"
          << indent(body, ind + "    ") << ind << "    }\n";
-      if (store) os << ind << "    *reinterpret_cast<" << vec << "*>(out + r * n + jv) = o;\n";
+      if (store) os << ind << "    *reinterpret_cast<" << out_vec << "*>(out + r * n + jv) = o;\n";
       os << ind << "  }\n" << ind << "}\n";
     };
     RowSpell spell{k, offset, K ? "kr[" + slot + "]" : "kept", ""};

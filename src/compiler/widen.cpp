@@ -9,8 +9,6 @@ namespace ember::compiler {
 
 namespace {
 
-bool is_16bit_float(DType t) { return t == DType::BFloat16 || t == DType::Float16; }
-
 // Whether n computes in a 16-bit float dtype an op the compiler generates only for wider
 // floats: its outputs and floating inputs all of that dtype.
 // (Row statistics, like layer_norm's mean and rstd, may be float32 already.)

@@ -25,8 +25,6 @@ void check_mpi(int rc, const char* call) {
   EMBER_FAIL("distributed: ", call, " failed on rank ", r, ": ", std::string(msg, size_t(len)));
 }
 
-bool is_16bit_float(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
-
 // The MPI type reductions use (16-bit floats are reduced as float32, see reduced_buffer).
 MPI_Datatype mpi_type(DType t) {
   switch (t) {

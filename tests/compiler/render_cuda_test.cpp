@@ -209,6 +209,61 @@ TEST(RenderCuda, RowsInRegistersMoveSixteenBytesPerAccessWhenAligned) {
   }
 }
 
+// Under autocast, layer_norm computes in float32 and a cast takes its result to bfloat16 for
+// the next matmul. On the GPU the cast is the row kernel's store: the kernel computes in float,
+// stores bf16 (16-bit vectors on aligned rows) and its statistics as float, and the float32
+// result is never written. On the CPU, and where the float result is read elsewhere too, the
+// cast stays a kernel of its own.
+TEST(RenderCuda, ARowOpsCastToSixteenBitsIsItsStore) {
+  const Device gpu{DeviceType::CUDA, 0};
+  for (const Device device : {gpu, kCPU})
+    for (const bool float_read_elsewhere : {false, true}) {
+      graph::Graph g;
+      auto in = [&](const Shape& sizes) {
+        return g.add_input(TensorMeta{sizes, contiguous_strides(sizes), 0, DType::Float32}, device,
+                           graph::InputKind::Argument, "x");
+      };
+      graph::Value* x = in({64, 768});
+      graph::Value* w = in({768});
+      graph::Value* b = in({768});
+      Attrs a;
+      a.shape = {768};
+      a.value = 1e-5;
+      graph::Node* ln = g.add_node(OpId::layer_norm, {x, w, b}, a, {});
+      Attrs c;
+      c.dtype = DType::BFloat16;
+      graph::Value* y16 = g.add_node(OpId::cast, {ln->outputs[0]}, c, {})->outputs[0];
+      std::vector<graph::Value*> outs = {y16, ln->outputs[1], ln->outputs[2]};
+      if (float_read_elsewhere) outs.push_back(ln->outputs[0]);
+      g.set_outputs(outs);
+      const FusionPlan plan = plan_fusion(g, device);
+      if (float_read_elsewhere || device == kCPU) {
+        EXPECT_EQ(plan.groups.size(), 2u);
+        continue;
+      }
+      ASSERT_EQ(plan.groups.size(), 1u);
+      const FusionGroup& grp = plan.groups[0];
+      EXPECT_EQ(grp.row, ln);
+      EXPECT_EQ(grp.output, y16);
+      EXPECT_EQ(grp.extra_outputs,
+                (std::vector<const graph::Value*>{ln->outputs[1], ln->outputs[2]}));
+      const kir::Kernel k = lower_rows(grp, "ln_cast");
+      std::ostringstream os;
+      os << cuda_prelude();
+      render_cuda_kernel(os, k);
+      const std::string src = os.str();
+      EXPECT_NE(src.find("uint16_t* __restrict__ out"), std::string::npos) << src;
+      EXPECT_NE(src.find("float* __restrict__ stat"), std::string::npos) << src;
+      EXPECT_NE(src.find("*reinterpret_cast<ember_vec<uint16_t, 4>*>(out + r * n + jv) = o"),
+                std::string::npos)
+          << src;
+      EXPECT_NE(src.find("float_to_bf16"), std::string::npos) << src;
+      if (nvrtc_available()) {
+        EXPECT_FALSE(nvrtc_compile(src, "sm_90a").empty()) << src;
+      }
+    }
+}
+
 // Keeps the graphs it is given and runs them as backend "eager" does.
 class GraphKeeper : public capture::Backend {
  public:
