@@ -131,6 +131,7 @@ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32
 #include "kernels/cuda/attention_bwd.cuh"
 #include "kernels/cuda/attention_fwd.cuh"
 #include "kernels/cuda/cached_attention.cuh"
+#include "kernels/cuda/gemv.cuh"
 
 namespace ember::test {
 namespace {
@@ -450,6 +451,57 @@ TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
 TEST(AttentionEmulation, NoKeysGiveZeroOutputAndMinusInfinity) {
   check({{2}, 5, 0, 4, 3, false, 0.0, DType::Float32});
   check({{2}, 5, 0, 4, 3, true, 0.5, DType::Float64});
+}
+
+// The few-rows product's kernel against float64 sums: 1 to 4 rows; rows aligned for 16-byte
+// vectors and rows that are not (an odd k, a row stride off the vector); more columns than a
+// block has warps (the last block's spare warps idle); with and without bias and residual.
+TEST(GemvEmulation, FewRowProductsMatchFloat64Sums) {
+  struct Case {
+    int64_t M, N, K, x_pad;
+    bool bias, residual;
+    DType dtype;
+  };
+  const Case cases[] = {
+      {1, 20, 64, 0, false, false, DType::BFloat16}, {3, 9, 40, 0, true, false, DType::Float16},
+      {4, 11, 37, 0, true, true, DType::Float32},    {2, 17, 64, 3, true, true, DType::BFloat16},
+      {1, 8, 256, 0, true, false, DType::Float32},   {4, 5, 8, 0, false, true, DType::Float16},
+  };
+  for (const Case& c : cases) {
+    manual_seed(uint64_t(c.N * 13 + c.K));
+    const std::string what = "M " + std::to_string(c.M) + " N " + std::to_string(c.N) + " K " +
+                             std::to_string(c.K) + " pad " + std::to_string(c.x_pad) + " " +
+                             std::string(dtype_name(c.dtype));
+    auto draw = [&](const Shape& s) { return (rand(s, DType::Float64) * 2.0 - 1.0).to(c.dtype); };
+    // x's rows K + x_pad apart: a slice of a wider tensor.
+    const Tensor xw = draw({c.M, c.K + c.x_pad}), x = xw.slice(1, 0, c.K);
+    const Tensor w = draw({c.N, c.K}), bias = draw({c.N}), res = draw({c.M, c.N});
+    Tensor want = matmul(x.to(DType::Float64), w.to(DType::Float64).t());
+    if (c.residual) want = want + res.to(DType::Float64);
+    if (c.bias) want = want + bias.to(DType::Float64);
+    const Tensor got = make_tensor({c.M, c.N}, c.dtype);
+    cuda::gemv::Args a;
+    a.x = x.impl()->data();
+    a.w = w.impl()->data();
+    a.bias = c.bias ? bias.impl()->data() : nullptr;
+    a.residual = c.residual ? res.impl()->data() : nullptr;
+    a.out = got.impl()->data();
+    a.M = c.M;
+    a.N = c.N;
+    a.K = c.K;
+    a.ldx = c.K + c.x_pad;
+    a.ldw = c.K;
+    const int64_t v = 16 / int64_t(dtype_size(c.dtype));
+    a.vectors = c.K % v == 0 && a.ldx % v == 0;
+    emu::run_blocks(cuda::gemv::blocks(c.N), cuda::attn::kThreads, 0, [&] {
+      switch (c.dtype) {
+        case DType::Float32: return cuda::gemv::gemv_kernel<float>(a);
+        case DType::Float16: return cuda::gemv::gemv_kernel<__half>(a);
+        default: return cuda::gemv::gemv_kernel<__nv_bfloat16>(a);
+      }
+    });
+    EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << what;
+  }
 }
 
 }  // namespace

@@ -2,8 +2,10 @@
 // for a 16-bit matmul followed by a bias add: against the float64 product plus bias, within an
 // ulp of the 16-bit result and no further from it than the eager ops, for a weight read as it
 // lies and through a transposed view, with a residual added as the gemm's C operand, and
-// declining what it does not take.
+// declining what it does not take; and matmul with a few rows, which the gemv kernel runs.
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "ember/cuda.h"
 #include "ember/ember.h"
@@ -19,7 +21,8 @@ TEST(CudaOps, GemmWithBiasEpilogueMatchesTheFloat64Product) {
   NoGradGuard no_grad;
   for (DType t : {DType::BFloat16, DType::Float16})
     for (bool transposed : {false, true})
-      for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{96, 64, 80}, {1000, 768, 2304}}) {
+      for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{96, 64, 80}, {1000, 768, 2304},
+                             {2, 64, 80}}) {  // the last: 4 rows, the gemv kernel's through w.t()
         manual_seed(uint64_t(m + k + n));
         const Tensor a = randn({2, m, k}).to(t).to(kGpu);
         const Tensor w = randn({n, k}).to(t).to(kGpu);  // a linear layer's weight
@@ -102,6 +105,35 @@ TEST(CudaOps, GemmWithBiasEpilogueDeclinesWhatItDoesNotTake) {
   const Tensor marked = full({8, 24}, 7.0, o);
   EXPECT_FALSE(gemm_bias::run(a, b, gpu(randn({23}), DType::BFloat16), marked));
   EXPECT_EQ(marked.cpu().to(DType::Float32).amin().item(), 7.0);
+}
+
+// matmul with at most four rows against a weight read through w.t() (a decode step's linear
+// layers) runs the gemv kernel: against the float64 product, for 16-byte-aligned rows and rows
+// that are not (an odd k; x a slice of a wider tensor), rows from a batch dim, every float dtype
+// it takes.
+TEST(CudaOps, FewRowProductsMatchTheFloat64Product) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  NoGradGuard no_grad;
+  for (DType t : {DType::Float32, DType::BFloat16, DType::Float16})
+    for (auto [rows, k, n, pad] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 768, 2304, 0},
+                                   {4, 3072, 768, 0}, {3, 37, 50, 0}, {2, 64, 300, 5}})
+      for (bool batched : {false, true}) {
+        manual_seed(uint64_t(rows * 7 + k + n + pad));
+        const Tensor wide = randn({rows, k + pad}).to(t).to(kGpu);
+        Tensor x = wide.slice(1, 0, k);
+        if (batched) x = x.contiguous().view({rows, 1, k});  // rows from the batch dim
+        const Tensor w = randn({n, k}).to(t).to(kGpu);
+        const Tensor got = matmul(x, w.t()).cpu().to(DType::Float64).reshape({rows, n});
+        const Tensor want = matmul(x.cpu().to(DType::Float64).reshape({rows, k}),
+                                   w.cpu().to(DType::Float64).t());
+        const std::string what = std::string(dtype_name(t)) + " " + std::to_string(rows) + "x" +
+                                 std::to_string(k) + "x" + std::to_string(n) + " pad " +
+                                 std::to_string(pad) + (batched ? " batched" : "");
+        // One rounding of the float sum to the dtype, plus the float sum's own error.
+        const double ulp = t == DType::BFloat16 ? 0x1p-8 : t == DType::Float16 ? 0x1p-11 : 0x1p-23;
+        const double sum_err = 1e-5 * std::sqrt(double(k));
+        EXPECT_LE(((got - want).abs() - (want.abs() * ulp + sum_err)).amax().item(), 0.0) << what;
+      }
 }
 
 }  // namespace

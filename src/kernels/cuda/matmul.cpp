@@ -4,7 +4,8 @@
 // others (and batch dims that no single stride describes) are copied first. float32 computes
 // in full float32 (on TF32 tensor cores only after cuda::set_allow_tf32(true)), the half types
 // in float32 with their storage type, float64 in float64; integers take matmul_int.cu's
-// kernel. The handle is per device, on the device's stream.
+// kernel; a product of at most four rows against a weight stored row by row, gemv.h's. The
+// handle is per device, on the device's stream.
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "ember/cuda.h"
 #include "core/shape.h"
 #include "ember/ops.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/kernel_table.h"
 #include "kernels/cuda/matmul_int.h"
 #include "kernels/cuda/runtime.h"
@@ -142,6 +144,12 @@ void matmul(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
     rows = m * nb;
     batches = 1;
   }
+  // A few rows against a weight stored row by row (a decode step's linear layers): the gemv
+  // kernel, which streams the weight once where a gemm's tiles would leave the GPU idle.
+  if (batches == 1 && !A.transposed && B.transposed &&
+      gemv::run(A.t.impl()->data(), A.ld, B.t.impl()->data(), B.ld, nullptr, nullptr,
+           c.impl()->data(), rows, n, k, dt, device))
+    return;
   EMBER_CHECK(rows < (int64_t(1) << 31) && n < (int64_t(1) << 31) && k < (int64_t(1) << 31),
               "matmul: dims past 2^31 on CUDA (", rows, " x ", k, " x ", n, ")");
   const float one_f = 1, zero_f = 0;

@@ -1,0 +1,43 @@
+// CUDA launch of the few-rows product (gemv.h; the kernel: gemv.cuh).
+#include "kernels/cuda/gemv.cuh"
+
+#include <cstdint>
+
+#include "kernels/cuda/gemv.h"
+#include "kernels/cuda/runtime.h"
+
+namespace ember::cuda::gemv {
+
+bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bias,
+         const void* residual, void* out, int64_t rows, int64_t n, int64_t k, DType dt,
+         int device) {
+  if (rows < 1 || rows > kMaxRows || n < 1 || k < 1) return false;
+  if (dt != DType::Float32 && dt != DType::Float16 && dt != DType::BFloat16) return false;
+  if (blocks(n) >= (int64_t(1) << 31)) return false;
+  Args a;
+  a.x = x;
+  a.w = w;
+  a.bias = bias;
+  a.residual = residual;
+  a.out = out;
+  a.M = rows;
+  a.N = n;
+  a.K = k;
+  a.ldx = ldx;
+  a.ldw = ldw;
+  const int64_t v = 16 / int64_t(dtype_size(dt));
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  a.vectors = k % v == 0 && ldx % v == 0 && ldw % v == 0 && aligned(x) && aligned(w);
+  detail::use_device(device);
+  const unsigned grid = unsigned(blocks(n));
+  cudaStream_t s = detail::stream(device);
+  switch (dt) {
+    case DType::Float32: gemv_kernel<float><<<grid, attn::kThreads, 0, s>>>(a); break;
+    case DType::Float16: gemv_kernel<__half><<<grid, attn::kThreads, 0, s>>>(a); break;
+    default: gemv_kernel<__nv_bfloat16><<<grid, attn::kThreads, 0, s>>>(a); break;
+  }
+  detail::check(cudaGetLastError(), "matmul (few rows)");
+  return true;
+}
+
+}  // namespace ember::cuda::gemv

@@ -1,0 +1,84 @@
+// The kernel of a product with a few rows (decoding: one token a sequence) and a weight stored
+// as rows of k contiguous elements, out[m, n] = sum_k x[m, k] * w[n, k] (+ residual[m, n] +
+// bias[n], summed in float and rounded once, as cuBLASLt's epilogue does). Each warp takes one
+// output column n for every row m: its lanes read w's row n in 16-byte vectors (or elements,
+// where rows are not aligned for vectors), so the weight, the only large operand, streams
+// through once, coalesced, and the GPU has a warp for each of the n columns (a gemm's tiles
+// would leave most of it idle at one row). Written on attention_tiles.cuh's primitives, so the
+// block emulator runs it on the host too (tests/cuda/attention_emulation_test.cpp).
+#pragma once
+#include "kernels/cuda/attention_tiles.cuh"
+
+#ifdef EMBER_CUDA_EMULATION
+#define EMBER_GEMV_UNROLL
+#else
+#define EMBER_GEMV_UNROLL _Pragma("unroll 4")
+#endif
+
+namespace ember::cuda::gemv {
+
+using attn::narrow;
+using attn::widen;
+
+constexpr int kMaxRows = 4;         // rows m a launch takes (more go to cuBLAS)
+constexpr int kWarps = attn::kThreads / 32;  // output columns a block
+
+struct Args {
+  const void* x = nullptr;         // [M, K], rows ldx apart
+  const void* w = nullptr;         // [N, K], rows ldw apart
+  const void* bias = nullptr;      // [N] or null
+  const void* residual = nullptr;  // [M, N] contiguous, or null
+  void* out = nullptr;             // [M, N] contiguous
+  int64_t M = 1, N = 0, K = 0, ldx = 0, ldw = 0;
+  bool vectors = false;  // x's and w's rows start on 16 bytes and K is a whole number of vectors
+};
+
+// The launch's blocks.
+inline int64_t blocks(int64_t N) {
+  return (N + kWarps - 1) / kWarps;
+}
+
+template <class T>
+EMBER_ATTN_KERNEL void gemv_kernel(Args a) {
+  using Raw = attn::Raw<T>;
+  constexpr int V = 16 / int(sizeof(T));
+  const int lane = attn::thread_index() % 32;
+  const int64_t n = attn::block_index() * kWarps + attn::thread_index() / 32;
+  const bool active = n < a.N;  // a warp past the last column idles through the exchanges
+  const T* x = static_cast<const T*>(a.x);
+  const T* wr = static_cast<const T*>(a.w) + (active ? n : 0) * a.ldw;
+  float acc[kMaxRows] = {};
+  if (active && a.vectors) {
+    EMBER_GEMV_UNROLL
+    for (int64_t k = int64_t(lane) * V; k < a.K; k += 32 * V) {
+      const Raw wv = attn::load16<Raw>(wr + k);
+      for (int m = 0; m < kMaxRows; ++m) {
+        if (m >= a.M) break;
+        const Raw xv = attn::load16<Raw>(x + m * a.ldx + k);
+        for (int e = 0; e < V; ++e)
+          acc[m] += widen<float>(xv.v[e]) * widen<float>(wv.v[e]);
+      }
+    }
+  } else if (active) {
+    EMBER_GEMV_UNROLL
+    for (int64_t k = lane; k < a.K; k += 32) {
+      const float wk = widen<float>(wr[k]);
+      for (int m = 0; m < kMaxRows; ++m) {
+        if (m >= a.M) break;
+        acc[m] += widen<float>(x[m * a.ldx + k]) * wk;
+      }
+    }
+  }
+  for (int m = 0; m < kMaxRows; ++m)
+    for (int s = 16; s > 0; s >>= 1) acc[m] += attn::shfl_xor(acc[m], s);
+  if (!active || lane != 0) return;
+  const float b = a.bias ? widen<float>(static_cast<const T*>(a.bias)[n]) : 0.0f;
+  for (int m = 0; m < kMaxRows; ++m) {
+    if (m >= a.M) break;
+    float v = acc[m];
+    if (a.residual) v += widen<float>(static_cast<const T*>(a.residual)[m * a.N + n]);
+    static_cast<T*>(a.out)[m * a.N + n] = narrow<T>(v + b);
+  }
+}
+
+}  // namespace ember::cuda::gemv
