@@ -7,6 +7,7 @@
 
 #include "core/shape.h"
 #include "graph/graph_util.h"
+#include "kernels/gemm_bias.h"
 
 namespace ember::compiler {
 
@@ -161,10 +162,16 @@ std::vector<BiasFold> bias_folds(const graph::Graph& g, const FusionPlan& plan,
           grp.nodes[0] != r || grp.nodes[1]->op != OpId::add)
         continue;
       second = grp.nodes[1];
-      // Recorded without grad (inference): the add keeps eager's rounding of the biased product
-      // before it, so a compiled decode step gives eager's logits bit for bit and greedy
-      // decoding eager's tokens. A graph autograd differentiates agrees with eager to rounding.
-      if (second->no_grad) continue;
+      // Recorded without grad (inference), only where the gemm rounds the product before its
+      // epilogue as the matmul op stores it (a few rows: gemm_bias::rounds_product_first), so
+      // the sum is the one the fused adds give over the stored product and a compiled decode
+      // step keeps its logits and greedy decoding its tokens. A graph autograd differentiates
+      // agrees with eager to rounding either way.
+      const int64_t cols = p->meta.sizes.back(), k_dim = n.inputs[0]->meta.sizes.back();
+      if (second->no_grad &&
+          !gemm_bias::rounds_product_first(shape_numel(p->meta.sizes) / std::max<int64_t>(cols, 1),
+                                           k_dim, cols, n.inputs[1]->meta.strides))
+        continue;
       const auto& in = second->inputs;
       if (in.size() != 2 || in[0] == in[1] || (in[0] != r->outputs[0] && in[1] != r->outputs[0]))
         continue;

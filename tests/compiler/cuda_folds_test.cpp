@@ -111,12 +111,14 @@ TEST(CudaFolds, AutocastTrainingCastsParametersAndGradsInBatches) {
   for (const graph::Node* n : views) EXPECT_EQ(op_info(n->op).kind, OpKind::View);
 }
 
-// A bfloat16 model's decode step: each block's two output projections add their bias and then
-// the residual stream. Recorded without grad (inference), the residual add stays a kernel of its
-// own (it keeps eager's rounding); in a graph autograd differentiates, the bias and the residual
-// both go into the gemm (the residual its C operand). The projections into the attention and
-// the MLP add their bias alone.
-TEST(CudaFolds, ResidualAddsOfBfloat16ProjectionsGoIntoTheGemmOutsideInference) {
+// A bfloat16 model's blocks: each block's two output projections add their bias and then the
+// residual stream. In a decode step (one row a projection, the weight read through w.t()) both
+// adds go into the gemm, the residual its C operand: the gemm of a few rows rounds the product
+// first, as the fused adds see it. In a graph recorded without grad over more rows the residual
+// add stays a kernel of its own (cuBLASLt would round once over the unrounded product); in a
+// graph autograd differentiates it goes into the gemm too. The projections into the attention
+// and the MLP add their bias alone.
+TEST(CudaFolds, ResidualAddsOfBfloat16ProjectionsGoIntoTheGemm) {
   auto keeper = std::make_unique<GraphKeeper>();
   GraphKeeper* kept = keeper.get();
   kept->name_ = "keep-graphs-for-residual-folds";
@@ -132,12 +134,13 @@ TEST(CudaFolds, ResidualAddsOfBfloat16ProjectionsGoIntoTheGemmOutsideInference) 
                               const std::vector<Tensor>& v) {
     return model->decode_step(x, pos, k, v);
   }, o);
+  auto forward = compile([model](const Tensor& x) { return model->forward(x); }, o);
   nn::KVCache cache = model->preallocated_cache(1);
   step(zeros({1, 1}, DType::Int64), zeros({1}, DType::Int64), cache.k, cache.v);
-  ASSERT_EQ(kept->graphs.size(), 1u);
-  const graph::Graph& g = *kept->graphs[0];
+  forward(zeros({1, 8}, DType::Int64));
+  ASSERT_EQ(kept->graphs.size(), 2u);
   // The folds of g's plan: those with a residual, and those with the bias alone.
-  auto count = [&] {
+  auto count = [&](const graph::Graph& g) {
     const FusionPlan plan = plan_fusion(g);
     std::pair<int64_t, int64_t> n{0, 0};
     for (const BiasFold& f : bias_folds(g, plan, {})) {
@@ -165,11 +168,16 @@ TEST(CudaFolds, ResidualAddsOfBfloat16ProjectionsGoIntoTheGemmOutsideInference) 
     return n;
   };
   const int64_t layers = test::tiny_gpt().n_layer;
-  const auto inference = count();
+  const graph::Graph& decode = *kept->graphs[0];
+  const graph::Graph& rows = *kept->graphs[1];
+  const auto one_row = count(decode);
+  EXPECT_EQ(one_row.first, 2 * layers);
+  EXPECT_GE(one_row.second, layers);  // at least the attention's input projection
+  const auto inference = count(rows);
   EXPECT_EQ(inference.first, 0);
-  EXPECT_GE(inference.second, layers);  // at least the attention's input projection
-  for (const auto& n : g.nodes()) n->no_grad = false;  // as a differentiated graph records them
-  const auto training = count();
+  EXPECT_GE(inference.second, layers);
+  for (const auto& n : rows.nodes()) n->no_grad = false;  // as a differentiated graph records them
+  const auto training = count(rows);
   EXPECT_EQ(training.first, 2 * layers);
   EXPECT_GE(training.second, layers);
 }

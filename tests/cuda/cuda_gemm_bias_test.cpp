@@ -21,8 +21,7 @@ TEST(CudaOps, GemmWithBiasEpilogueMatchesTheFloat64Product) {
   NoGradGuard no_grad;
   for (DType t : {DType::BFloat16, DType::Float16})
     for (bool transposed : {false, true})
-      for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{96, 64, 80}, {1000, 768, 2304},
-                             {2, 64, 80}}) {  // the last: 4 rows, the gemv kernel's through w.t()
+      for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{96, 64, 80}, {1000, 768, 2304}}) {
         manual_seed(uint64_t(m + k + n));
         const Tensor a = randn({2, m, k}).to(t).to(kGpu);
         const Tensor w = randn({n, k}).to(t).to(kGpu);  // a linear layer's weight
@@ -56,7 +55,7 @@ TEST(CudaOps, GemmWithBiasAndResidualMatchesTheFloat64Sum) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
   NoGradGuard no_grad;
   for (DType t : {DType::BFloat16, DType::Float16})
-    for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 3072, 768}, {300, 768, 768}}) {
+    for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{5, 3072, 768}, {300, 768, 768}}) {
       manual_seed(uint64_t(m + k + n + 1));
       const Tensor a = randn({1, m, k}).to(t).to(kGpu);
       const Tensor b = randn({n, k}).to(t).to(kGpu).t();
@@ -134,6 +133,42 @@ TEST(CudaOps, FewRowProductsMatchTheFloat64Product) {
         const double sum_err = 1e-5 * std::sqrt(double(k));
         EXPECT_LE(((got - want).abs() - (want.abs() * ulp + sum_err)).amax().item(), 0.0) << what;
       }
+}
+
+// At most four rows against w.t() (a decode step's projections), gemm_bias::run takes the gemv
+// kernel, which rounds the product as the matmul op stores it before adding: the biased product
+// equals eager's matmul then add bit for bit, and with a residual it equals one float sum of the
+// stored product, the bias and the residual, rounded once (what a compiled graph's fused add
+// of the two gives).
+TEST(CudaOps, FewRowGemmsWithBiasRoundAsTheOps) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  NoGradGuard no_grad;
+  for (DType t : {DType::BFloat16, DType::Float16})
+    for (auto [rows, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 768, 2304}, {4, 3072, 768},
+                              {3, 37, 50}}) {
+      manual_seed(uint64_t(rows + k + n + 2));
+      const Tensor a = randn({rows, 1, k}).to(t).to(kGpu);
+      const Tensor b = randn({n, k}).to(t).to(kGpu).t();
+      const Tensor bias = randn({n}).to(t).to(kGpu);
+      const Tensor x = (randn({rows, 1, n}) * 4.0).to(t).to(kGpu);
+      ASSERT_TRUE(gemm_bias::rounds_product_first(rows, k, n, b.strides()));
+      ASSERT_FALSE(gemm_bias::rounds_product_first(rows, k, n, b.contiguous().strides()));
+      TensorOptions o(t);
+      o.device = kGpu;
+      const std::string what = std::string(dtype_name(t)) + " " + std::to_string(rows) + "x" +
+                               std::to_string(k) + "x" + std::to_string(n);
+      const Tensor product = matmul(a, b);  // as the op stores it
+      const Tensor biased = empty({rows, 1, n}, o), summed = empty({rows, 1, n}, o);
+      ASSERT_TRUE(gemm_bias::run(a, b, bias, biased)) << what;
+      ASSERT_TRUE(gemm_bias::run(a, b, bias, summed, x)) << what;
+      // The 16-bit values as float32 (every one of them exactly).
+      auto values = [](const Tensor& v) { return v.cpu().to(DType::Float32).to_vector<float>(); };
+      EXPECT_EQ(values(biased), values(product + bias)) << what;
+      const Tensor f32 = product.cpu().to(DType::Float32);
+      const Tensor once =
+          ((f32 + bias.cpu().to(DType::Float32)) + x.cpu().to(DType::Float32)).to(t);
+      EXPECT_EQ(values(summed), values(once)) << what;
+    }
 }
 
 }  // namespace

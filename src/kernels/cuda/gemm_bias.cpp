@@ -3,7 +3,8 @@
 // (n x k) @ a^T (k x rows), so the bias runs along cuBLASLt's rows, which is what its BIAS
 // epilogue adds. The descriptors and the heuristic's algorithm are made once per shape and
 // layout and kept; the workspace is one buffer a device. Products of at most four rows against
-// a weight stored row by row go to the gemv kernel instead (kernels/cuda/gemv.h).
+// a weight read through w.t() go to the gemv kernel instead (kernels/cuda/gemv.h), which
+// rounds the product before its epilogue (rounds_product_first).
 #include <cublasLt.h>
 
 #include <map>
@@ -149,11 +150,13 @@ bool run(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out
   if (rows >= (int64_t(1) << 31) || n >= (int64_t(1) << 31) || k >= (int64_t(1) << 31))
     return false;
   // A few rows against a weight stored row by row: the gemv kernel, its epilogue the same sum.
-  if (b_transposed &&
-      cuda::gemv::run(a.impl()->data(), lda, b.impl()->data(), ldb, bias.impl()->data(),
-                      residual.defined() ? residual.impl()->data() : nullptr, out.impl()->data(),
-                      rows, n, k, dt, dev.index))
-    return true;
+  if (rounds_product_first(rows, k, n, b.strides())) {
+    EMBER_CHECK(b_transposed, "matmul with bias: a few rows against b that is not w.t()");
+    if (cuda::gemv::run(a.impl()->data(), lda, b.impl()->data(), ldb, bias.impl()->data(),
+                        residual.defined() ? residual.impl()->data() : nullptr,
+                        out.impl()->data(), rows, n, k, dt, dev.index, /*round_product=*/true))
+      return true;
+  }
   DeviceState& st = device_state(dev.index);
   if (!st.usable) return false;
   const cudaDataType_t type = dt == DType::BFloat16 ? CUDA_R_16BF : CUDA_R_16F;

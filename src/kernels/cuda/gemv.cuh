@@ -1,6 +1,7 @@
 // The kernel of a product with a few rows (decoding: one token a sequence) and a weight stored
-// as rows of k contiguous elements, out[m, n] = sum_k x[m, k] * w[n, k] (+ residual[m, n] +
-// bias[n], summed in float and rounded once, as cuBLASLt's epilogue does). Each warp takes one
+// as rows of k contiguous elements, out[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n] +
+// residual[m, n], summed in float and rounded once; with round_product, over the product
+// rounded to the output's type first, as the matmul op stores it). Each warp takes one
 // output column n for every row m: its lanes read w's row n in 16-byte vectors (or elements,
 // where rows are not aligned for vectors), so the weight, the only large operand, streams
 // through once, coalesced, and the GPU has a warp for each of the n columns (a gemm's tiles
@@ -31,6 +32,7 @@ struct Args {
   void* out = nullptr;             // [M, N] contiguous
   int64_t M = 1, N = 0, K = 0, ldx = 0, ldw = 0;
   bool vectors = false;  // x's and w's rows start on 16 bytes and K is a whole number of vectors
+  bool round_product = false;  // the product rounded to T before residual and bias are added
 };
 
 // The launch's blocks.
@@ -75,9 +77,10 @@ EMBER_ATTN_KERNEL void gemv_kernel(Args a) {
   const float b = a.bias ? widen<float>(static_cast<const T*>(a.bias)[n]) : 0.0f;
   for (int m = 0; m < kMaxRows; ++m) {
     if (m >= a.M) break;
-    float v = acc[m];
+    // (product + bias) + residual, in float: the order of the two adds a compiled graph fuses.
+    float v = (a.round_product ? widen<float>(narrow<T>(acc[m])) : acc[m]) + b;
     if (a.residual) v += widen<float>(static_cast<const T*>(a.residual)[m * a.N + n]);
-    static_cast<T*>(a.out)[m * a.N + n] = narrow<T>(v + b);
+    static_cast<T*>(a.out)[m * a.N + n] = narrow<T>(v);
   }
 }
 
