@@ -184,7 +184,10 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
                std::to_string(bias_folds_.size()) + " matmul(s) with the bias add (and " +
                std::to_string(std::count_if(bias_folds_.begin(), bias_folds_.end(),
                                             [](const BiasFold& f) { return f.residual; })) +
-               " with a residual add) in the gemm, " +
+               " with a residual add, " +
+               std::to_string(std::count_if(bias_folds_.begin(), bias_folds_.end(),
+                                            [](const BiasFold& f) { return f.gelu; })) +
+               " with a gelu) in the gemm, " +
                std::to_string(ce_folds_.size()) + " cross_entropy grad(s) by their own kernel)");
   if (plan_.groups.empty()) return;
   lowered_.reserve(plan_.groups.size());
@@ -362,9 +365,12 @@ void CudaCompiledGraph::run_bias_fold(const BiasFold& f, std::vector<Tensor>& en
   }
   const Tensor residual = f.residual ? env[size_t(f.residual->id)] : Tensor();
   const bool done = out.defined() && (!f.residual || residual.defined()) && profiled(
-      device_, [&] { return gemm_bias::run(a, b, env[size_t(f.bias->id)], out, residual); },
+      device_,
+      [&] { return gemm_bias::run(a, b, env[size_t(f.bias->id)], out, residual, f.gelu); },
       [&] {
-        return std::string(f.residual ? "matmul + bias + residual " : "matmul + bias ") +
+        return std::string(f.residual ? "matmul + bias + residual "
+                           : f.gelu   ? "matmul + bias + gelu "
+                                      : "matmul + bias ") +
                a.shape_str() + ", " + b.shape_str();
       });
   if (!done) {  // the gemm does not take these tensors: the plan's steps

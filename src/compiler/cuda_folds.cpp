@@ -154,31 +154,43 @@ std::vector<BiasFold> bias_folds(const graph::Graph& g, const FusionPlan& plan,
     const int k = plan.group_of_node[size_t(readers.index.at(r))];
     if (k < 0 || r->op != OpId::add || r->inputs.size() != 2 || r->inputs[0] == r->inputs[1])
       continue;
-    // The group: the bias add alone, or the bias add then a second add of a residual to it.
+    // The group: the bias add alone, or the bias add then a second add of a residual to it, or
+    // then the gelu of the biased product.
     const FusionGroup& grp = plan.groups[size_t(k)];
     const graph::Node* second = nullptr;
+    bool gelu = false;
     if (!lone(grp, OpId::add)) {
       if (grp.nodes.size() != 2 || grp.row || grp.gemm || grp.col || !grp.extra_outputs.empty() ||
-          grp.nodes[0] != r || grp.nodes[1]->op != OpId::add)
+          grp.nodes[0] != r || (grp.nodes[1]->op != OpId::add && grp.nodes[1]->op != OpId::gelu))
         continue;
       second = grp.nodes[1];
-      // Recorded without grad (inference), only where the gemm rounds the product before its
-      // epilogue as the matmul op stores it (a few rows: gemm_bias::rounds_product_first), so
-      // the sum is the one the fused adds give over the stored product and a compiled decode
-      // step keeps its logits and greedy decoding its tokens. A graph autograd differentiates
-      // agrees with eager to rounding either way.
+      // Whether the gemm rounds the product before its epilogue as the matmul op stores it (a
+      // few rows: gemm_bias::rounds_product_first), so that its sums are the fused group's.
       const int64_t cols = p->meta.sizes.back(), k_dim = n.inputs[0]->meta.sizes.back();
-      if (second->no_grad &&
-          !gemm_bias::rounds_product_first(shape_numel(p->meta.sizes) / std::max<int64_t>(cols, 1),
-                                           k_dim, cols, n.inputs[1]->meta.strides))
-        continue;
-      const auto& in = second->inputs;
-      if (in.size() != 2 || in[0] == in[1] || (in[0] != r->outputs[0] && in[1] != r->outputs[0]))
-        continue;
+      const bool rounds = gemm_bias::rounds_product_first(
+          shape_numel(p->meta.sizes) / std::max<int64_t>(cols, 1), k_dim, cols,
+          n.inputs[1]->meta.strides);
+      if (second->op == OpId::gelu) {
+        // The exact gelu (not the tanh form) of the biased product, which nothing else reads:
+        // only the few-rows gemm takes it (cuBLASLt's gelu epilogue is the tanh form).
+        if (!rounds || second->attrs.flag || second->inputs.size() != 1 ||
+            second->inputs[0] != r->outputs[0] || readers.sole(r->outputs[0]) != second)
+          continue;
+        gelu = true;
+      } else {
+        // Recorded without grad (inference), only where the gemm rounds the product first, so
+        // a compiled decode step keeps its logits and greedy decoding its tokens. A graph
+        // autograd differentiates agrees with eager to rounding either way.
+        if (second->no_grad && !rounds) continue;
+        const auto& in = second->inputs;
+        if (in.size() != 2 || in[0] == in[1] ||
+            (in[0] != r->outputs[0] && in[1] != r->outputs[0]))
+          continue;
+      }
     }
     const graph::Value* bias = r->inputs[r->inputs[0] == p ? 1 : 0];
     const graph::Value* residual =
-        second ? second->inputs[second->inputs[0] == r->outputs[0] ? 1 : 0] : nullptr;
+        second && !gelu ? second->inputs[second->inputs[0] == r->outputs[0] ? 1 : 0] : nullptr;
     const graph::Value* sum = (second ? second : r)->outputs[0];
     // The bias and the residual must exist when the matmul runs: the sum is computed then.
     auto ready = [&](const graph::Value* v) {
@@ -193,7 +205,7 @@ std::vector<BiasFold> bias_folds(const graph::Graph& g, const FusionPlan& plan,
     if (residual && (residual->meta.dtype != t || residual->meta.sizes != p->meta.sizes ||
                      !contiguous(*residual) || !ready(residual)))
       continue;
-    folds.push_back({int(i), k, bias, sum, residual});
+    folds.push_back({int(i), k, bias, sum, residual, gelu});
   }
   return folds;
 }

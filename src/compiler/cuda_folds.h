@@ -43,13 +43,16 @@ std::vector<LayerNormFold> layer_norm_folds(const graph::Graph& g, const FusionP
 // `residual` of the product's shape (the group's second add: x + linear(y)), giving `sum`: one
 // gemm with the bias in its epilogue and the residual as its C operand. The bias and residual
 // are made before the matmul runs: by an earlier node, or by one of the groups `at_start` (the
-// batched casts, run when the graph starts).
+// batched casts, run when the graph starts). Or the group's second node is the exact gelu of
+// the biased product (an MLP's first linear layer), where the gemm of a few rows takes it
+// (gemm_bias::rounds_product_first: the sum it takes the gelu of is the fused group's).
 struct BiasFold {
   int node = -1;
   int add_group = -1;
   const graph::Value* bias = nullptr;
   const graph::Value* sum = nullptr;
   const graph::Value* residual = nullptr;  // null: the bias alone
+  bool gelu = false;  // the group's second node is the exact gelu of the biased product
 };
 std::vector<BiasFold> bias_folds(const graph::Graph& g, const FusionPlan& plan,
                                  const std::vector<int>& at_start);

@@ -17,8 +17,10 @@ namespace ember::gemm_bias {
 // residual block's `x + linear(y)` is one kernel too. False, with nothing written, where it does
 // not take these tensors (another dtype, other layouts, no cuBLASLt algorithm): the caller runs
 // the ops instead.
+// With gelu (no residual), out is the exact gelu of a @ b + bias, taken only where
+// rounds_product_first holds (cuBLASLt's gelu epilogue is the tanh form).
 bool run(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
-         const Tensor& residual = Tensor());
+         const Tensor& residual = Tensor(), bool gelu = false);
 
 // The rows at most that a product with its weight read through w.t() runs by the gemv kernel
 // (kernels/cuda/gemv.h): a decode step's.

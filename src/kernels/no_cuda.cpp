@@ -99,7 +99,7 @@ bool backward_fused(const Tensor&, const Tensor&, const Tensor&, const Tensor&, 
 }  // namespace ember::layer_norm_grad
 
 namespace ember::gemm_bias {
-bool run(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+bool run(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool) {
   return false;
 }
 }  // namespace ember::gemm_bias

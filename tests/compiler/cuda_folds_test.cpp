@@ -114,10 +114,10 @@ TEST(CudaFolds, AutocastTrainingCastsParametersAndGradsInBatches) {
 // A bfloat16 model's blocks: each block's two output projections add their bias and then the
 // residual stream. In a decode step (one row a projection, the weight read through w.t()) both
 // adds go into the gemm, the residual its C operand: the gemm of a few rows rounds the product
-// first, as the fused adds see it. In a graph recorded without grad over more rows the residual
-// add stays a kernel of its own (cuBLASLt would round once over the unrounded product); in a
-// graph autograd differentiates it goes into the gemm too. The projections into the attention
-// and the MLP add their bias alone.
+// first, as the fused adds see it, and the MLP's first projection takes its gelu too. In a graph
+// recorded without grad over more rows the residual add stays a kernel of its own (cuBLASLt
+// would round once over the unrounded product); in a graph autograd differentiates it goes into
+// the gemm too. The gelu goes in only with few rows (cuBLASLt's is the tanh form).
 TEST(CudaFolds, ResidualAddsOfBfloat16ProjectionsGoIntoTheGemm) {
   auto keeper = std::make_unique<GraphKeeper>();
   GraphKeeper* kept = keeper.get();
@@ -139,19 +139,28 @@ TEST(CudaFolds, ResidualAddsOfBfloat16ProjectionsGoIntoTheGemm) {
   step(zeros({1, 1}, DType::Int64), zeros({1}, DType::Int64), cache.k, cache.v);
   forward(zeros({1, 8}, DType::Int64));
   ASSERT_EQ(kept->graphs.size(), 2u);
-  // The folds of g's plan: those with a residual, and those with the bias alone.
+  // The folds of g's plan: those with a residual, those with the bias alone, those with gelu.
+  struct Counts {
+    int64_t residual = 0, bias = 0, gelu = 0;
+  };
   auto count = [&](const graph::Graph& g) {
     const FusionPlan plan = plan_fusion(g);
-    std::pair<int64_t, int64_t> n{0, 0};
+    Counts n;
     for (const BiasFold& f : bias_folds(g, plan, {})) {
       const graph::Node& mm = *g.nodes()[size_t(f.node)];
       EXPECT_EQ(f.sum->meta.dtype, DType::BFloat16);
       EXPECT_EQ(f.sum->meta.sizes, mm.outputs[0]->meta.sizes);
-      if (!f.residual) {
-        ++n.second;
+      if (f.gelu) {
+        ++n.gelu;
+        EXPECT_EQ(f.residual, nullptr);
+        EXPECT_EQ(f.sum->producer->op, OpId::gelu);
         continue;
       }
-      ++n.first;
+      if (!f.residual) {
+        ++n.bias;
+        continue;
+      }
+      ++n.residual;
       EXPECT_EQ(f.residual->meta.sizes, mm.outputs[0]->meta.sizes);
       EXPECT_EQ(f.residual->meta.dtype, DType::BFloat16);
       const auto& grp = plan.groups[size_t(f.add_group)].nodes;
@@ -170,16 +179,19 @@ TEST(CudaFolds, ResidualAddsOfBfloat16ProjectionsGoIntoTheGemm) {
   const int64_t layers = test::tiny_gpt().n_layer;
   const graph::Graph& decode = *kept->graphs[0];
   const graph::Graph& rows = *kept->graphs[1];
-  const auto one_row = count(decode);
-  EXPECT_EQ(one_row.first, 2 * layers);
-  EXPECT_GE(one_row.second, layers);  // at least the attention's input projection
-  const auto inference = count(rows);
-  EXPECT_EQ(inference.first, 0);
-  EXPECT_GE(inference.second, layers);
+  const Counts one_row = count(decode);
+  EXPECT_EQ(one_row.residual, 2 * layers);
+  EXPECT_EQ(one_row.bias, layers);  // the attention's input projection
+  EXPECT_EQ(one_row.gelu, layers);  // the MLP's first projection
+  const Counts inference = count(rows);
+  EXPECT_EQ(inference.residual, 0);
+  EXPECT_EQ(inference.gelu, 0);  // cuBLASLt's gelu is the tanh form
+  EXPECT_GE(inference.bias, layers);
   for (const auto& n : rows.nodes()) n->no_grad = false;  // as a differentiated graph records them
-  const auto training = count(rows);
-  EXPECT_EQ(training.first, 2 * layers);
-  EXPECT_GE(training.second, layers);
+  const Counts training = count(rows);
+  EXPECT_EQ(training.residual, 2 * layers);
+  EXPECT_EQ(training.gelu, 0);
+  EXPECT_GE(training.bias, layers);
 }
 
 graph::Value* input(graph::Graph& g, const Shape& sizes, DType t) {

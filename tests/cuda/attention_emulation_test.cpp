@@ -456,12 +456,13 @@ TEST(AttentionEmulation, NoKeysGiveZeroOutputAndMinusInfinity) {
 // The few-rows product's kernel against float64 sums: 1 to 4 rows; rows aligned for 16-byte
 // vectors and rows that are not (an odd k, a row stride off the vector); more columns than a
 // block has warps (the last block's spare warps idle); with and without bias and residual, and
-// with the product rounded before them.
+// with the product rounded before them; the gelu of product + bias.
 TEST(GemvEmulation, FewRowProductsMatchFloat64Sums) {
   struct Case {
     int64_t M, N, K, x_pad;
     bool bias, residual, round_product;
     DType dtype;
+    bool gelu = false;
   };
   const Case cases[] = {
       {1, 20, 64, 0, false, false, false, DType::BFloat16},
@@ -471,6 +472,8 @@ TEST(GemvEmulation, FewRowProductsMatchFloat64Sums) {
       {1, 8, 256, 0, true, false, false, DType::Float32},
       {4, 5, 8, 0, false, true, false, DType::Float16},
       {2, 12, 64, 0, true, true, true, DType::BFloat16},
+      {1, 10, 64, 0, true, false, true, DType::BFloat16, true},
+      {3, 7, 24, 0, true, false, true, DType::Float16, true},
   };
   for (const Case& c : cases) {
     manual_seed(uint64_t(c.N * 13 + c.K));
@@ -484,6 +487,7 @@ TEST(GemvEmulation, FewRowProductsMatchFloat64Sums) {
     Tensor want = matmul(x.to(DType::Float64), w.to(DType::Float64).t());
     if (c.round_product) want = want.to(c.dtype).to(DType::Float64);  // as the op stores it
     if (c.bias) want = want + bias.to(DType::Float64);
+    if (c.gelu) want = gelu(want);
     if (c.residual) want = want + res.to(DType::Float64);
     const Tensor got = make_tensor({c.M, c.N}, c.dtype);
     cuda::gemv::Args a;
@@ -498,6 +502,7 @@ TEST(GemvEmulation, FewRowProductsMatchFloat64Sums) {
     a.ldx = c.K + c.x_pad;
     a.ldw = c.K;
     a.round_product = c.round_product;
+    a.gelu = c.gelu;
     const int64_t v = 16 / int64_t(dtype_size(c.dtype));
     a.vectors = c.K % v == 0 && a.ldx % v == 0;
     emu::run_blocks(cuda::gemv::blocks(c.N), cuda::attn::kThreads, 0, [&] {

@@ -139,7 +139,7 @@ TEST(CudaOps, FewRowProductsMatchTheFloat64Product) {
 // kernel, which rounds the product as the matmul op stores it before adding: the biased product
 // equals eager's matmul then add bit for bit, and with a residual it equals one float sum of the
 // stored product, the bias and the residual, rounded once (what a compiled graph's fused add
-// of the two gives).
+// of the two gives); and it takes the exact gelu of the biased product.
 TEST(CudaOps, FewRowGemmsWithBiasRoundAsTheOps) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
   NoGradGuard no_grad;
@@ -168,6 +168,21 @@ TEST(CudaOps, FewRowGemmsWithBiasRoundAsTheOps) {
       const Tensor once =
           ((f32 + bias.cpu().to(DType::Float32)) + x.cpu().to(DType::Float32)).to(t);
       EXPECT_EQ(values(summed), values(once)) << what;
+      // The gelu of the biased product (an MLP's first layer): the exact gelu of the stored
+      // product plus the bias, within a rounding to the dtype.
+      const Tensor activated = empty({rows, 1, n}, o);
+      ASSERT_TRUE(gemm_bias::run(a, b, bias, activated, Tensor(), /*gelu=*/true)) << what;
+      const Tensor exact = gelu(product.cpu().to(DType::Float64) + bias.cpu().to(DType::Float64));
+      const double ulp = t == DType::BFloat16 ? 0x1p-8 : 0x1p-11;
+      EXPECT_LE(((activated.cpu().to(DType::Float64) - exact).abs() - (exact.abs() * ulp + 1e-6))
+                    .amax()
+                    .item(),
+                0.0)
+          << what;
+      // Not with a residual, nor over more rows (cuBLASLt's gelu is the tanh form).
+      EXPECT_FALSE(gemm_bias::run(a, b, bias, activated, x, true)) << what;
+      const Tensor many = randn({8, 1, k}).to(t).to(kGpu);
+      EXPECT_FALSE(gemm_bias::run(many, b, bias, empty({8, 1, n}, o), Tensor(), true)) << what;
     }
 }
 

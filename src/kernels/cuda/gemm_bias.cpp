@@ -100,7 +100,7 @@ const Plan& plan_of(const Key& key, cublasLtHandle_t handle, cudaDataType_t type
 }  // namespace
 
 bool run(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
-         const Tensor& residual) {
+         const Tensor& residual, bool gelu) {
   const DType dt = out.dtype();
   if (dt != DType::BFloat16 && dt != DType::Float16) return false;
   const Device dev = out.device();
@@ -154,9 +154,11 @@ bool run(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out
     EMBER_CHECK(b_transposed, "matmul with bias: a few rows against b that is not w.t()");
     if (cuda::gemv::run(a.impl()->data(), lda, b.impl()->data(), ldb, bias.impl()->data(),
                         residual.defined() ? residual.impl()->data() : nullptr,
-                        out.impl()->data(), rows, n, k, dt, dev.index, /*round_product=*/true))
+                        out.impl()->data(), rows, n, k, dt, dev.index, /*round_product=*/true,
+                        gelu))
       return true;
   }
+  if (gelu) return false;
   DeviceState& st = device_state(dev.index);
   if (!st.usable) return false;
   const cudaDataType_t type = dt == DType::BFloat16 ? CUDA_R_16BF : CUDA_R_16F;

@@ -13,10 +13,11 @@ static_assert(kMaxRows == gemm_bias::kFewRows, "gemm_bias::rounds_product_first 
 
 bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bias,
          const void* residual, void* out, int64_t rows, int64_t n, int64_t k, DType dt,
-         int device, bool round_product) {
+         int device, bool round_product, bool gelu) {
   if (rows < 1 || rows > kMaxRows || n < 1 || k < 1) return false;
   if (dt != DType::Float32 && dt != DType::Float16 && dt != DType::BFloat16) return false;
   if (blocks(n) >= (int64_t(1) << 31)) return false;
+  if (gelu && (residual || dt == DType::Float32)) return false;
   Args a;
   a.x = x;
   a.w = w;
@@ -29,6 +30,7 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
   a.ldx = ldx;
   a.ldw = ldw;
   a.round_product = round_product;
+  a.gelu = gelu;
   const int64_t v = 16 / int64_t(dtype_size(dt));
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   a.vectors = k % v == 0 && ldx % v == 0 && ldw % v == 0 && aligned(x) && aligned(w);

@@ -1,7 +1,8 @@
 // The kernel of a product with a few rows (decoding: one token a sequence) and a weight stored
 // as rows of k contiguous elements, out[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n] +
 // residual[m, n], summed in float and rounded once; with round_product, over the product
-// rounded to the output's type first, as the matmul op stores it). Each warp takes one
+// rounded to the output's type first, as the matmul op stores it; with gelu, the exact gelu of
+// product + bias, the linear layer before an MLP's activation). Each warp takes one
 // output column n for every row m: its lanes read w's row n in 16-byte vectors (or elements,
 // where rows are not aligned for vectors), so the weight, the only large operand, streams
 // through once, coalesced, and the GPU has a warp for each of the n columns (a gemm's tiles
@@ -9,6 +10,7 @@
 // block emulator runs it on the host too (tests/cuda/attention_emulation_test.cpp).
 #pragma once
 #include "kernels/cuda/attention_tiles.cuh"
+#include "kernels/functors.h"
 
 #ifdef EMBER_CUDA_EMULATION
 #define EMBER_GEMV_UNROLL
@@ -33,6 +35,7 @@ struct Args {
   int64_t M = 1, N = 0, K = 0, ldx = 0, ldw = 0;
   bool vectors = false;  // x's and w's rows start on 16 bytes and K is a whole number of vectors
   bool round_product = false;  // the product rounded to T before residual and bias are added
+  bool gelu = false;           // the exact gelu of (product + bias), with no residual
 };
 
 // The launch's blocks.
@@ -79,6 +82,7 @@ EMBER_ATTN_KERNEL void gemv_kernel(Args a) {
     if (m >= a.M) break;
     // (product + bias) + residual, in float: the order of the two adds a compiled graph fuses.
     float v = (a.round_product ? widen<float>(narrow<T>(acc[m])) : acc[m]) + b;
+    if (a.gelu) v = ember::fn::GeluHalf{}(v);  // the 16-bit types' form, as their gelu kernels
     if (a.residual) v += widen<float>(static_cast<const T*>(a.residual)[m * a.N + n]);
     static_cast<T*>(a.out)[m * a.N + n] = narrow<T>(v);
   }

@@ -12,9 +12,10 @@ namespace ember::cuda::gemv {
 // on the device's stream and returns true, or launches nothing and returns false where it does
 // not take the product: more rows than it takes, a dtype other than float32, float16 and
 // bfloat16. With round_product, the product is rounded to dt before bias and residual are
-// added (as the matmul op stores it).
+// added (as the matmul op stores it); with gelu (16-bit dt, no residual), the result is the
+// exact gelu of product + bias.
 bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bias,
          const void* residual, void* out, int64_t rows, int64_t n, int64_t k, DType dt,
-         int device, bool round_product = false);
+         int device, bool round_product = false, bool gelu = false);
 
 }  // namespace ember::cuda::gemv
