@@ -536,8 +536,9 @@ FusionPlan plan_fusion(const graph::Graph& g, Device device) {
           continue;
         if (other.gemm) group.gemm = other.gemm;
         if (other.row) group.row = other.row;
-        group.extra_outputs.insert(group.extra_outputs.end(), other.extra_outputs.begin(),
-                                   other.extra_outputs.end());
+        if (row_cast)  // the statistics the row op hands out
+          group.extra_outputs.insert(group.extra_outputs.end(), other.extra_outputs.begin(),
+                                     other.extra_outputs.end());
         group.nodes.insert(group.nodes.end(), other.nodes.begin(), other.nodes.end());
         other.nodes.clear();  // emptied: dropped below
         group_of_value[size_t(v->id)] = -1;
