@@ -38,6 +38,12 @@ inline C shfl_xor(C v, int lane_mask) {
 inline unsigned char* shared_memory() {
   return test::emu::shared_memory();
 }
+inline void thread_fence() {}  // blocks run one after another
+inline int atomic_add(int* p, int v) {
+  const int old = *p;
+  *p = old + v;
+  return old;
+}
 inline float exp_of(float x) {
   return std::exp(x);
 }
@@ -411,7 +417,7 @@ TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
     const Tensor k = draw(with(c.batch, c.S, c.E)), v = draw(with(c.batch, c.S, c.F));
     const Tensor pos = full({1}, double(c.pos), TensorOptions(DType::Int64));
     const Tensor want = cached_attention(q, k, v, pos);
-    const Tensor got = make_tensor(want.sizes(), c.dtype);
+    Tensor got = make_tensor(want.sizes(), c.dtype);
     cuda::attn::CachedArgs a;
     cuda::attn::cached_q_layout(a, q);
     a.k = k.impl()->data();
@@ -426,24 +432,33 @@ TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
     const bool wide = c.dtype == DType::Float64;
     const Tensor ws = make_tensor({cuda::attn::cached_workspace(rows, c.S, c.F)},
                                   wide ? DType::Float64 : DType::Float32);
-    auto launch = [&]<class T>() {
-      using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
-      C* w = static_cast<C*>(ws.impl()->data());
-      emu::run_blocks(rows * a.splits, cuda::attn::kThreads,
-                      cuda::attn::cached_attention_smem<C>(c.E),
-                      [&] { cuda::attn::cached_attention_split_kernel<T, C>(a, w); });
-      emu::run_blocks(rows, cuda::attn::kThreads, 0,
-                      [&] { cuda::attn::cached_attention_join_kernel<T, C>(a, w); });
-    };
-    switch (c.dtype) {
-      case DType::Float32: launch.operator()<float>(); break;
-      case DType::Float64: launch.operator()<double>(); break;
-      case DType::Float16: launch.operator()<__half>(); break;
-      default: launch.operator()<__nv_bfloat16>();
-    }
-    EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << what;
-    if (c.pos < 0) {
-      EXPECT_EQ(got.abs().amax().item(), 0.0) << what;
+    // The row's last block joins it (counted in `counters`), or a second kernel does.
+    for (const bool counted : {true, false}) {
+      std::vector<int> counters(size_t(rows), 0);
+      a.counters = counted ? counters.data() : nullptr;
+      got.fill_(NAN);
+      auto launch = [&]<class T>() {
+        using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+        C* w = static_cast<C*>(ws.impl()->data());
+        emu::run_blocks(rows * a.splits, cuda::attn::kThreads,
+                        cuda::attn::cached_attention_smem<C>(c.E),
+                        [&] { cuda::attn::cached_attention_split_kernel<T, C>(a, w); });
+        if (!counted)
+          emu::run_blocks(rows, cuda::attn::kThreads, 0,
+                          [&] { cuda::attn::cached_attention_join_kernel<T, C>(a, w); });
+      };
+      switch (c.dtype) {
+        case DType::Float32: launch.operator()<float>(); break;
+        case DType::Float64: launch.operator()<double>(); break;
+        case DType::Float16: launch.operator()<__half>(); break;
+        default: launch.operator()<__nv_bfloat16>();
+      }
+      const std::string how = what + (counted ? " (joined by the last block)" : " (join kernel)");
+      EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << how;
+      if (c.pos < 0) {
+        EXPECT_EQ(got.abs().amax().item(), 0.0) << how;
+      }
+      EXPECT_EQ(counters, std::vector<int>(size_t(rows), 0)) << how << ": counters left at rest";
     }
   }
 }

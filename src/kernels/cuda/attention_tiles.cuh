@@ -11,7 +11,7 @@
 // columns tc + 16 j, i, j < V, with 16-byte loads of both operands along the summed dim.
 //
 // The kernel code is plain C++ over a few primitives (thread and block index, block barrier,
-// warp shuffle, dynamic shared memory). Compiled by nvcc they are CUDA's; with
+// warp shuffle, dynamic shared memory, a global fence and an atomic add). Compiled by nvcc they are CUDA's; with
 // EMBER_CUDA_EMULATION defined, the includer supplies host versions (host threads standing in
 // for a block's threads: tests/cuda/attention_emulation_test.cpp), so the same kernels are
 // checked against the CPU reference on machines without a GPU.
@@ -51,6 +51,13 @@ EMBER_ATTN_DEVICE C shfl_xor(C v, int lane_mask) {
 }
 EMBER_ATTN_DEVICE unsigned char* shared_memory() {
   return ember_attention_smem;
+}
+// Orders this thread's global writes before its later ones, for every block to see.
+EMBER_ATTN_DEVICE void thread_fence() {
+  __threadfence();
+}
+EMBER_ATTN_DEVICE int atomic_add(int* p, int v) {
+  return atomicAdd(p, v);
 }
 EMBER_ATTN_DEVICE float exp_of(float x) {
   return __expf(x);

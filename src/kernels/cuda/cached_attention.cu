@@ -1,7 +1,7 @@
-// CUDA launches of cached_attention (the kernels: cached_attention.cuh), on the device's stream:
-// a block for each query row and split of the cache, then a block a row joining its splits. Two
-// kernels for what the ops take five (the scores' gemm, scale, mask, softmax, the values'
-// gemm): a decode step's attention over a cache written in place.
+// CUDA launch of cached_attention (the kernels: cached_attention.cuh), on the device's stream:
+// a block for each query row and split of the cache, the last of a row's blocks joining its
+// splits. One kernel for what the ops take five (the scores' gemm, scale, mask, softmax, the
+// values' gemm): a decode step's attention over a cache written in place.
 #include "core/make_tensor.h"
 #include "kernels/cuda/cached_attention.cuh"
 #include "kernels/cuda/elementwise.cuh"
@@ -51,11 +51,16 @@ void cached_attention(std::span<const Tensor> in, std::span<Tensor> out, const A
                     op);
     }
     C* w = static_cast<C*>(ws.impl()->data());
+    // A row's last block joins it, counted in the device's counters (one launch), where there
+    // are enough of them; else a second kernel joins the rows.
+    a.counters = rows <= detail::kCounters ? detail::counters(device) : nullptr;
     split<<<unsigned(rows * splits), attn::kThreads, smem, detail::stream(device)>>>(a, w);
     detail::check(cudaGetLastError(), op);
-    attn::cached_attention_join_kernel<T, C>
-        <<<unsigned(rows), attn::kThreads, 0, detail::stream(device)>>>(a, w);
-    detail::check(cudaGetLastError(), op);
+    if (!a.counters) {
+      attn::cached_attention_join_kernel<T, C>
+          <<<unsigned(rows), attn::kThreads, 0, detail::stream(device)>>>(a, w);
+      detail::check(cudaGetLastError(), op);
+    }
   });
 }
 

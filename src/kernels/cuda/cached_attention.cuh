@@ -3,8 +3,10 @@
 // each. The first kernel gives each (row, split of kChunk slots) a block, which scores the
 // split's visible slots (kThreadsPerSlot lanes a slot), takes their softmax numerators with the
 // split's own max, and sums them times the values (threads over the value's columns and
-// interleaved slots, partial sums added in shared memory). The second joins a row's splits. Written on attention_tiles.cuh's primitives, so the block emulator runs it on
-// the host too (tests/cuda/attention_emulation_test.cpp).
+// interleaved slots, partial sums added in shared memory). A row's splits are then joined by
+// the last of its blocks to finish (counted in a per-row counter), or by a second kernel where
+// there are no counters. Written on attention_tiles.cuh's primitives, so the block emulator
+// runs it on the host too (tests/cuda/attention_emulation_test.cpp).
 #pragma once
 #include "ember/tensor.h"
 #include "kernels/cuda/attention_tiles.cuh"
@@ -20,7 +22,8 @@ struct CachedArgs {
   const int64_t* pos = nullptr;
   void* out = nullptr;
   int64_t B1 = 1, L = 1, E = 1, S = 0, F = 1;
-  int64_t splits = 1;  // cached_splits(S)
+  int64_t splits = 1;      // cached_splits(S)
+  int* counters = nullptr;  // one a row, zero at rest: the last split's block joins the row
   int64_t qs0 = 0, qs1 = 0, qs2 = 0, qs3 = 1;
   double scale = 1;
 };
@@ -83,8 +86,40 @@ EMBER_ATTN_DEVICE int64_t cached_visible(const CachedArgs& a, int64_t i) {
   return n < 0 ? 0 : n > a.S ? a.S : n;
 }
 
+// Row r's output from its splits in `ws`, each rescaled by exp(its max - the row's) (0 for a
+// row that sees no slot, as the attention op gives). Every thread of the block takes part.
+template <class T, class C>
+EMBER_ATTN_DEVICE void cached_join_row(const CachedArgs& a, const C* ws, int64_t r) {
+  const int64_t splits = a.splits;
+  const volatile C* wsr = ws + r * splits * (a.F + 2);  // written by other blocks
+  C mx = 0, z = 0;
+  bool any = false;
+  for (int64_t s = 0; s < splits; ++s) {
+    const volatile C* q = wsr + s * (a.F + 2);
+    if (q[a.F + 1] > C(0)) {
+      mx = any ? max_of(mx, C(q[a.F])) : C(q[a.F]);
+      any = true;
+    }
+  }
+  for (int64_t s = 0; s < splits; ++s) {
+    const volatile C* q = wsr + s * (a.F + 2);
+    if (q[a.F + 1] > C(0)) z += C(q[a.F + 1]) * exp_of(C(q[a.F]) - mx);
+  }
+  T* orow = static_cast<T*>(a.out) + r * a.F;
+  for (int64_t f = thread_index(); f < a.F; f += kThreads) {
+    C o = 0;
+    for (int64_t s = 0; s < splits; ++s) {
+      const volatile C* q = wsr + s * (a.F + 2);
+      if (q[a.F + 1] > C(0)) o += C(q[f]) * exp_of(C(q[a.F]) - mx);
+    }
+    orow[f] = narrow<T>(any ? o / z : C(0));
+  }
+}
+
 // First kernel: block (row, split) scores the split's visible slots, and writes its softmax
-// numerators times the values, their max and their sum to the workspace `ws`.
+// numerators times the values, their max and their sum to the workspace `ws`. With
+// a.counters, the row's last block to finish joins the row's splits (and sets its counter
+// back to 0), so no second kernel runs.
 template <class T, class C>
 EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
   C* w = reinterpret_cast<C*>(shared_memory());  // [kChunk]: scores, then exp(score - max)
@@ -92,91 +127,79 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
   C* part = qs + a.E;                            // [kThreads]: partial sums of the output
   C* red = part + kThreads;                      // [32]
   const int tid = thread_index();
-  const int64_t splits = a.splits, r = block_index() / splits,
-                s = block_index() % splits, b = r / a.L, i = r % a.L;
+  const int64_t splits = a.splits, r = block_index() / splits, s = block_index() % splits,
+                b = r / a.L, i = r % a.L;
   C* wsr = ws + (r * splits + s) * (a.F + 2);
   const int64_t j0 = s * kChunk, n = cached_visible(a, i);
-  if (j0 >= n) {  // a split past the visible slots (the whole block leaves)
+  if (j0 >= n) {  // a split past the visible slots: nothing to add
     if (tid == 0) {
       wsr[a.F] = C(0);
       wsr[a.F + 1] = C(0);
     }
-    return;
-  }
-  const int64_t cnt = n - j0 < kChunk ? n - j0 : kChunk;
-  const T* qr = static_cast<const T*>(a.q) + (b / a.B1) * a.qs0 + (b % a.B1) * a.qs1 + i * a.qs2;
-  for (int64_t e = tid; e < a.E; e += kThreads) qs[e] = widen<C>(qr[e * a.qs3]);
-  sync_block();
-  {  // kThreadsPerSlot adjacent lanes a slot, each over every kThreadsPerSlot-th element
-    const int64_t jj = tid / kThreadsPerSlot, p = tid % kThreadsPerSlot;
-    C acc = 0;
-    if (jj < cnt) {
-      const T* kr = static_cast<const T*>(a.k) + (b * a.S + j0 + jj) * a.E;
-      for (int64_t e = p; e < a.E; e += kThreadsPerSlot) acc += qs[e] * widen<C>(kr[e]);
-    }
-    for (int m = 1; m < kThreadsPerSlot; m <<= 1) acc += shfl_xor(acc, m);
-    if (p == 0 && jj < cnt) w[jj] = acc * C(a.scale);
-  }
-  sync_block();
-  C mx = tid < cnt ? w[tid] : w[0];
-  mx = cached_block_reduce(mx, red, true);
-  C z = 0;
-  if (tid < cnt) {
-    z = exp_of(w[tid] - mx);
-    w[tid] = z;
-  }
-  z = cached_block_reduce(z, red, false);  // its barriers order the w[] writes before the reads
-  const T* vb = static_cast<const T*>(a.v) + (b * a.S + j0) * a.F;
-  const int64_t fw = a.F < kThreads ? a.F : kThreads;
-  const int64_t groups = kThreads / fw, g = tid / fw, c = tid % fw;
-  for (int64_t f0 = 0; f0 < a.F; f0 += fw) {
-    const int64_t f = f0 + c;
-    C acc = 0;
-    if (g < groups && f < a.F)
-      for (int64_t j = g; j < cnt; j += groups) acc += w[j] * widen<C>(vb[j * a.F + f]);
-    part[tid] = acc;
+  } else {  // the same branch for the whole block, so its barriers stay together
+    const int64_t cnt = n - j0 < kChunk ? n - j0 : kChunk;
+    const T* qr =
+        static_cast<const T*>(a.q) + (b / a.B1) * a.qs0 + (b % a.B1) * a.qs1 + i * a.qs2;
+    for (int64_t e = tid; e < a.E; e += kThreads) qs[e] = widen<C>(qr[e * a.qs3]);
     sync_block();
-    if (tid < fw && f0 + tid < a.F) {
-      C sum = 0;
-      for (int64_t h = 0; h < groups; ++h) sum += part[h * fw + tid];
-      wsr[f0 + tid] = sum;
+    {  // kThreadsPerSlot adjacent lanes a slot, each over every kThreadsPerSlot-th element
+      const int64_t jj = tid / kThreadsPerSlot, p = tid % kThreadsPerSlot;
+      C acc = 0;
+      if (jj < cnt) {
+        const T* kr = static_cast<const T*>(a.k) + (b * a.S + j0 + jj) * a.E;
+        for (int64_t e = p; e < a.E; e += kThreadsPerSlot) acc += qs[e] * widen<C>(kr[e]);
+      }
+      for (int m = 1; m < kThreadsPerSlot; m <<= 1) acc += shfl_xor(acc, m);
+      if (p == 0 && jj < cnt) w[jj] = acc * C(a.scale);
     }
     sync_block();
+    C mx = tid < cnt ? w[tid] : w[0];
+    mx = cached_block_reduce(mx, red, true);
+    C z = 0;
+    if (tid < cnt) {
+      z = exp_of(w[tid] - mx);
+      w[tid] = z;
+    }
+    z = cached_block_reduce(z, red, false);  // its barriers order the w[] writes before the reads
+    const T* vb = static_cast<const T*>(a.v) + (b * a.S + j0) * a.F;
+    const int64_t fw = a.F < kThreads ? a.F : kThreads;
+    const int64_t groups = kThreads / fw, g = tid / fw, c = tid % fw;
+    for (int64_t f0 = 0; f0 < a.F; f0 += fw) {
+      const int64_t f = f0 + c;
+      C acc = 0;
+      if (g < groups && f < a.F)
+        for (int64_t j = g; j < cnt; j += groups) acc += w[j] * widen<C>(vb[j * a.F + f]);
+      part[tid] = acc;
+      sync_block();
+      if (tid < fw && f0 + tid < a.F) {
+        C sum = 0;
+        for (int64_t h = 0; h < groups; ++h) sum += part[h * fw + tid];
+        wsr[f0 + tid] = sum;
+      }
+      sync_block();
+    }
+    if (tid == 0) {
+      wsr[a.F] = mx;
+      wsr[a.F + 1] = z;
+    }
   }
-  if (tid == 0) {
-    wsr[a.F] = mx;
-    wsr[a.F + 1] = z;
-  }
+  if (!a.counters) return;  // the join kernel follows
+  // Each writer's stores reach the device before the block counts itself in; the block that
+  // makes the count `splits` sees every split's.
+  thread_fence();
+  sync_block();
+  if (tid == 0) red[0] = atomic_add(&a.counters[r], 1) == splits - 1 ? C(1) : C(0);
+  sync_block();
+  if (red[0] == C(0)) return;
+  thread_fence();
+  cached_join_row<T, C>(a, ws, r);
+  if (tid == 0) a.counters[r] = 0;  // zero at rest, for the next launch
 }
 
-// Second kernel: block r joins its row's splits, each rescaled by exp(its max - the row's),
-// into the output (0 for a row that sees no slot, as the attention op gives).
+// Second kernel (where no counters were given): block r joins row r's splits.
 template <class T, class C>
 EMBER_ATTN_KERNEL void cached_attention_join_kernel(CachedArgs a, const C* ws) {
-  const int64_t splits = a.splits, r = block_index();
-  const C* wsr = ws + r * splits * (a.F + 2);
-  C mx = 0, z = 0;
-  bool any = false;
-  for (int64_t s = 0; s < splits; ++s) {
-    const C* q = wsr + s * (a.F + 2);
-    if (q[a.F + 1] > C(0)) {
-      mx = any ? max_of(mx, q[a.F]) : q[a.F];
-      any = true;
-    }
-  }
-  for (int64_t s = 0; s < splits; ++s) {
-    const C* q = wsr + s * (a.F + 2);
-    if (q[a.F + 1] > C(0)) z += q[a.F + 1] * exp_of(q[a.F] - mx);
-  }
-  T* orow = static_cast<T*>(a.out) + r * a.F;
-  for (int64_t f = thread_index(); f < a.F; f += kThreads) {
-    C o = 0;
-    for (int64_t s = 0; s < splits; ++s) {
-      const C* q = wsr + s * (a.F + 2);
-      if (q[a.F + 1] > C(0)) o += q[f] * exp_of(q[a.F] - mx);
-    }
-    orow[f] = narrow<T>(any ? o / z : C(0));
-  }
+  cached_join_row<T, C>(a, ws, block_index());
 }
 
 }  // namespace ember::cuda::attn

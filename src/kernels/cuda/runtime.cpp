@@ -41,18 +41,39 @@ void use_device(int device) {
   tls_current_device = device;
 }
 
-cudaStream_t stream(int device) {
-  constexpr int kMaxDevices = 64;
-  static std::array<cudaStream_t, kMaxDevices> streams{};
-  static std::array<std::once_flag, kMaxDevices> made;
+namespace {
+
+constexpr int kMaxDevices = 64;
+struct DeviceStreams {
+  std::array<cudaStream_t, kMaxDevices> streams{};
+  std::array<int*, kMaxDevices> counters{};
+  std::array<std::once_flag, kMaxDevices> made;
+};
+
+DeviceStreams& device_streams(int device) {
+  static DeviceStreams s;
   check_device(device, "cuda stream");
   EMBER_CHECK(device < kMaxDevices, "cuda: device index ", device, " is past ", kMaxDevices);
-  std::call_once(made[size_t(device)], [&] {
+  std::call_once(s.made[size_t(device)], [&] {
     use_device(device);
-    check(cudaStreamCreateWithFlags(&streams[size_t(device)], cudaStreamNonBlocking),
+    check(cudaStreamCreateWithFlags(&s.streams[size_t(device)], cudaStreamNonBlocking),
           "cudaStreamCreate");
+    void* c = nullptr;
+    check(cudaMalloc(&c, size_t(kCounters) * sizeof(int)), "cudaMalloc (counters)");
+    check(cudaMemset(c, 0, size_t(kCounters) * sizeof(int)), "cudaMemset (counters)");
+    s.counters[size_t(device)] = static_cast<int*>(c);
   });
-  return streams[size_t(device)];
+  return s;
+}
+
+}  // namespace
+
+cudaStream_t stream(int device) {
+  return device_streams(device).streams[size_t(device)];
+}
+
+int* counters(int device) {
+  return device_streams(device).counters[size_t(device)];
 }
 
 namespace {

@@ -15,6 +15,12 @@ void check(cudaError_t e, const char* what);
 void use_device(int device);
 // The device's stream, created on first use.
 cudaStream_t stream(int device);
+// Counters a kernel may count its blocks' arrivals in: kCounters ints on the device, allocated
+// and zeroed with its stream (so before any CUDA graph capture on it), zero at rest: a kernel
+// sets back to 0 each counter it used before it ends. Kernels on the stream run in turn, so
+// they may all use them.
+constexpr int64_t kCounters = 1 << 16;
+int* counters(int device);
 // Raises an Error unless `device` names a visible device.
 void check_device(int device, const char* what);
 // The device's fault slot, as a pointer kernels can write (see fault.cuh).
