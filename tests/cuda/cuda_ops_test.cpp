@@ -106,3 +106,42 @@ TEST(CudaOps, EveryCaseWithCudaKernelsMatchesTheFloat64Reference) {
 
 }  // namespace
 }  // namespace ember::test
+
+namespace ember::test {
+namespace {
+
+// argmax and argmin over few long rows (a decode step's logits), which the GPU splits over many
+// blocks and joins in order: the CPU's positions, with ties (the first position wins) and NaN
+// (its first position wins) placed in different splits, for rows read contiguously and through
+// a transposed view.
+TEST(CudaOps, ArgExtremesOfFewLongRowsMatchTheCpu) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  NoGradGuard no_grad;
+  const int64_t n = 50304;
+  for (DType t : {DType::Float32, DType::BFloat16, DType::Float16, DType::Int64}) {
+    manual_seed(uint64_t(n) + uint64_t(t));
+    Tensor x = t == DType::Int64 ? randint(-1000, 1000, {3, n}) : randn({3, n}).to(t);
+    // Row 0: its extremes twice, far apart; row 1: NaN twice (floats), or extremes again.
+    for (const int64_t row : {0, 1})
+      for (const int64_t at : {int64_t(777), int64_t(41000)}) {
+        x.select(0, row).select(0, at).fill_(row == 1 && t != DType::Int64 ? NAN : 5000.0);
+        x.select(0, row).select(0, at + 3).fill_(-5000.0);
+      }
+    const Tensor g = x.to(kGpu);
+    const std::string what(dtype_name(t));
+    for (const bool transposed : {false, true}) {
+      const Tensor gx = transposed ? g.t().contiguous().t() : g;
+      EXPECT_EQ(gx.argmax(-1).cpu().to_vector<int64_t>(), x.argmax(-1).to_vector<int64_t>())
+          << what << (transposed ? " transposed" : "");
+      EXPECT_EQ(gx.argmin(-1).cpu().to_vector<int64_t>(), x.argmin(-1).to_vector<int64_t>())
+          << what << (transposed ? " transposed" : "");
+    }
+    // One row, as a decode step takes it from the last position's logits.
+    EXPECT_EQ(g.select(0, 2).view({1, n}).argmax(-1, true).cpu().to_vector<int64_t>(),
+              x.select(0, 2).view({1, n}).argmax(-1, true).to_vector<int64_t>())
+        << what;
+  }
+}
+
+}  // namespace
+}  // namespace ember::test

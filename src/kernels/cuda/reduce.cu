@@ -4,7 +4,8 @@
 // each folding into a register, then the block combines the partials through warp shuffles and
 // shared memory. Operands are read through their strides (views need no copies), the kept and
 // the reduced dims each merged where they step as one; columns and short rows have their own
-// kernels (below). Sums
+// kernels (below); argmax and argmin over few long rows (a vocabulary's logits) split each row
+// over many blocks, the last to finish joining them (arg_split_kernel). Sums
 // accumulate as the CPU kernels do: float for float32 and the half types, double for float64,
 // int64 for integers; extremes propagate NaN. Softmax and log_softmax over a contiguous dim of
 // up to 16384 elements keep each row in registers (read once, written once, vector loads where
@@ -430,62 +431,117 @@ __device__ __forceinline__ bool better(A v, int64_t i, A bv, int64_t bi) {
   if (v == bv) return i < bi;
   return Max ? v > bv : v < bv;
 }
+// The extreme of row x's positions [begin, end) over the block: its (value, position) in
+// thread 0 (position INT64_MAX for an empty range). sv and si hold 32 entries in shared memory.
+template <class T, class A, bool Max>
+__device__ void block_arg(const T* x, const ReducePlan& p, int64_t begin, int64_t end, A* sv,
+                          int64_t* si, A* v_out, int64_t* i_out) {
+  A bv = 0;
+  int64_t bi = INT64_MAX;
+  auto take = [&](A v, int64_t r) {
+    if (bi == INT64_MAX || better<Max>(v, r, bv, bi)) {
+      bv = v;
+      bi = r;
+    }
+  };
+  // kUnroll loads in flight a thread before their compares: a long row (a vocabulary's
+  // logits) would otherwise wait on one load at a time. Each thread still takes its
+  // positions in increasing order.
+  constexpr int kUnroll = 8;
+  const int64_t step = blockDim.x;
+  int64_t r = begin + threadIdx.x;
+  for (; r + (kUnroll - 1) * step < end; r += kUnroll * step) {
+    A v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      v[u] = A(load(x + offset_of(r + u * step, p.red_ndim, p.red_sizes, p.red_strides)));
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) take(v[u], r + u * step);
+  }
+  for (; r < end; r += step) take(A(load(x + offset_of(r, p.red_ndim, p.red_sizes, p.red_strides))), r);
+  auto fold = [&]() {
+    for (int s = 16; s > 0; s >>= 1) {
+      const A v = __shfl_down_sync(0xffffffffu, bv, s);
+      const int64_t i = __shfl_down_sync(0xffffffffu, bi, s);
+      if (i != INT64_MAX && (bi == INT64_MAX || better<Max>(v, i, bv, bi))) {
+        bv = v;
+        bi = i;
+      }
+    }
+  };
+  fold();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    sv[warp] = bv;
+    si[warp] = bi;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const int warps = (blockDim.x + 31) >> 5;
+    bv = lane < warps ? sv[lane] : A(0);
+    bi = lane < warps ? si[lane] : INT64_MAX;
+    fold();
+    if (lane == 0) {
+      *v_out = bv;
+      *i_out = bi;
+    }
+  }
+  __syncthreads();
+}
+
 template <class T, class A, bool Max>
 __global__ void __launch_bounds__(1024) arg_kernel(const T* in, int64_t* out, ReducePlan p) {
   __shared__ A sv[32];
   __shared__ int64_t si[32];
   for (int64_t o = blockIdx.x; o < p.outputs; o += gridDim.x) {
     const T* x = in + offset_of(o, p.kept_ndim, p.kept_sizes, p.kept_strides);
-    A bv = 0;
-    int64_t bi = INT64_MAX;
-    auto take = [&](A v, int64_t r) {
-      if (bi == INT64_MAX || better<Max>(v, r, bv, bi)) {
-        bv = v;
-        bi = r;
-      }
-    };
-    // kUnroll loads in flight a thread before their compares: a long row (a vocabulary's
-    // logits) is read by one block, which would otherwise wait on one load at a time. Each
-    // thread still takes its positions in increasing order.
-    constexpr int kUnroll = 8;
-    const int64_t step = blockDim.x;
-    int64_t r = threadIdx.x;
-    for (; r + (kUnroll - 1) * step < p.reduced; r += kUnroll * step) {
-      A v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        v[u] = A(load(x + offset_of(r + u * step, p.red_ndim, p.red_sizes, p.red_strides)));
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) take(v[u], r + u * step);
-    }
-    for (; r < p.reduced; r += step)
-      take(A(load(x + offset_of(r, p.red_ndim, p.red_sizes, p.red_strides))), r);
-    auto fold = [&]() {
-      for (int s = 16; s > 0; s >>= 1) {
-        const A v = __shfl_down_sync(0xffffffffu, bv, s);
-        const int64_t i = __shfl_down_sync(0xffffffffu, bi, s);
-        if (i != INT64_MAX && (bi == INT64_MAX || better<Max>(v, i, bv, bi))) {
-          bv = v;
-          bi = i;
-        }
-      }
-    };
-    fold();
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) {
-      sv[warp] = bv;
-      si[warp] = bi;
-    }
-    __syncthreads();
-    if (warp == 0) {
-      const int warps = (blockDim.x + 31) >> 5;
-      bv = lane < warps ? sv[lane] : A(0);
-      bi = lane < warps ? si[lane] : INT64_MAX;
-      fold();
-      if (lane == 0) out[o] = bi;
-    }
-    __syncthreads();
+    A v;
+    int64_t i;
+    block_arg<T, A, Max>(x, p, 0, p.reduced, sv, si, &v, &i);
+    if (threadIdx.x == 0) out[o] = i;
   }
+}
+
+// Few long rows (a decode step's logits): each row split over `splits` blocks of `chunk`
+// positions, each writing its extreme to (pv, pi); the last of a row's blocks to finish
+// (counted in the device's counters, set back to 0 after) folds the splits in order.
+template <class T, class A, bool Max>
+__global__ void __launch_bounds__(1024)
+    arg_split_kernel(const T* in, int64_t* out, ReducePlan p, int64_t chunk, int splits, A* pv,
+                     int64_t* pi, int* counters) {
+  __shared__ A sv[32];
+  __shared__ int64_t si[32];
+  __shared__ bool last;
+  const int64_t o = blockIdx.x / splits;
+  const int s = int(blockIdx.x % splits);
+  const T* x = in + offset_of(o, p.kept_ndim, p.kept_sizes, p.kept_strides);
+  const int64_t begin = s * chunk, end = begin + chunk < p.reduced ? begin + chunk : p.reduced;
+  A v;
+  int64_t i;
+  block_arg<T, A, Max>(x, p, begin, end, sv, si, &v, &i);
+  if (threadIdx.x == 0) {
+    pv[o * splits + s] = v;
+    pi[o * splits + s] = i;
+    __threadfence();
+    last = atomicAdd(&counters[o], 1) == splits - 1;
+  }
+  __syncthreads();
+  if (!last || threadIdx.x != 0) return;
+  __threadfence();
+  const volatile A* vs = pv + o * splits;
+  const volatile int64_t* is = pi + o * splits;
+  A bv = 0;
+  int64_t bi = INT64_MAX;
+  for (int k = 0; k < splits; ++k) {
+    const A kv = vs[k];
+    const int64_t ki = is[k];
+    if (ki != INT64_MAX && (bi == INT64_MAX || better<Max>(kv, ki, bv, bi))) {
+      bv = kv;
+      bi = ki;
+    }
+  }
+  out[o] = bi;
+  counters[o] = 0;  // zero at rest, for the next launch
 }
 
 template <bool Max>
@@ -498,11 +554,29 @@ void arg_extreme(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
     detail::use_device(device);
     const T* xp = reinterpret_cast<const T*>(in[0].impl()->data());
     int64_t* op = reinterpret_cast<int64_t*>(out[0].impl()->data());
+    using A = std::conditional_t<std::is_same_v<T, double>, double,
+                                 std::conditional_t<std::is_integral_v<T>, int64_t, float>>;
+    // Few rows much longer than a block takes well: split each over blocks of kChunk
+    // positions, so that the row is read by many multiprocessors instead of one.
+    constexpr int64_t kChunk = 4096, kMaxSplits = 128;
+    const int64_t splits = std::min<int64_t>((p.reduced + kChunk - 1) / kChunk, kMaxSplits);
+    if (splits >= 4 && p.outputs * splits <= 1024 && p.outputs <= detail::kCounters) {
+      const int64_t chunk = (p.reduced + splits - 1) / splits;
+      const DType vt = std::is_same_v<A, double> ? DType::Float64
+                       : std::is_integral_v<A>   ? DType::Int64
+                                                 : DType::Float32;
+      const Tensor pv = make_tensor({p.outputs * splits}, vt, in[0].device()),
+                   pi = make_tensor({p.outputs * splits}, DType::Int64, in[0].device());
+      arg_split_kernel<T, A, Max><<<unsigned(p.outputs * splits), 256, 0,
+                                    detail::stream(device)>>>(
+          xp, op, p, chunk, int(splits), reinterpret_cast<A*>(pv.impl()->data()),
+          reinterpret_cast<int64_t*>(pi.impl()->data()), detail::counters(device));
+      detail::check(cudaGetLastError(), name);
+      return;
+    }
     const int threads = p.reduced >= 16384 ? 1024 : p.reduced >= 4096 ? 512
                         : p.reduced >= 256 ? 256 : 64;
     const int blocks = int(p.outputs < 65535 ? p.outputs : 65535);
-    using A = std::conditional_t<std::is_same_v<T, double>, double,
-                                 std::conditional_t<std::is_integral_v<T>, int64_t, float>>;
     arg_kernel<T, A, Max><<<blocks, threads, 0, detail::stream(device)>>>(xp, op, p);
     detail::check(cudaGetLastError(), name);
   });
