@@ -471,7 +471,8 @@ TEST(AttentionEmulation, NoKeysGiveZeroOutputAndMinusInfinity) {
 // The few-rows product's kernel against float64 sums: 1 to 4 rows; rows aligned for 16-byte
 // vectors and rows that are not (an odd k, a row stride off the vector); more columns than a
 // block has warps (the last block's spare warps idle); with and without bias and residual, and
-// with the product rounded before them; the gelu of product + bias.
+// with the product rounded before them; the gelu of product + bias; one, two and four warps a
+// column.
 TEST(GemvEmulation, FewRowProductsMatchFloat64Sums) {
   struct Case {
     int64_t M, N, K, x_pad;
@@ -504,7 +505,7 @@ TEST(GemvEmulation, FewRowProductsMatchFloat64Sums) {
     if (c.bias) want = want + bias.to(DType::Float64);
     if (c.gelu) want = gelu(want);
     if (c.residual) want = want + res.to(DType::Float64);
-    const Tensor got = make_tensor({c.M, c.N}, c.dtype);
+    Tensor got = make_tensor({c.M, c.N}, c.dtype);
     cuda::gemv::Args a;
     a.x = x.impl()->data();
     a.w = w.impl()->data();
@@ -520,14 +521,19 @@ TEST(GemvEmulation, FewRowProductsMatchFloat64Sums) {
     a.gelu = c.gelu;
     const int64_t v = 16 / int64_t(dtype_size(c.dtype));
     a.vectors = c.K % v == 0 && a.ldx % v == 0;
-    emu::run_blocks(cuda::gemv::blocks(c.N), cuda::attn::kThreads, 0, [&] {
-      switch (c.dtype) {
-        case DType::Float32: return cuda::gemv::gemv_kernel<float>(a);
-        case DType::Float16: return cuda::gemv::gemv_kernel<__half>(a);
-        default: return cuda::gemv::gemv_kernel<__nv_bfloat16>(a);
-      }
-    });
-    EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << what;
+    for (const int split : {1, 2, 4}) {  // warps a column
+      a.split = split;
+      got.fill_(NAN);
+      emu::run_blocks(cuda::gemv::blocks(c.N, split), cuda::attn::kThreads,
+                      cuda::gemv::kSharedBytes, [&] {
+                        switch (c.dtype) {
+                          case DType::Float32: return cuda::gemv::gemv_kernel<float>(a);
+                          case DType::Float16: return cuda::gemv::gemv_kernel<__half>(a);
+                          default: return cuda::gemv::gemv_kernel<__nv_bfloat16>(a);
+                        }
+                      });
+      EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << what << " split " << split;
+    }
   }
 }
 

@@ -16,7 +16,8 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
          int device, bool round_product, bool gelu) {
   if (rows < 1 || rows > kMaxRows || n < 1 || k < 1) return false;
   if (dt != DType::Float32 && dt != DType::Float16 && dt != DType::BFloat16) return false;
-  if (blocks(n) >= (int64_t(1) << 31)) return false;
+  const int split = split_of(n);
+  if (blocks(n, split) >= (int64_t(1) << 31)) return false;
   if (gelu && (residual || dt == DType::Float32)) return false;
   Args a;
   a.x = x;
@@ -31,16 +32,17 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
   a.ldw = ldw;
   a.round_product = round_product;
   a.gelu = gelu;
+  a.split = split;
   const int64_t v = 16 / int64_t(dtype_size(dt));
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   a.vectors = k % v == 0 && ldx % v == 0 && ldw % v == 0 && aligned(x) && aligned(w);
   detail::use_device(device);
-  const unsigned grid = unsigned(blocks(n));
+  const unsigned grid = unsigned(blocks(n, split));
   cudaStream_t s = detail::stream(device);
   switch (dt) {
-    case DType::Float32: gemv_kernel<float><<<grid, attn::kThreads, 0, s>>>(a); break;
-    case DType::Float16: gemv_kernel<__half><<<grid, attn::kThreads, 0, s>>>(a); break;
-    default: gemv_kernel<__nv_bfloat16><<<grid, attn::kThreads, 0, s>>>(a); break;
+    case DType::Float32: gemv_kernel<float><<<grid, attn::kThreads, kSharedBytes, s>>>(a); break;
+    case DType::Float16: gemv_kernel<__half><<<grid, attn::kThreads, kSharedBytes, s>>>(a); break;
+    default: gemv_kernel<__nv_bfloat16><<<grid, attn::kThreads, kSharedBytes, s>>>(a); break;
   }
   detail::check(cudaGetLastError(), "matmul (few rows)");
   return true;

@@ -2,11 +2,11 @@
 // as rows of k contiguous elements, out[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n] +
 // residual[m, n], summed in float and rounded once; with round_product, over the product
 // rounded to the output's type first, as the matmul op stores it; with gelu, the exact gelu of
-// product + bias, the linear layer before an MLP's activation). Each warp takes one
-// output column n for every row m: its lanes read w's row n in 16-byte vectors (or elements,
-// where rows are not aligned for vectors), so the weight, the only large operand, streams
-// through once, coalesced, and the GPU has a warp for each of the n columns (a gemm's tiles
-// would leave most of it idle at one row). Written on attention_tiles.cuh's primitives, so the
+// product + bias, the linear layer before an MLP's activation). One warp (or two or four, each
+// over a share of k, where the columns are few: split_of) takes output column n for every row
+// m: its lanes read w's row n in 16-byte vectors (or elements, where rows are not aligned for
+// vectors), so the weight, the only large operand, streams through once, coalesced, and the
+// GPU has warps for every column (a gemm's tiles would leave most of it idle at one row). Written on attention_tiles.cuh's primitives, so the
 // block emulator runs it on the host too (tests/cuda/attention_emulation_test.cpp).
 #pragma once
 #include "kernels/cuda/attention_tiles.cuh"
@@ -36,26 +36,40 @@ struct Args {
   bool vectors = false;  // x's and w's rows start on 16 bytes and K is a whole number of vectors
   bool round_product = false;  // the product rounded to T before residual and bias are added
   bool gelu = false;           // the exact gelu of (product + bias), with no residual
+  int split = 1;               // warps a column (1, 2 or 4), each over a share of k
 };
 
-// The launch's blocks.
-inline int64_t blocks(int64_t N) {
-  return (N + kWarps - 1) / kWarps;
+// Warps a column: more where the columns alone would leave the GPU's 132 multiprocessors with
+// fewer than two blocks each (a projection back to the model's width). Fixed by N alone, so
+// every product of a shape sums in one order.
+inline int split_of(int64_t N) {
+  constexpr int64_t kWanted = 264;
+  int split = 1;
+  while (split < 4 && (N * split + kWarps - 1) / kWarps < kWanted) split *= 2;
+  return split;
 }
+// The launch's blocks.
+inline int64_t blocks(int64_t N, int split) {
+  const int64_t columns = kWarps / split;  // a block's
+  return (N + columns - 1) / columns;
+}
+// Dynamic shared memory of a launch: a partial sum a warp and row.
+constexpr size_t kSharedBytes = size_t(kWarps) * kMaxRows * sizeof(float);
 
 template <class T>
 EMBER_ATTN_KERNEL void gemv_kernel(Args a) {
   using Raw = attn::Raw<T>;
   constexpr int V = 16 / int(sizeof(T));
-  const int lane = attn::thread_index() % 32;
-  const int64_t n = attn::block_index() * kWarps + attn::thread_index() / 32;
+  const int lane = attn::thread_index() % 32, warp = attn::thread_index() / 32;
+  const int part = warp % a.split;  // this warp's share of k
+  const int64_t n = attn::block_index() * (kWarps / a.split) + warp / a.split;
   const bool active = n < a.N;  // a warp past the last column idles through the exchanges
   const T* x = static_cast<const T*>(a.x);
   const T* wr = static_cast<const T*>(a.w) + (active ? n : 0) * a.ldw;
   float acc[kMaxRows] = {};
   if (active && a.vectors) {
     EMBER_GEMV_UNROLL
-    for (int64_t k = int64_t(lane) * V; k < a.K; k += 32 * V) {
+    for (int64_t k = (int64_t(part) * 32 + lane) * V; k < a.K; k += 32 * V * a.split) {
       const Raw wv = attn::load16<Raw>(wr + k);
       for (int m = 0; m < kMaxRows; ++m) {
         if (m >= a.M) break;
@@ -66,7 +80,7 @@ EMBER_ATTN_KERNEL void gemv_kernel(Args a) {
     }
   } else if (active) {
     EMBER_GEMV_UNROLL
-    for (int64_t k = lane; k < a.K; k += 32) {
+    for (int64_t k = int64_t(part) * 32 + lane; k < a.K; k += 32 * a.split) {
       const float wk = widen<float>(wr[k]);
       for (int m = 0; m < kMaxRows; ++m) {
         if (m >= a.M) break;
@@ -76,7 +90,18 @@ EMBER_ATTN_KERNEL void gemv_kernel(Args a) {
   }
   for (int m = 0; m < kMaxRows; ++m)
     for (int s = 16; s > 0; s >>= 1) acc[m] += attn::shfl_xor(acc[m], s);
-  if (!active || lane != 0) return;
+  if (a.split > 1) {  // the column's warps' sums, added in the order of their shares
+    float* partial = reinterpret_cast<float*>(attn::shared_memory());  // [kWarps][kMaxRows]
+    if (lane == 0)
+      for (int m = 0; m < kMaxRows; ++m) partial[warp * kMaxRows + m] = acc[m];
+    attn::sync_block();
+    for (int m = 0; m < kMaxRows; ++m) {
+      float sum = 0;
+      for (int q = 0; q < a.split; ++q) sum += partial[(warp - part + q) * kMaxRows + m];
+      acc[m] = sum;
+    }
+  }
+  if (!active || lane != 0 || part != 0) return;
   const float b = a.bias ? widen<float>(static_cast<const T*>(a.bias)[n]) : 0.0f;
   for (int m = 0; m < kMaxRows; ++m) {
     if (m >= a.M) break;
