@@ -60,7 +60,11 @@ DeviceStreams& device_streams(int device) {
           "cudaStreamCreate");
     void* c = nullptr;
     check(cudaMalloc(&c, size_t(kCounters) * sizeof(int)), "cudaMalloc (counters)");
-    check(cudaMemset(c, 0, size_t(kCounters) * sizeof(int)), "cudaMemset (counters)");
+    // Zeroed on the stream itself (a non-blocking stream does not wait for the legacy one),
+    // and waited for, before anything else is queued there.
+    check(cudaMemsetAsync(c, 0, size_t(kCounters) * sizeof(int), s.streams[size_t(device)]),
+          "cudaMemsetAsync (counters)");
+    check(cudaStreamSynchronize(s.streams[size_t(device)]), "cudaStreamSynchronize (counters)");
     s.counters[size_t(device)] = static_cast<int*>(c);
   });
   return s;
