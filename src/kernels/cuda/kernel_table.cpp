@@ -11,6 +11,7 @@ KernelFn device_kernel(OpId op, Device device) {
     cuda::register_pointwise(t);
     cuda::register_pointwise_attrs(t);
     cuda::register_reductions(t);
+    cuda::register_softmax(t);
     cuda::register_matmul(t);
     cuda::register_layer_norm(t);
     cuda::register_layer_norm_backward(t);

@@ -14,6 +14,7 @@ struct KernelTable {
 void register_pointwise(KernelTable& t);
 void register_pointwise_attrs(KernelTable& t);
 void register_reductions(KernelTable& t);
+void register_softmax(KernelTable& t);  // softmax.cu
 void register_matmul(KernelTable& t);
 void register_layer_norm(KernelTable& t);
 void register_layer_norm_backward(KernelTable& t);  // layer_norm_backward.cu
