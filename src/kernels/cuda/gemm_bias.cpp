@@ -149,9 +149,8 @@ bool run(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out
   }
   if (rows >= (int64_t(1) << 31) || n >= (int64_t(1) << 31) || k >= (int64_t(1) << 31))
     return false;
-  // A few rows against a weight stored row by row: the gemv kernel, its epilogue the same sum.
+  // A few rows against w.t() (b_transposed, then): the gemv kernel, rounding the product first.
   if (rounds_product_first(rows, k, n, b.strides())) {
-    EMBER_CHECK(b_transposed, "matmul with bias: a few rows against b that is not w.t()");
     if (cuda::gemv::run(a.impl()->data(), lda, b.impl()->data(), ldb, bias.impl()->data(),
                         residual.defined() ? residual.impl()->data() : nullptr,
                         out.impl()->data(), rows, n, k, dt, dev.index, /*round_product=*/true,

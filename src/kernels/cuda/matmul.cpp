@@ -148,7 +148,7 @@ void matmul(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
   // kernel, which streams the weight once where a gemm's tiles would leave the GPU idle.
   if (batches == 1 && !A.transposed && B.transposed &&
       gemv::run(A.t.impl()->data(), A.ld, B.t.impl()->data(), B.ld, nullptr, nullptr,
-           c.impl()->data(), rows, n, k, dt, device))
+                c.impl()->data(), rows, n, k, dt, device))
     return;
   EMBER_CHECK(rows < (int64_t(1) << 31) && n < (int64_t(1) << 31) && k < (int64_t(1) << 31),
               "matmul: dims past 2^31 on CUDA (", rows, " x ", k, " x ", n, ")");
