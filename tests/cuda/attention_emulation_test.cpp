@@ -44,6 +44,10 @@ inline int atomic_add(int* p, int v) {
   *p = old + v;
   return old;
 }
+template <class C>
+inline C load_shared_by_blocks(const C* p) {
+  return *p;
+}
 inline float exp_of(float x) {
   return std::exp(x);
 }
@@ -444,7 +448,7 @@ TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
                         cuda::attn::cached_attention_smem<C>(c.E),
                         [&] { cuda::attn::cached_attention_split_kernel<T, C>(a, w); });
         if (!counted)
-          emu::run_blocks(rows, cuda::attn::kThreads, 0,
+          emu::run_blocks(rows, cuda::attn::kThreads, cuda::attn::cached_join_smem<C>(),
                           [&] { cuda::attn::cached_attention_join_kernel<T, C>(a, w); });
       };
       switch (c.dtype) {

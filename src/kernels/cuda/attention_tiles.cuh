@@ -11,7 +11,8 @@
 // columns tc + 16 j, i, j < V, with 16-byte loads of both operands along the summed dim.
 //
 // The kernel code is plain C++ over a few primitives (thread and block index, block barrier,
-// warp shuffle, dynamic shared memory, a global fence and an atomic add). Compiled by nvcc they are CUDA's; with
+// warp shuffle, dynamic shared memory, a global fence, an atomic add and a load past the
+// SM's cache). Compiled by nvcc they are CUDA's; with
 // EMBER_CUDA_EMULATION defined, the includer supplies host versions (host threads standing in
 // for a block's threads: tests/cuda/attention_emulation_test.cpp), so the same kernels are
 // checked against the CPU reference on machines without a GPU.
@@ -58,6 +59,11 @@ EMBER_ATTN_DEVICE void thread_fence() {
 }
 EMBER_ATTN_DEVICE int atomic_add(int* p, int v) {
   return atomicAdd(p, v);
+}
+// A load that skips the SM's own cache (L1), for values other blocks wrote in this launch.
+template <class C>
+EMBER_ATTN_DEVICE C load_shared_by_blocks(const C* p) {
+  return __ldcg(p);
 }
 EMBER_ATTN_DEVICE float exp_of(float x) {
   return __expf(x);

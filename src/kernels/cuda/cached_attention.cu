@@ -58,7 +58,8 @@ void cached_attention(std::span<const Tensor> in, std::span<Tensor> out, const A
     detail::check(cudaGetLastError(), op);
     if (!a.counters) {
       attn::cached_attention_join_kernel<T, C>
-          <<<unsigned(rows), attn::kThreads, 0, detail::stream(device)>>>(a, w);
+          <<<unsigned(rows), attn::kThreads, attn::cached_join_smem<C>(),
+             detail::stream(device)>>>(a, w);
       detail::check(cudaGetLastError(), op);
     }
   });

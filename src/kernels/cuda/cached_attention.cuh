@@ -87,32 +87,44 @@ EMBER_ATTN_DEVICE int64_t cached_visible(const CachedArgs& a, int64_t i) {
 }
 
 // Row r's output from its splits in `ws`, each rescaled by exp(its max - the row's) (0 for a
-// row that sees no slot, as the attention op gives). Every thread of the block takes part.
+// row that sees no slot, as the attention op gives). Every thread of the block takes part:
+// threads over the splits for the row's max and sum, then over (split, column) pairs for the
+// output, so the splits are read in a few rounds rather than one after another. `part` holds
+// kThreads values, `red` 32.
 template <class T, class C>
-EMBER_ATTN_DEVICE void cached_join_row(const CachedArgs& a, const C* ws, int64_t r) {
-  const int64_t splits = a.splits;
-  const volatile C* wsr = ws + r * splits * (a.F + 2);  // written by other blocks
-  C mx = 0, z = 0;
-  bool any = false;
-  for (int64_t s = 0; s < splits; ++s) {
-    const volatile C* q = wsr + s * (a.F + 2);
-    if (q[a.F + 1] > C(0)) {
-      mx = any ? max_of(mx, C(q[a.F])) : C(q[a.F]);
-      any = true;
-    }
-  }
-  for (int64_t s = 0; s < splits; ++s) {
-    const volatile C* q = wsr + s * (a.F + 2);
-    if (q[a.F + 1] > C(0)) z += C(q[a.F + 1]) * exp_of(C(q[a.F]) - mx);
-  }
+EMBER_ATTN_DEVICE void cached_join_row(const CachedArgs& a, const C* ws, int64_t r, C* part,
+                                       C* red) {
+  const int64_t splits = a.splits, stride = a.F + 2;
+  const C* wsr = ws + r * splits * stride;  // written by other blocks of this launch
+  const int tid = thread_index();
+  auto seen = [&](int64_t s) { return load_shared_by_blocks(wsr + s * stride + a.F + 1) > C(0); };
+  auto max_at = [&](int64_t s) { return load_shared_by_blocks(wsr + s * stride + a.F); };
+  C mx = C(-INFINITY);
+  for (int64_t s = tid; s < splits; s += kThreads)
+    if (seen(s)) mx = max_of(mx, max_at(s));
+  mx = cached_block_reduce(mx, red, true);
+  const bool any = mx > C(-INFINITY);
+  C z = 0;
+  for (int64_t s = tid; s < splits; s += kThreads)
+    if (seen(s)) z += load_shared_by_blocks(wsr + s * stride + a.F + 1) * exp_of(max_at(s) - mx);
+  z = cached_block_reduce(z, red, false);
   T* orow = static_cast<T*>(a.out) + r * a.F;
-  for (int64_t f = thread_index(); f < a.F; f += kThreads) {
-    C o = 0;
-    for (int64_t s = 0; s < splits; ++s) {
-      const volatile C* q = wsr + s * (a.F + 2);
-      if (q[a.F + 1] > C(0)) o += C(q[f]) * exp_of(C(q[a.F]) - mx);
+  const int64_t fw = a.F < kThreads ? a.F : kThreads;
+  const int64_t groups = kThreads / fw, g = tid / fw, c = tid % fw;
+  for (int64_t f0 = 0; f0 < a.F; f0 += fw) {
+    const int64_t f = f0 + c;
+    C acc = 0;
+    if (g < groups && f < a.F)
+      for (int64_t s = g; s < splits; s += groups)
+        if (seen(s)) acc += load_shared_by_blocks(wsr + s * stride + f) * exp_of(max_at(s) - mx);
+    part[tid] = acc;
+    sync_block();
+    if (tid < fw && f0 + tid < a.F) {
+      C o = 0;
+      for (int64_t h = 0; h < groups; ++h) o += part[h * fw + tid];
+      orow[f0 + tid] = narrow<T>(any ? o / z : C(0));
     }
-    orow[f] = narrow<T>(any ? o / z : C(0));
+    sync_block();
   }
 }
 
@@ -192,14 +204,20 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
   sync_block();
   if (red[0] == C(0)) return;
   thread_fence();
-  cached_join_row<T, C>(a, ws, r);
+  cached_join_row<T, C>(a, ws, r, part, red);
   if (tid == 0) a.counters[r] = 0;  // zero at rest, for the next launch
 }
 
 // Second kernel (where no counters were given): block r joins row r's splits.
 template <class T, class C>
 EMBER_ATTN_KERNEL void cached_attention_join_kernel(CachedArgs a, const C* ws) {
-  cached_join_row<T, C>(a, ws, block_index());
+  C* part = reinterpret_cast<C*>(shared_memory());  // [kThreads], then [32]
+  cached_join_row<T, C>(a, ws, block_index(), part, part + kThreads);
+}
+// Dynamic shared memory of the join kernel.
+template <class C>
+inline size_t cached_join_smem() {
+  return size_t(kThreads + 32) * sizeof(C);
 }
 
 }  // namespace ember::cuda::attn
