@@ -16,6 +16,7 @@
 #include "compiler/cuda_folds.h"
 #include "compiler/families.h"
 #include "compiler/lower.h"
+#include "compiler/store_only_changes.h"
 #include "compiler/toolchain.h"
 #include "compiler/toolchain_cuda.h"
 #include "core/logs.h"
@@ -196,6 +197,18 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
     const std::string name = "kernel_" + std::to_string(k);
     lowered_.push_back(grp.row ? lower_rows(grp, name) : lower_elementwise(grp, name));
   }
+  changes_only_.assign(plan_.groups.size(), 0);
+  for (size_t k = 0; k < plan_.groups.size(); ++k) {
+    if (write_into_[k] < 0) continue;
+    const auto& ins = plan_.groups[k].inputs;
+    const graph::Value* t = g_->inputs()[size_t(write_into_[k])];
+    const auto at = std::find(ins.begin(), ins.end(), t);
+    if (at != ins.end())
+      changes_only_[k] = store_only_changes(lowered_[k], int(at - ins.begin())) ? 1 : 0;
+  }
+  if (const auto n = std::count(changes_only_.begin(), changes_only_.end(), 1); n > 0)
+    log_decision(std::to_string(n) +
+                 " kernel(s) writing into the input they change store only the changed elements");
   dims_ = input_dims(*g_);
   sms_ = device_code::multiprocessors(device_.index);
   build(/*defer_first=*/g_->dynamic_sizes());
@@ -439,6 +452,9 @@ void CudaCompiledGraph::run_kernel(int kernel, std::vector<Tensor>& env) const {
       target->is_contiguous()) {
     outs.push_back(*target);
     ptrs.push_back(target->impl()->data());
+  } else if (changes_only_[size_t(kernel)]) {  // it would leave the rest of a new buffer unset
+    run_group_eagerly(grp, env);
+    return;
   } else {
     fresh(grp.output);
   }

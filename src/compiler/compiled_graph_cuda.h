@@ -63,6 +63,9 @@ class CudaCompiledGraph : public capture::Runnable {
   // Decides write_into_ from each value's last reading step.
   void plan_writes_into_inputs(const std::vector<int>& last);
   std::vector<int> write_into_;  // per plan group: the graph input its result is written into, or -1
+  // Per plan group: its kernel stores only the elements it changes (store_only_changes.h), so
+  // it runs only writing into its input, else eagerly.
+  std::vector<char> changes_only_;
   DeferredBuild deferred_;
   bool shared_ = false;
 

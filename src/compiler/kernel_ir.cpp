@@ -105,6 +105,7 @@ std::string print(const Kernel& k) {
         break;
       case Stmt::Kind::Store:
         os << "store #" << s.buffer << "[" << s.index.str(names) << "] = " << s.args[0];
+        if (!s.store_if.empty()) os << " where " << s.store_if;
         break;
       case Stmt::Kind::Const:
         if (s.size_valued)
@@ -177,6 +178,7 @@ void stmt_form(const Stmt& s, std::string& out) {
     out += v;
   }
   if (s.iota) out += " iota" + std::to_string(s.iota_start) + ',' + std::to_string(s.iota_step);
+  if (!s.store_if.empty()) out += " if " + s.store_if;
   out += s.size_valued ? " sized;" : ";";
 }
 

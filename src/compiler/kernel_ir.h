@@ -60,6 +60,9 @@ struct Stmt {
   std::vector<sym::Rel> when;
   std::string functor;            // Call
   std::vector<std::string> args;  // Call operands; Cast, Store: the one value
+  // Store: a bool value; the element is stored only where it holds (the buffer keeps its
+  // contents elsewhere: a kernel writing into the input it changes, store_only_changes.h).
+  std::string store_if;
   double constant = 0;            // Const
   bool size_valued = false;       // Const: the value is the size expression `index`
   // Load of an arange's buffer (contiguous, integral start and step, every value exact in

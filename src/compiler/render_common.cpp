@@ -122,7 +122,8 @@ void emit_pointwise_body(std::ostringstream& os, const kir::Kernel& k, const std
         os << ");\n";
         break;
       case Stmt::Kind::Store:
-        os << in << store_to << " = " << store_value(dt, s.args[0]) << ";\n";
+        os << in << (s.store_if.empty() ? "" : "if (" + s.store_if + ") ") << store_to << " = "
+           << store_value(dt, s.args[0]) << ";\n";
         break;
       case Stmt::Kind::Const:
       case Stmt::Kind::Kept:

@@ -105,7 +105,12 @@ CudaLaunch render_cuda_elementwise(std::ostringstream& os, const kir::Kernel& k)
   const int lanes = int(16 / widest);
   const bool row_of_vectors = !k.domain.empty() && k.domain.back().is_constant() &&
                               k.domain.back().constant() % lanes == 0;
-  l.vector = reads_out || (masked && !row_of_vectors) ? 1 : lanes;
+  // A store only where a condition holds leaves the other elements as they are: one element
+  // at a time (a vector store would write them all).
+  const bool store_if = std::any_of(k.body.begin(), k.body.end(), [](const Stmt& s) {
+    return s.kind == Stmt::Kind::Store && !s.store_if.empty();
+  });
+  l.vector = reads_out || store_if || (masked && !row_of_vectors) ? 1 : lanes;
 
   os << "// " << k.name << ": elementwise over [";
   for (size_t d = 0; d < k.domain.size(); ++d) os << (d ? ", " : "") << k.domain[d].str();

@@ -405,6 +405,9 @@ TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
       {{2, 2}, 2, 12, 8, 8, 30, DType::Float16},    {{3}, 1, 6, 4, 4, -1, DType::Float32},
       {{1, 2}, 1, 200, 64, 64, 150, DType::BFloat16}, {{2}, 2, 130, 32, 16, 127, DType::Float32},
       {{1, 3}, 1, 256, 64, 64, 255, DType::Float64},
+      // heads wider than a set of registers, values wider than a block, more splits than a
+      // thread joins in one set
+      {{1}, 1, 1100, 130, 300, 1090, DType::Float32},
   };
   for (const Case& c : cases) {
     manual_seed(uint64_t(c.S * 7 + c.E));
@@ -445,7 +448,7 @@ TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
         using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
         C* w = static_cast<C*>(ws.impl()->data());
         emu::run_blocks(rows * a.splits, cuda::attn::kThreads,
-                        cuda::attn::cached_attention_smem<C>(c.E),
+                        cuda::attn::cached_attention_smem<C>(),
                         [&] { cuda::attn::cached_attention_split_kernel<T, C>(a, w); });
         if (!counted)
           emu::run_blocks(rows, cuda::attn::kThreads, cuda::attn::cached_join_smem<C>(),
@@ -494,6 +497,9 @@ TEST(GemvEmulation, FewRowProductsMatchFloat64Sums) {
       {2, 12, 64, 0, true, true, true, DType::BFloat16},
       {1, 10, 64, 0, true, false, true, DType::BFloat16, true},
       {3, 7, 24, 0, true, false, true, DType::Float16, true},
+      // k longer than one set of loads a lane (vectors, then elements)
+      {1, 6, 2056, 0, true, true, false, DType::BFloat16},
+      {2, 5, 1031, 0, true, false, false, DType::Float32},
   };
   for (const Case& c : cases) {
     manual_seed(uint64_t(c.N * 13 + c.K));
@@ -530,10 +536,18 @@ TEST(GemvEmulation, FewRowProductsMatchFloat64Sums) {
       got.fill_(NAN);
       emu::run_blocks(cuda::gemv::blocks(c.N, split), cuda::attn::kThreads,
                       cuda::gemv::kSharedBytes, [&] {
+                        auto rows = [&]<class T>() {
+                          switch (c.M) {
+                            case 1: return cuda::gemv::gemv_kernel<T, 1>(a);
+                            case 2: return cuda::gemv::gemv_kernel<T, 2>(a);
+                            case 3: return cuda::gemv::gemv_kernel<T, 3>(a);
+                            default: return cuda::gemv::gemv_kernel<T, 4>(a);
+                          }
+                        };
                         switch (c.dtype) {
-                          case DType::Float32: return cuda::gemv::gemv_kernel<float>(a);
-                          case DType::Float16: return cuda::gemv::gemv_kernel<__half>(a);
-                          default: return cuda::gemv::gemv_kernel<__nv_bfloat16>(a);
+                          case DType::Float32: return rows.operator()<float>();
+                          case DType::Float16: return rows.operator()<__half>();
+                          default: return rows.operator()<__nv_bfloat16>();
                         }
                       });
       EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << what << " split " << split;

@@ -3,7 +3,8 @@
 // each. The first kernel gives each (row, split of kChunk slots) a block, which scores the
 // split's visible slots (kThreadsPerSlot lanes a slot), takes their softmax numerators with the
 // split's own max, and sums them times the values (threads over the value's columns and
-// interleaved slots, partial sums added in shared memory). A row's splits are then joined by
+// interleaved slots, partial sums added in shared memory). Its blocks are short, so loads are
+// grouped into registers ahead of their use: few rounds of memory latency a block. A row's splits are then joined by
 // the last of its blocks to finish (counted in a per-row counter), or by a second kernel where
 // there are no counters. Written on attention_tiles.cuh's primitives, so the block emulator
 // runs it on the host too (tests/cuda/attention_emulation_test.cpp).
@@ -46,6 +47,9 @@ inline void cached_q_layout(CachedArgs& a, const Tensor& q) {
 // with kThreads / kChunk threads a slot.
 constexpr int kChunk = 64;
 constexpr int kThreadsPerSlot = kThreads / kChunk;
+// Values a thread loads into registers at once (of q and k, of v, of the splits it joins): a
+// head of 64 takes one set.
+constexpr int kRegs = 16;
 
 // The splits of a row: a fixed count for a cache of S slots (the visible count lives on the
 // device), those past a row's visible slots exiting at once.
@@ -57,11 +61,11 @@ inline int64_t cached_splits(int64_t S) {
 inline int64_t cached_workspace(int64_t rows, int64_t S, int64_t F) {
   return rows * cached_splits(S) * (F + 2);
 }
-// Dynamic shared memory of the first kernel: the split's scores, q's row, the output's partial
-// sums, the block reduction's 32 values.
+// Dynamic shared memory of the first kernel: the split's scores, the output's partial sums,
+// the block reduction's 32 values.
 template <class C>
-inline size_t cached_attention_smem(int64_t E) {
-  return size_t(kChunk + E + kThreads + 32) * sizeof(C);
+inline size_t cached_attention_smem() {
+  return size_t(kChunk + kThreads + 32) * sizeof(C);
 }
 
 // v over the block (max when `max`, else the sum); every thread gets it. `red` holds 32 values.
@@ -115,8 +119,20 @@ EMBER_ATTN_DEVICE void cached_join_row(const CachedArgs& a, const C* ws, int64_t
     const int64_t f = f0 + c;
     C acc = 0;
     if (g < groups && f < a.F)
-      for (int64_t s = g; s < splits; s += groups)
-        if (seen(s)) acc += load_shared_by_blocks(wsr + s * stride + f) * exp_of(max_at(s) - mx);
+      for (int64_t sb = g; sb < splits; sb += groups * kRegs) {
+        C zv[kRegs], mv[kRegs], ov[kRegs];  // loaded at once: one round of latency
+        EMBER_UNROLL
+        for (int u = 0; u < kRegs; ++u) {
+          const int64_t s = sb + u * groups;
+          const C* q = wsr + (s < splits ? s : 0) * stride;
+          zv[u] = s < splits ? load_shared_by_blocks(q + a.F + 1) : C(0);
+          mv[u] = load_shared_by_blocks(q + a.F);
+          ov[u] = load_shared_by_blocks(q + f);
+        }
+        EMBER_UNROLL
+        for (int u = 0; u < kRegs; ++u)
+          if (zv[u] > C(0)) acc += ov[u] * exp_of(mv[u] - mx);
+      }
     part[tid] = acc;
     sync_block();
     if (tid < fw && f0 + tid < a.F) {
@@ -131,12 +147,13 @@ EMBER_ATTN_DEVICE void cached_join_row(const CachedArgs& a, const C* ws, int64_t
 // First kernel: block (row, split) scores the split's visible slots, and writes its softmax
 // numerators times the values, their max and their sum to the workspace `ws`. With
 // a.counters, the row's last block to finish joins the row's splits (and sets its counter
-// back to 0), so no second kernel runs.
+// back to 0), so no second kernel runs. A decode step's blocks are short, so their time is
+// the rounds of memory latency in them: each thread loads what it multiplies (kRegs values of
+// q and k, then of v) into registers before any of it is used, so that each set is one round.
 template <class T, class C>
 EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
   C* w = reinterpret_cast<C*>(shared_memory());  // [kChunk]: scores, then exp(score - max)
-  C* qs = w + kChunk;                            // [E]: this row of q
-  C* part = qs + a.E;                            // [kThreads]: partial sums of the output
+  C* part = w + kChunk;                          // [kThreads]: partial sums of the output
   C* red = part + kThreads;                      // [32]
   const int tid = thread_index();
   const int64_t splits = a.splits, r = block_index() / splits, s = block_index() % splits,
@@ -152,14 +169,22 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
     const int64_t cnt = n - j0 < kChunk ? n - j0 : kChunk;
     const T* qr =
         static_cast<const T*>(a.q) + (b / a.B1) * a.qs0 + (b % a.B1) * a.qs1 + i * a.qs2;
-    for (int64_t e = tid; e < a.E; e += kThreads) qs[e] = widen<C>(qr[e * a.qs3]);
-    sync_block();
     {  // kThreadsPerSlot adjacent lanes a slot, each over every kThreadsPerSlot-th element
       const int64_t jj = tid / kThreadsPerSlot, p = tid % kThreadsPerSlot;
       C acc = 0;
       if (jj < cnt) {
         const T* kr = static_cast<const T*>(a.k) + (b * a.S + j0 + jj) * a.E;
-        for (int64_t e = p; e < a.E; e += kThreadsPerSlot) acc += qs[e] * widen<C>(kr[e]);
+        for (int64_t e0 = p; e0 < a.E; e0 += kThreadsPerSlot * kRegs) {
+          C qv[kRegs], kv[kRegs];
+          EMBER_UNROLL
+          for (int u = 0; u < kRegs; ++u) {
+            const int64_t e = e0 + u * kThreadsPerSlot;
+            qv[u] = e < a.E ? widen<C>(qr[e * a.qs3]) : C(0);
+            kv[u] = e < a.E ? widen<C>(kr[e]) : C(0);
+          }
+          EMBER_UNROLL
+          for (int u = 0; u < kRegs; ++u) acc += qv[u] * kv[u];
+        }
       }
       for (int m = 1; m < kThreadsPerSlot; m <<= 1) acc += shfl_xor(acc, m);
       if (p == 0 && jj < cnt) w[jj] = acc * C(a.scale);
@@ -180,7 +205,19 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
       const int64_t f = f0 + c;
       C acc = 0;
       if (g < groups && f < a.F)
-        for (int64_t j = g; j < cnt; j += groups) acc += w[j] * widen<C>(vb[j * a.F + f]);
+        for (int64_t jb = g; jb < cnt; jb += groups * kRegs) {
+          C vv[kRegs];
+          EMBER_UNROLL
+          for (int u = 0; u < kRegs; ++u) {
+            const int64_t j = jb + u * groups;
+            vv[u] = j < cnt ? widen<C>(vb[j * a.F + f]) : C(0);
+          }
+          EMBER_UNROLL
+          for (int u = 0; u < kRegs; ++u) {
+            const int64_t j = jb + u * groups;
+            if (j < cnt) acc += w[j] * vv[u];
+          }
+        }
       part[tid] = acc;
       sync_block();
       if (tid < fw && f0 + tid < a.F) {

@@ -39,10 +39,18 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
   detail::use_device(device);
   const unsigned grid = unsigned(blocks(n, split));
   cudaStream_t s = detail::stream(device);
+  auto launch = [&]<class T>() {
+    switch (a.M) {
+      case 1: gemv_kernel<T, 1><<<grid, attn::kThreads, kSharedBytes, s>>>(a); break;
+      case 2: gemv_kernel<T, 2><<<grid, attn::kThreads, kSharedBytes, s>>>(a); break;
+      case 3: gemv_kernel<T, 3><<<grid, attn::kThreads, kSharedBytes, s>>>(a); break;
+      default: gemv_kernel<T, 4><<<grid, attn::kThreads, kSharedBytes, s>>>(a); break;
+    }
+  };
   switch (dt) {
-    case DType::Float32: gemv_kernel<float><<<grid, attn::kThreads, kSharedBytes, s>>>(a); break;
-    case DType::Float16: gemv_kernel<__half><<<grid, attn::kThreads, kSharedBytes, s>>>(a); break;
-    default: gemv_kernel<__nv_bfloat16><<<grid, attn::kThreads, kSharedBytes, s>>>(a); break;
+    case DType::Float32: launch.operator()<float>(); break;
+    case DType::Float16: launch.operator()<__half>(); break;
+    default: launch.operator()<__nv_bfloat16>(); break;
   }
   detail::check(cudaGetLastError(), "matmul (few rows)");
   return true;

@@ -12,12 +12,6 @@
 #include "kernels/cuda/attention_tiles.cuh"
 #include "kernels/functors.h"
 
-#ifdef EMBER_CUDA_EMULATION
-#define EMBER_GEMV_UNROLL
-#else
-#define EMBER_GEMV_UNROLL _Pragma("unroll 4")
-#endif
-
 namespace ember::cuda::gemv {
 
 using attn::narrow;
@@ -56,7 +50,14 @@ inline int64_t blocks(int64_t N, int split) {
 // Dynamic shared memory of a launch: a partial sum a warp and row.
 constexpr size_t kSharedBytes = size_t(kWarps) * kMaxRows * sizeof(float);
 
-template <class T>
+// Vectors (or elements) of w a lane loads before it multiplies any: a 16-bit row of 768 takes
+// one set (three vectors a lane), so the weight arrives in one round of memory latency, not
+// three. Three keeps the bfloat16 kernel of one row at 80 registers: three blocks of a
+// multiprocessor, so a projection's columns take one wave of warps.
+constexpr int kLoads = 3;
+
+// M: the rows (1 to kMaxRows; a.M is M).
+template <class T, int M>
 EMBER_ATTN_KERNEL void gemv_kernel(Args a) {
   using Raw = attn::Raw<T>;
   constexpr int V = 16 / int(sizeof(T));
@@ -66,49 +67,68 @@ EMBER_ATTN_KERNEL void gemv_kernel(Args a) {
   const bool active = n < a.N;  // a warp past the last column idles through the exchanges
   const T* x = static_cast<const T*>(a.x);
   const T* wr = static_cast<const T*>(a.w) + (active ? n : 0) * a.ldw;
+  // The epilogue's operands, loaded before the sum so that their latency hides behind it.
+  const bool ends = active && lane == 0 && part == 0;  // the thread that stores column n
+  const float b = ends && a.bias ? widen<float>(static_cast<const T*>(a.bias)[n]) : 0.0f;
+  float res[kMaxRows] = {};
+  if (ends && a.residual)
+    for (int m = 0; m < M; ++m) res[m] = widen<float>(static_cast<const T*>(a.residual)[m * a.N + n]);
+  // Each lane takes its k in increasing order, kLoads of them loaded at once.
   float acc[kMaxRows] = {};
   if (active && a.vectors) {
-    EMBER_GEMV_UNROLL
-    for (int64_t k = (int64_t(part) * 32 + lane) * V; k < a.K; k += 32 * V * a.split) {
-      const Raw wv = attn::load16<Raw>(wr + k);
-      for (int m = 0; m < kMaxRows; ++m) {
-        if (m >= a.M) break;
-        const Raw xv = attn::load16<Raw>(x + m * a.ldx + k);
-        for (int e = 0; e < V; ++e)
-          acc[m] += widen<float>(xv.v[e]) * widen<float>(wv.v[e]);
+    const int64_t step = int64_t(32) * V * a.split;
+    for (int64_t k0 = (int64_t(part) * 32 + lane) * V; k0 < a.K; k0 += step * kLoads) {
+      Raw wv[kLoads], xv[M][kLoads];
+      EMBER_UNROLL
+      for (int g = 0; g < kLoads; ++g) {
+        const int64_t k = k0 + g * step;
+        if (k < a.K) {
+          wv[g] = attn::load16<Raw>(wr + k);
+          for (int m = 0; m < M; ++m) xv[m][g] = attn::load16<Raw>(x + m * a.ldx + k);
+        }
       }
+      EMBER_UNROLL
+      for (int g = 0; g < kLoads; ++g)
+        if (k0 + g * step < a.K)
+          for (int m = 0; m < M; ++m)
+            for (int e = 0; e < V; ++e)
+              acc[m] += widen<float>(xv[m][g].v[e]) * widen<float>(wv[g].v[e]);
     }
   } else if (active) {
-    EMBER_GEMV_UNROLL
-    for (int64_t k = int64_t(part) * 32 + lane; k < a.K; k += 32 * a.split) {
-      const float wk = widen<float>(wr[k]);
-      for (int m = 0; m < kMaxRows; ++m) {
-        if (m >= a.M) break;
-        acc[m] += widen<float>(x[m * a.ldx + k]) * wk;
+    const int64_t step = int64_t(32) * a.split;
+    for (int64_t k0 = int64_t(part) * 32 + lane; k0 < a.K; k0 += step * kLoads) {
+      float wv[kLoads], xv[M][kLoads];
+      EMBER_UNROLL
+      for (int g = 0; g < kLoads; ++g) {
+        const int64_t k = k0 + g * step;
+        wv[g] = k < a.K ? widen<float>(wr[k]) : 0.0f;
+        for (int m = 0; m < M; ++m) xv[m][g] = k < a.K ? widen<float>(x[m * a.ldx + k]) : 0.0f;
       }
+      EMBER_UNROLL
+      for (int g = 0; g < kLoads; ++g)
+        if (k0 + g * step < a.K)
+          for (int m = 0; m < M; ++m) acc[m] += xv[m][g] * wv[g];
     }
   }
-  for (int m = 0; m < kMaxRows; ++m)
+  for (int m = 0; m < M; ++m)
     for (int s = 16; s > 0; s >>= 1) acc[m] += attn::shfl_xor(acc[m], s);
   if (a.split > 1) {  // the column's warps' sums, added in the order of their shares
     float* partial = reinterpret_cast<float*>(attn::shared_memory());  // [kWarps][kMaxRows]
     if (lane == 0)
       for (int m = 0; m < kMaxRows; ++m) partial[warp * kMaxRows + m] = acc[m];
     attn::sync_block();
-    for (int m = 0; m < kMaxRows; ++m) {
+    for (int m = 0; m < M; ++m) {
       float sum = 0;
       for (int q = 0; q < a.split; ++q) sum += partial[(warp - part + q) * kMaxRows + m];
       acc[m] = sum;
     }
   }
-  if (!active || lane != 0 || part != 0) return;
-  const float b = a.bias ? widen<float>(static_cast<const T*>(a.bias)[n]) : 0.0f;
-  for (int m = 0; m < kMaxRows; ++m) {
-    if (m >= a.M) break;
+  if (!ends) return;
+  for (int m = 0; m < M; ++m) {
     // (product + bias) + residual, in float: the order of the two adds a compiled graph fuses.
     float v = (a.round_product ? widen<float>(narrow<T>(acc[m])) : acc[m]) + b;
     if (a.gelu) v = ember::fn::GeluHalf{}(v);  // the 16-bit types' form, as their gelu kernels
-    if (a.residual) v += widen<float>(static_cast<const T*>(a.residual)[m * a.N + n]);
+    if (a.residual) v += res[m];
     static_cast<T*>(a.out)[m * a.N + n] = narrow<T>(v);
   }
 }

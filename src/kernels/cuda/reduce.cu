@@ -349,34 +349,11 @@ __device__ __forceinline__ bool better(A v, int64_t i, A bv, int64_t bi) {
   if (v == bv) return i < bi;
   return Max ? v > bv : v < bv;
 }
-// The extreme of row x's positions [begin, end) over the block: its (value, position) in
-// thread 0 (position INT64_MAX for an empty range). sv and si hold 32 entries in shared memory.
-template <class T, class A, bool Max>
-__device__ void block_arg(const T* x, const ReducePlan& p, int64_t begin, int64_t end, A* sv,
-                          int64_t* si, A* v_out, int64_t* i_out) {
-  A bv = 0;
-  int64_t bi = INT64_MAX;
-  auto take = [&](A v, int64_t r) {
-    if (bi == INT64_MAX || better<Max>(v, r, bv, bi)) {
-      bv = v;
-      bi = r;
-    }
-  };
-  // kUnroll loads in flight a thread before their compares: a long row (a vocabulary's
-  // logits) would otherwise wait on one load at a time. Each thread still takes its
-  // positions in increasing order.
-  constexpr int kUnroll = 8;
-  const int64_t step = blockDim.x;
-  int64_t r = begin + threadIdx.x;
-  for (; r + (kUnroll - 1) * step < end; r += kUnroll * step) {
-    A v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      v[u] = A(load(x + offset_of(r + u * step, p.red_ndim, p.red_sizes, p.red_strides)));
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) take(v[u], r + u * step);
-  }
-  for (; r < end; r += step) take(A(load(x + offset_of(r, p.red_ndim, p.red_sizes, p.red_strides))), r);
+// Folds each thread's (value, position) over the block: the extreme in thread 0's *v_out and
+// *i_out (position INT64_MAX where no thread had one). sv and si hold 32 entries in shared
+// memory. `better` is a total order, so the fold's shape does not change the result.
+template <class A, bool Max>
+__device__ void block_fold_arg(A bv, int64_t bi, A* sv, int64_t* si, A* v_out, int64_t* i_out) {
   auto fold = [&]() {
     for (int s = 16; s > 0; s >>= 1) {
       const A v = __shfl_down_sync(0xffffffffu, bv, s);
@@ -407,6 +384,38 @@ __device__ void block_arg(const T* x, const ReducePlan& p, int64_t begin, int64_
   __syncthreads();
 }
 
+// The extreme of row x's positions [begin, end) over the block: its (value, position) in
+// thread 0 (position INT64_MAX for an empty range). sv and si hold 32 entries in shared memory.
+template <class T, class A, bool Max>
+__device__ void block_arg(const T* x, const ReducePlan& p, int64_t begin, int64_t end, A* sv,
+                          int64_t* si, A* v_out, int64_t* i_out) {
+  A bv = 0;
+  int64_t bi = INT64_MAX;
+  auto take = [&](A v, int64_t r) {
+    if (bi == INT64_MAX || better<Max>(v, r, bv, bi)) {
+      bv = v;
+      bi = r;
+    }
+  };
+  // kUnroll loads in flight a thread before their compares: a long row (a vocabulary's
+  // logits) would otherwise wait on one load at a time. The last pass is predicated, so it
+  // too is one round of loads.
+  constexpr int kUnroll = 8;
+  const int64_t step = blockDim.x;
+  for (int64_t r = begin + threadIdx.x; r < end; r += kUnroll * step) {
+    A v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t ru = r + u * step;
+      v[u] = ru < end ? A(load(x + offset_of(ru, p.red_ndim, p.red_sizes, p.red_strides))) : A(0);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (r + u * step < end) take(v[u], r + u * step);
+  }
+  block_fold_arg<A, Max>(bv, bi, sv, si, v_out, i_out);
+}
+
 template <class T, class A, bool Max>
 __global__ void __launch_bounds__(1024) arg_kernel(const T* in, int64_t* out, ReducePlan p) {
   __shared__ A sv[32];
@@ -418,6 +427,15 @@ __global__ void __launch_bounds__(1024) arg_kernel(const T* in, int64_t* out, Re
     block_arg<T, A, Max>(x, p, 0, p.reduced, sv, si, &v, &i);
     if (threadIdx.x == 0) out[o] = i;
   }
+}
+
+// A value another block of this launch wrote, read from L2 rather than this SM's L1.
+template <class A>
+__device__ __forceinline__ A ld_past_l1(const A* p) {
+  if constexpr (std::is_integral_v<A>)
+    return A(__ldcg(reinterpret_cast<const long long*>(p)));
+  else
+    return __ldcg(p);
 }
 
 // Few long rows (a decode step's logits): each row split over `splits` blocks of `chunk`
@@ -444,22 +462,25 @@ __global__ void __launch_bounds__(1024)
     last = atomicAdd(&counters[o], 1) == splits - 1;
   }
   __syncthreads();
-  if (!last || threadIdx.x != 0) return;
+  if (!last) return;
   __threadfence();
-  const volatile A* vs = pv + o * splits;
-  const volatile int64_t* is = pi + o * splits;
+  // The row's splits, a thread each, folded over the block (they were written by other
+  // blocks of this launch: read past the SM's cache).
   A bv = 0;
   int64_t bi = INT64_MAX;
-  for (int k = 0; k < splits; ++k) {
-    const A kv = vs[k];
-    const int64_t ki = is[k];
+  for (int k = threadIdx.x; k < splits; k += blockDim.x) {
+    const A kv = ld_past_l1(pv + o * splits + k);
+    const int64_t ki = ld_past_l1(pi + o * splits + k);
     if (ki != INT64_MAX && (bi == INT64_MAX || better<Max>(kv, ki, bv, bi))) {
       bv = kv;
       bi = ki;
     }
   }
-  out[o] = bi;
-  counters[o] = 0;  // zero at rest, for the next launch
+  block_fold_arg<A, Max>(bv, bi, sv, si, &v, &i);
+  if (threadIdx.x == 0) {
+    out[o] = i;
+    counters[o] = 0;  // zero at rest, for the next launch
+  }
 }
 
 template <bool Max>
@@ -476,7 +497,7 @@ void arg_extreme(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
                                  std::conditional_t<std::is_integral_v<T>, int64_t, float>>;
     // Few rows much longer than a block takes well: split each over blocks of kChunk
     // positions, so that the row is read by many multiprocessors instead of one.
-    constexpr int64_t kChunk = 4096, kMaxSplits = 128;
+    constexpr int64_t kChunk = 2048, kMaxSplits = 128;  // 2048: 8 loads a thread of 256
     const int64_t splits = std::min<int64_t>((p.reduced + kChunk - 1) / kChunk, kMaxSplits);
     if (splits >= 4 && p.outputs * splits <= 1024 && p.outputs <= detail::kCounters) {
       const int64_t chunk = (p.reduced + splits - 1) / splits;
