@@ -44,21 +44,6 @@ __global__ void __launch_bounds__(kBlock ? 1024 : 256)
     T* yr = y + base;
     C r[E][V];
     load_row<T, C, V, E>(xr, n, t, G, r);
-    // A warp's 16-bit row of 513 to 1024 (32 values a lane: a GPT-2 decode step's) loads w's
-    // and b's vectors with it, so their latency hides behind the folds. (Other shapes keep
-    // their registers for occupancy: they serve many rows.)
-    constexpr bool kEarly = !kBlock && V > 1 && sizeof(T) == 2 && E * V > 16;
-    Pack<T, V> wp[kEarly ? E : 1], bp[kEarly ? E : 1];
-    if constexpr (kEarly) {
-#pragma unroll
-      for (int k = 0; k < E; ++k) {
-        const int c = (k * G + t) * V;
-        if (c + V <= n) {
-          if (w) wp[k] = *reinterpret_cast<const Pack<T, V>*>(w + c);
-          if (b) bp[k] = *reinterpret_cast<const Pack<T, V>*>(b + c);
-        }
-      }
-    }
     C s = 0;  // the elements past n are 0
 #pragma unroll
     for (int k = 0; k < E; ++k)
@@ -89,14 +74,12 @@ __global__ void __launch_bounds__(kBlock ? 1024 : 256)
       if (V > 1 && c + V <= n) {
         C wv[V], bv[V];
         if (w) {
-          const Pack<T, V> p =
-              kEarly ? wp[kEarly ? k : 0] : *reinterpret_cast<const Pack<T, V>*>(w + c);
+          const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(w + c);
 #pragma unroll
           for (int i = 0; i < V; ++i) wv[i] = C(load(&p.v[i]));
         }
         if (b) {
-          const Pack<T, V> p =
-              kEarly ? bp[kEarly ? k : 0] : *reinterpret_cast<const Pack<T, V>*>(b + c);
+          const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(b + c);
 #pragma unroll
           for (int i = 0; i < V; ++i) bv[i] = C(load(&p.v[i]));
         }
@@ -133,10 +116,8 @@ bool launch_rows(const T* x, const T* w, const T* b, T* y, compute_t<T>* mean,
                  cudaStream_t stream) {
   using C = compute_t<T>;
   constexpr int kValues = sizeof(C) == 8 ? 8 : 16;  // a thread's values, warp or block
-  // 16-bit rows of up to 1024 (a GPT-2 decode step's) take a warp each: no block barriers.
-  constexpr int kWarpValues = sizeof(T) == 2 ? 32 : kValues;
   if (n64 > 16384) return false;
-  return launch_row_shape<V, kWarpValues, kValues>(
+  return launch_row_shape<V, kValues, kValues>(
       int(n64), rows, [&]<int E, bool kBlock>(int group, int64_t blocks, int threads) {
         layer_norm_rows_kernel<T, C, V, E, kBlock><<<int(blocks), threads, 0, stream>>>(
             x, w, b, y, mean, rstd, rows, int(n64), group, eps);
