@@ -470,6 +470,89 @@ TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
   }
 }
 
+// The decode step's cache write joined to the attention (CachedArgs::put): the slots marked
+// take the new key and value rows, written into the caches by the blocks of their splits, and
+// the output is the op's over the written caches. The slot at the position, and one past the
+// visible slots too (written, never read); two rows a batch entry; k_new and v_new read
+// through the strides of a split of a wider tensor.
+TEST(AttentionEmulation, CachedAttentionWritesTheAppendedSlots) {
+  struct Case {
+    int64_t B, H, L, S, E, pos;
+    std::vector<int64_t> put;
+    DType dtype;
+  };
+  const Case cases[] = {
+      {1, 3, 1, 200, 64, 150, {150}, DType::BFloat16},
+      {2, 2, 1, 130, 16, 64, {64, 100}, DType::Float32},
+      {1, 2, 2, 70, 8, 10, {10, 11}, DType::Float64},
+  };
+  for (const Case& c : cases) {
+    manual_seed(uint64_t(c.S + c.E));
+    const std::string what = "B " + std::to_string(c.B) + " H " + std::to_string(c.H) + " L " +
+                             std::to_string(c.L) + " S " + std::to_string(c.S) + " pos " +
+                             std::to_string(c.pos) + " " + std::string(dtype_name(c.dtype));
+    auto draw = [&](const Shape& s) { return (rand(s, DType::Float64) * 4.0 - 2.0).to(c.dtype); };
+    const Tensor q = draw({c.B, c.H, c.L, c.E});
+    Tensor k = draw({c.B, c.H, c.S, c.E}), v = draw({c.B, c.H, c.S, c.E});
+    // The new rows as the decode step has them: [B, H, 1, E] views of a [B, 1, 3H, E] product.
+    const Tensor fresh = draw({c.B, 1, 3 * c.H, c.E});
+    const Tensor k_new = fresh.slice(2, c.H, 2 * c.H).transpose(1, 2),
+                 v_new = fresh.slice(2, 2 * c.H, 3 * c.H).transpose(1, 2);
+    std::vector<double> marks(size_t(c.S), 0.0);
+    for (int64_t s : c.put) marks[size_t(s)] = 1.0;
+    const Tensor put = from_vector(marks, {c.S}).to(DType::Bool);
+    const Tensor pos = full({1}, double(c.pos), TensorOptions(DType::Int64));
+    const Tensor here = put.view({1, 1, c.S, 1});
+    const Tensor k_want = where(here, k_new, k), v_want = where(here, v_new, v);
+    const Tensor want = cached_attention(q, k_want, v_want, pos);
+    Tensor got = make_tensor(want.sizes(), c.dtype);
+    cuda::attn::CachedArgs a;
+    cuda::attn::cached_q_layout(a, q);
+    a.k = k.impl()->data();
+    a.v = v.impl()->data();
+    a.pos = static_cast<const int64_t*>(pos.impl()->data());
+    a.out = got.impl()->data();
+    a.S = c.S;
+    a.F = c.E;
+    a.scale = 1 / std::sqrt(double(c.E));
+    a.splits = cuda::attn::cached_splits(c.S);
+    a.put = static_cast<const unsigned char*>(put.impl()->data());
+    a.k_new = k_new.impl()->data();
+    a.v_new = v_new.impl()->data();
+    a.kn0 = k_new.stride(0);
+    a.kn1 = k_new.stride(1);
+    a.kn3 = k_new.stride(3);
+    a.vn0 = v_new.stride(0);
+    a.vn1 = v_new.stride(1);
+    a.vn3 = v_new.stride(3);
+    const int64_t rows = want.numel() / c.E;
+    std::vector<int> counters(size_t(rows), 0);
+    a.counters = counters.data();
+    const bool wide = c.dtype == DType::Float64;
+    const Tensor ws = make_tensor({cuda::attn::cached_workspace(rows, c.S, c.E)},
+                                  wide ? DType::Float64 : DType::Float32);
+    auto launch = [&]<class T>() {
+      using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+      C* w = static_cast<C*>(ws.impl()->data());
+      emu::run_blocks(rows * a.splits, cuda::attn::kThreads,
+                      cuda::attn::cached_attention_smem<C>(),
+                      [&] { cuda::attn::cached_attention_split_kernel<T, C>(a, w); });
+    };
+    switch (c.dtype) {
+      case DType::Float32: launch.operator()<float>(); break;
+      case DType::Float64: launch.operator()<double>(); break;
+      default: launch.operator()<__nv_bfloat16>();
+    }
+    // The caches as the where writes them, bit for bit.
+    EXPECT_EQ(k.to(DType::Float64).sub(k_want.to(DType::Float64)).abs().amax().item(), 0.0)
+        << what << ": the keys' cache";
+    EXPECT_EQ(v.to(DType::Float64).sub(v_want.to(DType::Float64)).abs().amax().item(), 0.0)
+        << what << ": the values' cache";
+    EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << what;
+    EXPECT_EQ(counters, std::vector<int>(size_t(rows), 0)) << what;
+  }
+}
+
 TEST(AttentionEmulation, NoKeysGiveZeroOutputAndMinusInfinity) {
   check({{2}, 5, 0, 4, 3, false, 0.0, DType::Float32});
   check({{2}, 5, 0, 4, 3, true, 0.5, DType::Float64});

@@ -27,6 +27,15 @@ struct CachedArgs {
   int* counters = nullptr;  // one a row, zero at rest: the last split's block joins the row
   int64_t qs0 = 0, qs1 = 0, qs2 = 0, qs3 = 1;
   double scale = 1;
+  // Keys and values appended first (a decode step's cache write joined to its attention):
+  // where put[s] != 0, slot s of every batch entry's caches (k, v, then written) takes the
+  // entry's row of k_new ([B0, B1, E] by strides kn0, kn1, kn3) and of v_new ([B0, B1, F]). The
+  // block of a row's split that holds the slot writes it before it reads any slot, and no other
+  // split reads it. Null put: nothing appended.
+  const unsigned char* put = nullptr;
+  const void* k_new = nullptr;
+  const void* v_new = nullptr;
+  int64_t kn0 = 0, kn1 = 0, kn3 = 1, vn0 = 0, vn1 = 0, vn3 = 1;
 };
 
 // q's place in a: its data and its layout as [B0, B1, L, E] (q has 2 to 4 dims).
@@ -160,6 +169,19 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
                 b = r / a.L, i = r % a.L;
   C* wsr = ws + (r * splits + s) * (a.F + 2);
   const int64_t j0 = s * kChunk, n = cached_visible(a, i);
+  if (a.put) {  // this split's appended slots, kThreadsPerSlot lanes a slot
+    const int64_t jj = tid / kThreadsPerSlot, p = tid % kThreadsPerSlot, j = j0 + jj;
+    if (jj < kChunk && j < a.S && a.put[j]) {
+      const int64_t b0 = b / a.B1, b1 = b % a.B1;
+      const T* kn = static_cast<const T*>(a.k_new) + b0 * a.kn0 + b1 * a.kn1;
+      const T* vn = static_cast<const T*>(a.v_new) + b0 * a.vn0 + b1 * a.vn1;
+      T* kc = static_cast<T*>(const_cast<void*>(a.k)) + (b * a.S + j) * a.E;
+      T* vc = static_cast<T*>(const_cast<void*>(a.v)) + (b * a.S + j) * a.F;
+      for (int64_t e = p; e < a.E; e += kThreadsPerSlot) kc[e] = kn[e * a.kn3];
+      for (int64_t f = p; f < a.F; f += kThreadsPerSlot) vc[f] = vn[f * a.vn3];
+    }
+    sync_block();  // the block's reads below see its writes
+  }
   if (j0 >= n) {  // a split past the visible slots: nothing to add
     if (tid == 0) {
       wsr[a.F] = C(0);
