@@ -26,6 +26,7 @@
 #include "ember/autograd.h"
 #include "ember/ops.h"
 #include "graph/graph_util.h"
+#include "kernels/cached_attention_append.h"
 #include "kernels/cross_entropy_grad.h"
 #include "kernels/gemm_bias.h"
 #include "kernels/layer_norm_grad.h"
@@ -134,10 +135,15 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
            std::find(last_casts_.begin(), last_casts_.end(), k) != last_casts_.end();
   };
   const auto& nodes = g_->nodes();
+  // layer_norms the gemv of a bias fold computes: no step of their own.
+  std::vector<char> in_gemv(nodes.size(), 0);
+  for (const BiasFold& f : bias_folds_)
+    if (f.ln_node >= 0) in_gemv[size_t(f.ln_node)] = 1;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const int k = plan_.group_of_node[i];
     if (k < 0) {
-      if (std::find(tail_views_.begin(), tail_views_.end(), int(i)) == tail_views_.end())
+      if (std::find(tail_views_.begin(), tail_views_.end(), int(i)) == tail_views_.end() &&
+          !in_gemv[i])
         steps_.push_back({-1, nodes[i].get(), int(i)});
     }
     else if (nodes[i]->outputs[0] == plan_.groups[size_t(k)].output && !batched(k))
@@ -161,8 +167,11 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
       for (const graph::Value* v : fold_reads(folds_[size_t(f)])) last[size_t(v->id)] = int(s);
     else if (const int b = bias_fold_of_node_[size_t(steps_[s].index)]; b >= 0) {
       for (const graph::Value* v : steps_[s].node->inputs) last[size_t(v->id)] = int(s);
-      last[size_t(bias_folds_[size_t(b)].bias->id)] = int(s);
-      if (const graph::Value* r = bias_folds_[size_t(b)].residual) last[size_t(r->id)] = int(s);
+      const BiasFold& f = bias_folds_[size_t(b)];
+      last[size_t(f.bias->id)] = int(s);
+      if (const graph::Value* r = f.residual) last[size_t(r->id)] = int(s);
+      if (f.ln_node >= 0)  // the layer_norm's operands, read by the gemv
+        for (const graph::Value* v : g_->nodes()[size_t(f.ln_node)]->inputs) last[size_t(v->id)] = int(s);
     } else
       for (const graph::Value* v : steps_[s].node->inputs) last[size_t(v->id)] = int(s);
   }
@@ -209,6 +218,7 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   if (const auto n = std::count(changes_only_.begin(), changes_only_.end(), 1); n > 0)
     log_decision(std::to_string(n) +
                  " kernel(s) writing into the input they change store only the changed elements");
+  plan_append_folds();
   dims_ = input_dims(*g_);
   sms_ = device_code::multiprocessors(device_.index);
   build(/*defer_first=*/g_->dynamic_sizes());
@@ -366,32 +376,43 @@ void CudaCompiledGraph::run_fold(const LayerNormFold& f, std::vector<Tensor>& en
 
 void CudaCompiledGraph::run_bias_fold(const BiasFold& f, std::vector<Tensor>& env) const {
   const graph::Node& n = *g_->nodes()[size_t(f.node)];
-  const Tensor& a = env[size_t(n.inputs[0]->id)];
   const Tensor& b = env[size_t(n.inputs[1]->id)];
-  Tensor out;
-  if (a.defined() && b.defined() && a.dim() >= 2 && b.dim() == 2) {
+  const Tensor residual = f.residual ? env[size_t(f.residual->id)] : Tensor();
+  // One gemm of `a` (with the layer_norm `ln` before it, when given) into a new sum; false
+  // (nothing run) where gemm_bias does not take the tensors.
+  auto gemm = [&](const Tensor& a, const gemm_bias::LayerNormIn* ln) {
+    if (!a.defined() || !b.defined() || a.dim() < 2 || b.dim() != 2 ||
+        (f.residual && !residual.defined()))
+      return false;
     Shape sizes = a.sizes();
     sizes.back() = b.sizes()[1];
     TensorOptions o(f.sum->meta.dtype);
     o.device = device_;
-    out = empty(sizes, o);
+    Tensor out = empty(sizes, o);
+    const bool done = profiled(
+        device_,
+        [&] { return gemm_bias::run(a, b, env[size_t(f.bias->id)], out, residual, f.gelu, ln); },
+        [&] {
+          return std::string(ln ? "layer_norm + " : "") +
+                 (f.residual ? "matmul + bias + residual "
+                  : f.gelu   ? "matmul + bias + gelu "
+                             : "matmul + bias ") +
+                 a.shape_str() + ", " + b.shape_str();
+        });
+    if (done) env[size_t(f.sum->id)] = std::move(out);
+    return done;
+  };
+  if (f.ln_node >= 0) {  // the layer_norm in the gemv's blocks, else its own step first
+    const graph::Node& l = *g_->nodes()[size_t(f.ln_node)];
+    const gemm_bias::LayerNormIn ln{env[size_t(l.inputs[1]->id)], env[size_t(l.inputs[2]->id)],
+                                    l.attrs.value};
+    if (gemm(env[size_t(f.ln_x->id)], &ln)) return;
+    run_node(l, env);
   }
-  const Tensor residual = f.residual ? env[size_t(f.residual->id)] : Tensor();
-  const bool done = out.defined() && (!f.residual || residual.defined()) && profiled(
-      device_,
-      [&] { return gemm_bias::run(a, b, env[size_t(f.bias->id)], out, residual, f.gelu); },
-      [&] {
-        return std::string(f.residual ? "matmul + bias + residual "
-                           : f.gelu   ? "matmul + bias + gelu "
-                                      : "matmul + bias ") +
-               a.shape_str() + ", " + b.shape_str();
-      });
-  if (!done) {  // the gemm does not take these tensors: the plan's steps
+  if (!gemm(env[size_t(n.inputs[0]->id)], nullptr)) {  // the plan's steps
     run_node(n, env);
     run_kernel(f.add_group, env);
-    return;
   }
-  env[size_t(f.sum->id)] = std::move(out);
 }
 
 bool CudaCompiledGraph::run_cross_entropy_grad(const CrossEntropyGradFold& f,
@@ -411,7 +432,83 @@ bool CudaCompiledGraph::run_cross_entropy_grad(const CrossEntropyGradFold& f,
   return done;
 }
 
+void CudaCompiledGraph::plan_append_folds() {
+  append_folds_ = append_folds(*g_, plan_, write_into_, changes_only_);
+  append_fold_of_node_.assign(g_->nodes().size(), -1);
+  append_fold_of_group_.assign(plan_.groups.size(), -1);
+  for (size_t f = 0; f < append_folds_.size(); ++f) {
+    const AppendFold& a = append_folds_[f];
+    append_fold_of_node_[size_t(a.node)] = int(f);
+    append_fold_of_group_[size_t(a.k_group)] = int(f);
+    append_fold_of_group_[size_t(a.v_group)] = int(f);
+    // What the writes read is read at the attention's step now: released after it.
+    size_t at = 0;
+    while (at < steps_.size() && steps_[at].index != a.node) ++at;
+    for (const graph::Value* v : {a.put, a.k_new, a.v_new})
+      for (size_t s = 0; s < at && s < release_after_.size(); ++s) {
+        auto& ids = release_after_[s];
+        const auto it = std::find(ids.begin(), ids.end(), v->id);
+        if (it == ids.end()) continue;
+        ids.erase(it);
+        release_after_[at].push_back(v->id);
+      }
+  }
+  if (!append_folds_.empty())
+    log_decision(std::to_string(append_folds_.size()) +
+                 " cached_attention(s) writing the cache slots of the two writes before them");
+}
+
+void CudaCompiledGraph::run_append_fold(const AppendFold& f, std::vector<Tensor>& env) const {
+  const graph::Node& n = *g_->nodes()[size_t(f.node)];
+  auto at = [&](const graph::Value* v) -> const Tensor& { return env[size_t(v->id)]; };
+  const Tensor &kc = at(f.k_cache), &vc = at(f.v_cache);
+  // The writes' groups bound their results to the caches, unwritten (run_kernel).
+  auto bound = [&](const graph::Value* result, const Tensor& cache) {
+    const Tensor& t = at(result);
+    return t.defined() && cache.defined() && t.impl()->storage == cache.impl()->storage &&
+           t.impl()->offset == cache.impl()->offset && t.sizes() == cache.sizes();
+  };
+  Tensor out;
+  if (bound(n.inputs[1], kc) && bound(n.inputs[2], vc) && at(n.inputs[0]).defined() &&
+      at(n.inputs[3]).defined() && at(f.put).defined() && at(f.k_new).defined() &&
+      at(f.v_new).defined()) {
+    TensorOptions o(n.outputs[0]->meta.dtype);
+    o.device = device_;
+    out = empty(n.outputs[0]->meta.sizes, o);
+  }
+  const bool done = out.defined() && profiled(
+      device_,
+      [&] {
+        return cached_attention_append::run(at(n.inputs[0]), kc, vc, at(n.inputs[3]), at(f.put),
+                                            at(f.k_new), at(f.v_new), n.attrs.value2, out);
+      },
+      [&] { return std::string("cached_attention + cache writes ") + kc.shape_str(); });
+  if (done) {
+    env[size_t(n.outputs[0]->id)] = std::move(out);
+    return;
+  }
+  // The plan's steps: the two writes, then the op.
+  launch_group(f.k_group, env);
+  launch_group(f.v_group, env);
+  run_node(n, env);
+}
+
 void CudaCompiledGraph::run_kernel(int kernel, std::vector<Tensor>& env) const {
+  if (const int f = append_fold_of_group_[size_t(kernel)]; f >= 0) {
+    // The write is the fold's attention's: the result is the input it would be written into.
+    const FusionGroup& grp = plan_.groups[size_t(kernel)];
+    const Tensor& target = env[size_t(g_->inputs()[size_t(write_into_[size_t(kernel)])]->id)];
+    if (target.defined() && target.sizes() == grp.output->meta.sizes &&
+        target.dtype() == grp.output->meta.dtype && target.device() == device_ &&
+        target.is_contiguous()) {
+      env[size_t(grp.output->id)] = target;
+      return;
+    }
+  }
+  launch_group(kernel, env);
+}
+
+void CudaCompiledGraph::launch_group(int kernel, std::vector<Tensor>& env) const {
   if (const int f = ce_fold_of_group_[size_t(kernel)];
       f >= 0 && run_cross_entropy_grad(ce_folds_[size_t(f)], env))
     return;
@@ -560,6 +657,8 @@ std::vector<Tensor> CudaCompiledGraph::execute(const std::vector<Tensor>& inputs
       run_fold(folds_[size_t(f)], env);
     else if (const int b = bias_fold_of_node_[size_t(st.index)]; b >= 0)
       run_bias_fold(bias_folds_[size_t(b)], env);
+    else if (const int a = append_fold_of_node_[size_t(st.index)]; a >= 0)
+      run_append_fold(append_folds_[size_t(a)], env);
     else
       run_node(*st.node, env, draws_ ? &draws[size_t(st.index)] : nullptr);
     for (int id : release_after_[s]) env[size_t(id)] = Tensor();

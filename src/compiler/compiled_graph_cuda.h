@@ -37,7 +37,10 @@ class CudaCompiledGraph : public capture::Runnable {
   };
   std::vector<Tensor> execute(const std::vector<Tensor>& inputs,
                               std::vector<Tensor>* owned) const;
+  // Group `kernel`'s step: its kernel, or (a cache write an AppendFold's attention makes) its
+  // result bound to the input it writes, the write left to that attention.
   void run_kernel(int kernel, std::vector<Tensor>& env) const;
+  void launch_group(int kernel, std::vector<Tensor>& env) const;
   // The cast groups `groups`, reading sources[i] for groups[i], in one launch a pair of dtypes
   // (multi_tensor::cast_); a group whose source is not laid out as captured runs its own kernel.
   void run_casts(const std::vector<int>& groups, const std::vector<const graph::Value*>& sources,
@@ -52,6 +55,12 @@ class CudaCompiledGraph : public capture::Runnable {
   // cross_entropy's grad by its own kernel; false (nothing run) where it does not take the
   // tensors, and the group's generated kernel runs.
   bool run_cross_entropy_grad(const CrossEntropyGradFold& f, std::vector<Tensor>& env) const;
+  // cached_attention with the two cache writes before it in one launch (the writes' kernels
+  // and the op, where the kernel does not take the tensors).
+  void run_append_fold(const AppendFold& f, std::vector<Tensor>& env) const;
+  // Finds the AppendFolds (after lowering: they need changes_only_) and keeps the values they
+  // read alive until their attention's step.
+  void plan_append_folds();
   void run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const;
   void run_node(const graph::Node& n, std::vector<Tensor>& env,
                 const RandomRange* draws = nullptr) const;
@@ -93,6 +102,9 @@ class CudaCompiledGraph : public capture::Runnable {
   std::vector<int> bias_fold_of_node_;  // per graph node: its fold in bias_folds_, or -1
   std::vector<CrossEntropyGradFold> ce_folds_;
   std::vector<int> ce_fold_of_group_;  // per plan group: its fold in ce_folds_, or -1
+  std::vector<AppendFold> append_folds_;
+  std::vector<int> append_fold_of_node_;   // per graph node: its fold in append_folds_, or -1
+  std::vector<int> append_fold_of_group_;  // per plan group: the fold making its write, or -1
   std::vector<Step> steps_;
   std::vector<std::vector<int>> release_after_;  // per step: value ids read for the last time
 };

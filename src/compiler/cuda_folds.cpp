@@ -3,6 +3,7 @@
 #include "compiler/cuda_folds.h"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 
 #include "core/shape.h"
@@ -205,7 +206,33 @@ std::vector<BiasFold> bias_folds(const graph::Graph& g, const FusionPlan& plan,
     if (residual && (residual->meta.dtype != t || residual->meta.sizes != p->meta.sizes ||
                      !contiguous(*residual) || !ready(residual)))
       continue;
-    folds.push_back({int(i), k, bias, sum, residual, gelu});
+    BiasFold f{int(i), k, bias, sum, residual, gelu};
+    // A layer_norm before a product the gemv kernel takes joins it: no launch of its own, and
+    // its result never goes through memory.
+    const graph::Value* a = n.inputs[0];
+    const graph::Node* l = a->producer;
+    if (l && l->op == OpId::layer_norm && l->inputs.size() == 3 && l->outputs.size() == 3 &&
+        l->outputs[0] == a && readers.sole(a) == &n &&
+        plan.group_of_node[size_t(readers.index.at(l))] < 0) {
+      const int64_t K = a->meta.sizes.empty() ? 0 : a->meta.sizes.back();
+      const int64_t rows = K > 0 ? shape_numel(a->meta.sizes) / K : 0;
+      const graph::Value *x = l->inputs[0], *w = l->inputs[1], *b = l->inputs[2];
+      auto unread = [&](const graph::Value* v) {
+        return readers.of[size_t(v->id)].empty() && !readers.kept[size_t(v->id)];
+      };
+      auto vector_of_k = [&](const graph::Value* v) {
+        return v->meta.dtype == t && v->meta.sizes == Shape{K} && contiguous(*v);
+      };
+      if (l->attrs.shape == Shape{K} && K > 512 && K <= 4096 && x->meta.dtype == t &&
+          a->meta.dtype == t && contiguous(*x) && vector_of_k(w) && vector_of_k(b) &&
+          unread(l->outputs[1]) && unread(l->outputs[2]) &&
+          gemm_bias::rounds_product_first(rows, K, p->meta.sizes.back(),
+                                          n.inputs[1]->meta.strides)) {
+        f.ln_node = readers.index.at(l);
+        f.ln_x = x;
+      }
+    }
+    folds.push_back(f);
   }
   return folds;
 }
@@ -262,6 +289,73 @@ std::vector<CrossEntropyGradFold> cross_entropy_grad_folds(const FusionPlan& pla
         classes_v->meta.dtype != DType::Int64 || ar->attrs.value != 0 || ar->attrs.value2 != 1)
       continue;
     folds.push_back({int(k), logits, lse, targets, scale});
+  }
+  return folds;
+}
+
+std::vector<AppendFold> append_folds(const graph::Graph& g, const FusionPlan& plan,
+                                     const std::vector<int>& write_into,
+                                     const std::vector<char>& changes_only) {
+  std::vector<AppendFold> folds;
+  const Readers readers(g);
+  // Group k as a cache write: its where's put and new operands and the cache it writes.
+  struct Write {
+    const graph::Value *put = nullptr, *fresh = nullptr, *cache = nullptr;
+  };
+  auto write_of = [&](int k) -> std::optional<Write> {
+    if (k < 0 || !changes_only[size_t(k)] || write_into[size_t(k)] < 0) return std::nullopt;
+    const FusionGroup& grp = plan.groups[size_t(k)];
+    const graph::Node* where = nullptr;
+    for (const graph::Node* n : grp.nodes) {
+      if (n->op == OpId::where && !where)
+        where = n;
+      else if (n->op != OpId::clone)
+        return std::nullopt;
+    }
+    if (!where) return std::nullopt;
+    const graph::Value* cache = g.inputs()[size_t(write_into[size_t(k)])];
+    const graph::Value *put = where->inputs[0], *fresh = where->inputs[1];
+    auto outside = [&](const graph::Value* v) {
+      return std::find(grp.inputs.begin(), grp.inputs.end(), v) != grp.inputs.end();
+    };
+    if (where->inputs[2] != cache || !outside(put) || !outside(fresh)) return std::nullopt;
+    // put a bool per slot (dim -2) of the cache, new one slot of it.
+    const Shape& cs = cache->meta.sizes;
+    const size_t nd = cs.size();
+    if (nd < 2 || put->meta.dtype != DType::Bool || !contiguous(*put) ||
+        put->meta.sizes.size() > nd || fresh->meta.sizes.size() != nd ||
+        fresh->meta.dtype != cache->meta.dtype)
+      return std::nullopt;
+    const Shape& ps = put->meta.sizes;
+    for (size_t d = 0; d < ps.size(); ++d) {
+      const size_t at = nd - ps.size() + d;  // put's dim d aligns with the cache's dim `at`
+      if (ps[d] != (at == nd - 2 ? cs[at] : 1)) return std::nullopt;
+    }
+    if (shape_numel(ps) != cs[nd - 2]) return std::nullopt;
+    for (size_t d = 0; d < nd; ++d)
+      if (fresh->meta.sizes[d] != (d == nd - 2 ? 1 : cs[d])) return std::nullopt;
+    return Write{put, fresh, cache};
+  };
+  const auto& nodes = g.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const graph::Node& n = *nodes[i];
+    if (n.op != OpId::cached_attention || n.inputs.size() != 4) continue;
+    const graph::Value *kv = n.inputs[1], *vv = n.inputs[2];
+    if (!kv->producer || !vv->producer || kv == vv) continue;
+    const int kg = plan.group_of_node[size_t(readers.index.at(kv->producer))];
+    const int vg = plan.group_of_node[size_t(readers.index.at(vv->producer))];
+    if (kg < 0 || vg < 0 || kg == vg || plan.groups[size_t(kg)].output != kv ||
+        plan.groups[size_t(vg)].output != vv)
+      continue;
+    const auto kw = write_of(kg), vw = write_of(vg);
+    if (!kw || !vw || kw->put != vw->put || kw->cache == vw->cache) continue;
+    // Nothing else reads the written caches' new values in the graph.
+    auto only_here = [&](const graph::Value* v) {
+      const auto& r = readers.of[size_t(v->id)];
+      return std::all_of(r.begin(), r.end(), [&](const graph::Node* x) { return x == &n; });
+    };
+    if (!only_here(kv) || !only_here(vv)) continue;
+    folds.push_back({int(i), kg, vg, kw->put, kw->fresh, vw->fresh, kw->cache, vw->cache});
   }
   return folds;
 }

@@ -53,6 +53,11 @@ struct BiasFold {
   const graph::Value* sum = nullptr;
   const graph::Value* residual = nullptr;  // null: the bias alone
   bool gelu = false;  // the group's second node is the exact gelu of the biased product
+  // The layer_norm node whose result is the matmul's left operand (16-bit rows of 513 to 4096,
+  // a few of them, with weight and bias, nothing else reading its result or statistics), done
+  // in the gemv's blocks (gemm_bias::LayerNormIn): its input is ln_x. Else -1.
+  int ln_node = -1;
+  const graph::Value* ln_x = nullptr;
 };
 std::vector<BiasFold> bias_folds(const graph::Graph& g, const FusionPlan& plan,
                                  const std::vector<int>& at_start);
@@ -68,5 +73,26 @@ struct CrossEntropyGradFold {
   const graph::Value* scale = nullptr;
 };
 std::vector<CrossEntropyGradFold> cross_entropy_grad_folds(const FusionPlan& plan);
+
+// A cached_attention node (the graph's node `node`) whose key and value caches are the results
+// of the groups `k_group` and `v_group`, each where(put, new, cache) written into its cache
+// (a graph input) storing only the changed slots (store_only_changes.h): a decode step's cache
+// writes. The attention kernel writes those slots itself (kernels/cached_attention_append.h), so
+// the two groups launch nothing. put is a bool per slot ([.., S, 1], sizes of 1 elsewhere), new is
+// the cache's shape with one slot; nothing but the node reads the groups' results (the caches'
+// write-backs aside). `write_into` and `changes_only` are per plan group, as the compiled
+// graph decided them.
+struct AppendFold {
+  int node = -1;
+  int k_group = -1, v_group = -1;
+  const graph::Value* put = nullptr;
+  const graph::Value* k_new = nullptr;
+  const graph::Value* v_new = nullptr;
+  const graph::Value* k_cache = nullptr;  // the graph inputs written
+  const graph::Value* v_cache = nullptr;
+};
+std::vector<AppendFold> append_folds(const graph::Graph& g, const FusionPlan& plan,
+                                     const std::vector<int>& write_into,
+                                     const std::vector<char>& changes_only);
 
 }  // namespace ember::compiler

@@ -19,8 +19,15 @@ namespace ember::gemm_bias {
 // the ops instead.
 // With gelu (no residual), out is the exact gelu of a @ b + bias, taken only where
 // rounds_product_first holds (cuBLASLt's gelu epilogue is the tanh form).
+// With ln (its weight and bias defined), a is the layer_norm's input and the product is of
+// layer_norm(a, [k], ln.weight, ln.bias, ln.eps) as the op computes it: taken by the gemv kernel
+// alone (16-bit rows of 513 to 4096 elements, rounds_product_first), else false.
+struct LayerNormIn {
+  Tensor weight, bias;
+  double eps = 1e-5;
+};
 bool run(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
-         const Tensor& residual = Tensor(), bool gelu = false);
+         const Tensor& residual = Tensor(), bool gelu = false, const LayerNormIn* ln = nullptr);
 
 // The rows at most that a product with its weight read through w.t() runs by the gemv kernel
 // (kernels/cuda/gemv.h): a decode step's.

@@ -3,6 +3,7 @@
 #include "ember/cuda.h"
 #include "ember/error.h"
 #include "kernels/cuda/attention_cudnn.h"
+#include "kernels/cached_attention_append.h"
 #include "kernels/cross_entropy_grad.h"
 #include "kernels/cuda_graph.h"
 #include "kernels/device_code.h"
@@ -99,10 +100,18 @@ bool backward_fused(const Tensor&, const Tensor&, const Tensor&, const Tensor&, 
 }  // namespace ember::layer_norm_grad
 
 namespace ember::gemm_bias {
-bool run(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool) {
+bool run(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool,
+         const LayerNormIn*) {
   return false;
 }
 }  // namespace ember::gemm_bias
+
+namespace ember::cached_attention_append {
+bool run(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+         const Tensor&, double, Tensor&) {
+  return false;
+}
+}  // namespace ember::cached_attention_append
 
 namespace ember::cross_entropy_grad {
 bool run(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {

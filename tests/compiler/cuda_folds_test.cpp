@@ -8,6 +8,8 @@
 #include "capture/capture.h"
 #include "capture/capture_test_util.h"
 #include "compiler/cuda_folds.h"
+#include "compiler/lower.h"
+#include "compiler/store_only_changes.h"
 #include "ember/autocast.h"
 #include "ember/compile.h"
 #include "ember/ember.h"
@@ -118,13 +120,16 @@ TEST(CudaFolds, AutocastTrainingCastsParametersAndGradsInBatches) {
 // recorded without grad over more rows the residual add stays a kernel of its own (cuBLASLt
 // would round once over the unrounded product); in a graph autograd differentiates it goes into
 // the gemm too. The gelu goes in only with few rows (cuBLASLt's is the tanh form).
-TEST(CudaFolds, ResidualAddsOfBfloat16ProjectionsGoIntoTheGemm) {
+// The graphs of a bfloat16 GPT's decode step and (with `forward_rows`) of its forward over
+// that many positions, captured on the CPU by a GraphKeeper registered as `name`.
+GraphKeeper* capture_decode(const std::string& name, const nn::GPTConfig& config, uint64_t seed,
+                            int64_t forward_rows = 0) {
   auto keeper = std::make_unique<GraphKeeper>();
   GraphKeeper* kept = keeper.get();
-  kept->name_ = "keep-graphs-for-residual-folds";
+  kept->name_ = name;
   capture::register_backend(std::move(keeper));
-  manual_seed(5);
-  auto model = std::make_shared<nn::GPT>(test::tiny_gpt());
+  manual_seed(seed);
+  auto model = std::make_shared<nn::GPT>(config);
   model->to(DType::BFloat16);
   model->eval();
   NoGradGuard no_grad;
@@ -134,10 +139,18 @@ TEST(CudaFolds, ResidualAddsOfBfloat16ProjectionsGoIntoTheGemm) {
                               const std::vector<Tensor>& v) {
     return model->decode_step(x, pos, k, v);
   }, o);
-  auto forward = compile([model](const Tensor& x) { return model->forward(x); }, o);
   nn::KVCache cache = model->preallocated_cache(1);
   step(zeros({1, 1}, DType::Int64), zeros({1}, DType::Int64), cache.k, cache.v);
-  forward(zeros({1, 8}, DType::Int64));
+  if (forward_rows > 0) {
+    auto forward = compile([model](const Tensor& x) { return model->forward(x); }, o);
+    forward(zeros({1, forward_rows}, DType::Int64));
+  }
+  return kept;
+}
+
+TEST(CudaFolds, ResidualAddsOfBfloat16ProjectionsGoIntoTheGemm) {
+  GraphKeeper* kept =
+      capture_decode("keep-graphs-for-residual-folds", test::tiny_gpt(), 5, /*forward_rows=*/8);
   ASSERT_EQ(kept->graphs.size(), 2u);
   // The folds of g's plan: those with a residual, those with the bias alone, those with gelu.
   struct Counts {
@@ -242,6 +255,128 @@ TEST(CudaFolds, LayerNormBackwardTakesItsGradsCastAndItsResidualAdd) {
       EXPECT_EQ(f.residual, r);
       EXPECT_EQ(f.sum, sum);
     }
+}
+
+// A decode step's attention: the two cache writes where(put, new, cache), each written into its
+// cache storing only the changed slot, then cached_attention over the written caches. The
+// attention's kernel takes the writes (one launch, not three) only where nothing else reads the
+// written caches in the graph and both writes mark the slots with the same put.
+TEST(CudaFolds, ADecodeStepsCacheWritesJoinItsAttention) {
+  for (const int variant : {0, 1, 2}) {  // 0: the fold; 1: the cache read elsewhere; 2: two puts
+    graph::Graph g;
+    auto in = [&](const Shape& sizes, DType dt, const char* name) {
+      return g.add_input(TensorMeta{sizes, contiguous_strides(sizes), 0, dt}, kGpu,
+                         graph::InputKind::Argument, name);
+    };
+    graph::Value* k_cache = in({1, 2, 16, 8}, DType::BFloat16, "k_cache");
+    graph::Value* v_cache = in({1, 2, 16, 8}, DType::BFloat16, "v_cache");
+    graph::Value* put = in({1, 1, 16, 1}, DType::Bool, "put");
+    graph::Value* put2 = in({1, 1, 16, 1}, DType::Bool, "put2");
+    graph::Value* q = in({1, 2, 1, 8}, DType::BFloat16, "q");
+    graph::Value* k_new = in({1, 2, 1, 8}, DType::BFloat16, "k");
+    graph::Value* v_new = in({1, 2, 1, 8}, DType::BFloat16, "v");
+    graph::Value* pos = in({1}, DType::Int64, "pos");
+    auto write = [&](graph::Value* mark, graph::Value* fresh, graph::Value* cache) {
+      graph::Value* w = g.add_node(OpId::where, {mark, fresh, cache}, {}, {})->outputs[0];
+      return g.add_node(OpId::clone, {w}, {}, {})->outputs[0];
+    };
+    graph::Value* kw = write(put, k_new, k_cache);
+    graph::Value* vw = write(variant == 2 ? put2 : put, v_new, v_cache);
+    Attrs a;
+    a.value2 = 1 / std::sqrt(8.0);
+    graph::Node* att = g.add_node(OpId::cached_attention, {q, kw, vw, pos}, a, {});
+    std::vector<graph::Value*> outs = {att->outputs[0]};
+    if (variant == 1) outs.push_back(g.add_node(OpId::neg, {kw}, {}, {})->outputs[0]);
+    g.set_outputs(outs);
+    g.add_mutation(k_cache, kw);
+    g.add_mutation(v_cache, vw);
+    const FusionPlan plan = plan_fusion(g, kGpu);
+    // The writes into the caches, as the compiled graph decides them.
+    std::vector<int> write_into(plan.groups.size(), -1);
+    std::vector<char> changes_only(plan.groups.size(), 0);
+    int groups = 0;
+    for (size_t k = 0; k < plan.groups.size(); ++k) {
+      const FusionGroup& grp = plan.groups[k];
+      graph::Value* cache = grp.output == kw ? k_cache : grp.output == vw ? v_cache : nullptr;
+      if (!cache) continue;
+      ++groups;
+      write_into[k] = cache->input_index;
+      kir::Kernel kernel = lower_elementwise(grp, "write");
+      const auto at = std::find(grp.inputs.begin(), grp.inputs.end(), cache);
+      ASSERT_NE(at, grp.inputs.end());
+      changes_only[k] = store_only_changes(kernel, int(at - grp.inputs.begin())) ? 1 : 0;
+      EXPECT_TRUE(changes_only[k]);
+    }
+    ASSERT_EQ(groups, 2);
+    const std::vector<AppendFold> folds = append_folds(g, plan, write_into, changes_only);
+    if (variant != 0) {
+      EXPECT_TRUE(folds.empty()) << "variant " << variant;
+      continue;
+    }
+    ASSERT_EQ(folds.size(), 1u);
+    const AppendFold& f = folds[0];
+    EXPECT_EQ(g.nodes()[size_t(f.node)].get(), att);
+    EXPECT_EQ(plan.groups[size_t(f.k_group)].output, kw);
+    EXPECT_EQ(plan.groups[size_t(f.v_group)].output, vw);
+    EXPECT_EQ(f.put, put);
+    EXPECT_EQ(f.k_new, k_new);
+    EXPECT_EQ(f.v_new, v_new);
+    EXPECT_EQ(f.k_cache, k_cache);
+    EXPECT_EQ(f.v_cache, v_cache);
+    // Without the writes stored only where they change (a whole-cache write), no fold.
+    std::vector<char> whole(plan.groups.size(), 0);
+    EXPECT_TRUE(append_folds(g, plan, write_into, whole).empty());
+  }
+}
+
+// The same on a GPT's own decode step (captured on the CPU): every layer's two cache
+// writes join its cached_attention, reading the slot mask, the new key and the new value
+// through the views the step makes of them.
+TEST(CudaFolds, AGptDecodeStepsCacheWritesJoinItsAttentions) {
+  // Wider than 512, so the gemv takes the layer_norms too.
+  nn::GPTConfig config = test::tiny_gpt();
+  config.n_embd = 640;
+  GraphKeeper* kept = capture_decode("keep-graphs-for-append-folds", config, 6);
+  ASSERT_EQ(kept->graphs.size(), 1u);
+  const graph::Graph& g = *kept->graphs[0];
+  // Captured on the CPU, so planned as there (a GPU plan takes the GPU's values); the cache
+  // writes and the attention are grouped alike on both.
+  const FusionPlan plan = plan_fusion(g);
+  std::vector<int> write_into(plan.groups.size(), -1);
+  std::vector<char> changes_only(plan.groups.size(), 0);
+  for (const graph::Mutation& m : g.mutations())
+    for (size_t k = 0; k < plan.groups.size(); ++k) {
+      const FusionGroup& grp = plan.groups[k];
+      if (grp.output != m.value || grp.row || grp.gemm) continue;
+      write_into[k] = m.target->input_index;
+      const auto at = std::find(grp.inputs.begin(), grp.inputs.end(), m.target);
+      ASSERT_NE(at, grp.inputs.end());
+      kir::Kernel kernel = lower_elementwise(grp, "write");
+      changes_only[k] = store_only_changes(kernel, int(at - grp.inputs.begin())) ? 1 : 0;
+    }
+  const int64_t layers = config.n_layer;
+  EXPECT_EQ(std::count(changes_only.begin(), changes_only.end(), 1), 2 * layers);
+  const std::vector<AppendFold> folds = append_folds(g, plan, write_into, changes_only);
+  ASSERT_EQ(int64_t(folds.size()), layers);
+  for (const AppendFold& f : folds) {
+    EXPECT_EQ(g.nodes()[size_t(f.node)]->op, OpId::cached_attention);
+    EXPECT_EQ(f.put->meta.dtype, DType::Bool);
+    EXPECT_EQ(f.k_new->meta.sizes.size(), 4u);
+    EXPECT_NE(f.k_cache, f.v_cache);
+  }
+  // Each layer's two layer_norms (and the final one before lm_head, which has no bias add)
+  // join the gemvs after them: the attention's input projection and the MLP's first layer.
+  int64_t with_ln = 0;
+  for (const BiasFold& f : bias_folds(g, plan, {})) {
+    if (f.ln_node < 0) continue;
+    ++with_ln;
+    const graph::Node& l = *g.nodes()[size_t(f.ln_node)];
+    EXPECT_EQ(l.op, OpId::layer_norm);
+    EXPECT_EQ(l.outputs[0], g.nodes()[size_t(f.node)]->inputs[0]);
+    EXPECT_EQ(f.ln_x, l.inputs[0]);
+    EXPECT_EQ(f.residual, nullptr);
+  }
+  EXPECT_EQ(with_ln, 2 * layers);
 }
 
 }  // namespace

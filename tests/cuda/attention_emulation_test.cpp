@@ -558,6 +558,17 @@ TEST(AttentionEmulation, NoKeysGiveZeroOutputAndMinusInfinity) {
   check({{2}, 5, 0, 4, 3, true, 0.5, DType::Float64});
 }
 
+// One block of the gemv kernel for a.M rows.
+template <class T>
+void gemv_block(const cuda::gemv::Args& a) {
+  switch (a.M) {
+    case 1: return cuda::gemv::gemv_kernel<T, 1>(a);
+    case 2: return cuda::gemv::gemv_kernel<T, 2>(a);
+    case 3: return cuda::gemv::gemv_kernel<T, 3>(a);
+    default: return cuda::gemv::gemv_kernel<T, 4>(a);
+  }
+}
+
 // The few-rows product's kernel against float64 sums: 1 to 4 rows; rows aligned for 16-byte
 // vectors and rows that are not (an odd k, a row stride off the vector); more columns than a
 // block has warps (the last block's spare warps idle); with and without bias and residual, and
@@ -619,21 +630,73 @@ TEST(GemvEmulation, FewRowProductsMatchFloat64Sums) {
       got.fill_(NAN);
       emu::run_blocks(cuda::gemv::blocks(c.N, split), cuda::attn::kThreads,
                       cuda::gemv::kSharedBytes, [&] {
-                        auto rows = [&]<class T>() {
-                          switch (c.M) {
-                            case 1: return cuda::gemv::gemv_kernel<T, 1>(a);
-                            case 2: return cuda::gemv::gemv_kernel<T, 2>(a);
-                            case 3: return cuda::gemv::gemv_kernel<T, 3>(a);
-                            default: return cuda::gemv::gemv_kernel<T, 4>(a);
-                          }
-                        };
                         switch (c.dtype) {
-                          case DType::Float32: return rows.operator()<float>();
-                          case DType::Float16: return rows.operator()<__half>();
-                          default: return rows.operator()<__nv_bfloat16>();
+                          case DType::Float32: return gemv_block<float>(a);
+                          case DType::Float16: return gemv_block<__half>(a);
+                          default: return gemv_block<__nv_bfloat16>(a);
                         }
                       });
       EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << what << " split " << split;
+    }
+  }
+}
+
+// The few-rows product with the layer_norm before it done in its blocks (Args::ln_threads):
+// against the op's layer_norm (float64, rounded to the 16-bit type as the op stores it) times
+// the weight in float64, plus bias; rows of 768, of 1000 (the last thread's second chunk cut)
+// and of 2056 (160 threads), one to four rows, one, two and four warps a column.
+TEST(GemvEmulation, LayerNormedRowsThenTheProductMatchTheOps) {
+  struct Case {
+    int64_t M, N, K;
+    DType dtype;
+  };
+  for (const Case& c : {Case{1, 20, 768, DType::BFloat16}, Case{3, 9, 1000, DType::BFloat16},
+                        Case{2, 7, 2056, DType::Float16}, Case{4, 5, 768, DType::Float16}}) {
+    manual_seed(uint64_t(c.K + c.M));
+    const std::string what = "M " + std::to_string(c.M) + " N " + std::to_string(c.N) + " K " +
+                             std::to_string(c.K) + " " + std::string(dtype_name(c.dtype));
+    auto draw = [&](const Shape& s, double scale, double shift) {
+      return (rand(s, DType::Float64) * scale + shift).to(c.dtype);
+    };
+    const Tensor x = draw({c.M, c.K}, 6.0, -2.0), lw = draw({c.K}, 1.0, 0.5),
+                 lb = draw({c.K}, 1.0, -0.5), w = draw({c.N, c.K}, 2.0, -1.0),
+                 bias = draw({c.N}, 2.0, -1.0);
+    const Tensor normed =
+        layer_norm(x.to(DType::Float64), {c.K}, lw.to(DType::Float64), lb.to(DType::Float64), 1e-5)
+            .to(c.dtype);  // as the op stores it
+    const Tensor want = matmul(normed.to(DType::Float64), w.to(DType::Float64).t())
+                            .to(c.dtype)
+                            .to(DType::Float64) +
+                        bias.to(DType::Float64);
+    Tensor got = make_tensor({c.M, c.N}, c.dtype);
+    cuda::gemv::Args a;
+    a.x = x.impl()->data();
+    a.w = w.impl()->data();
+    a.bias = bias.impl()->data();
+    a.out = got.impl()->data();
+    a.M = c.M;
+    a.N = c.N;
+    a.K = c.K;
+    a.ldx = c.K;
+    a.ldw = c.K;
+    a.round_product = true;
+    a.vectors = c.K % 8 == 0;
+    a.ln_threads = cuda::gemv::layer_norm_threads(c.K);
+    a.ln_w = lw.impl()->data();
+    a.ln_b = lb.impl()->data();
+    a.ln_eps = 1e-5f;
+    const size_t smem = cuda::gemv::kSharedBytes +
+                        cuda::gemv::layer_norm_shared_bytes(c.M, c.K, dtype_size(c.dtype));
+    for (const int split : {1, 2, 4}) {
+      a.split = split;
+      got.fill_(NAN);
+      emu::run_blocks(cuda::gemv::blocks(c.N, split), cuda::attn::kThreads, smem, [&] {
+        if (c.dtype == DType::Float16) return gemv_block<__half>(a);
+        return gemv_block<__nv_bfloat16>(a);
+      });
+      // An element of the normalized rows may round the other way than float64's (one ulp of
+      // the 16-bit type), moving the product by about as much as the type's rounding.
+      EXPECT_LE(max_rel_error(got, want), 2 * tolerance(c.dtype)) << what << " split " << split;
     }
   }
 }

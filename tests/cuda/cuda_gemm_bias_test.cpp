@@ -186,5 +186,46 @@ TEST(CudaOps, FewRowGemmsWithBiasRoundAsTheOps) {
     }
 }
 
+// With the layer_norm before it (gemm_bias::LayerNormIn: a decode step's ln_1 or ln_2 and the
+// projection after it), the gemv normalizes the rows in its blocks as the layer_norm op's kernel
+// does: the result equals the ops' (layer_norm, then matmul, then the bias add) bit for bit, for
+// rows of 768 (64 threads a row in the op's kernel), 1000 and 4096 (256 threads), with and
+// without the gelu after; and it declines what only other kernels take.
+TEST(CudaOps, LayerNormThenFewRowGemmIsTheOpsBitForBit) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  NoGradGuard no_grad;
+  for (DType t : {DType::BFloat16, DType::Float16})
+    for (auto [rows, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 768, 2304}, {3, 1000, 96},
+                              {2, 4096, 64}}) {
+      manual_seed(uint64_t(rows + k + n + 3));
+      const Tensor x = (randn({rows, 1, k}) * 3.0 + 1.0).to(t).to(kGpu);
+      const Tensor lw = (randn({k}) * 0.5 + 1.0).to(t).to(kGpu);
+      const Tensor lb = (randn({k}) * 0.5).to(t).to(kGpu);
+      const Tensor b = randn({n, k}).to(t).to(kGpu).t();
+      const Tensor bias = randn({n}).to(t).to(kGpu);
+      TensorOptions o(t);
+      o.device = kGpu;
+      const std::string what = std::string(dtype_name(t)) + " " + std::to_string(rows) + "x" +
+                               std::to_string(k) + "x" + std::to_string(n);
+      const Tensor normed = layer_norm(x, {k}, lw, lb, 1e-5);
+      const Tensor want = matmul(normed, b) + bias;
+      const gemm_bias::LayerNormIn ln{lw, lb, 1e-5};
+      const Tensor got = empty({rows, 1, n}, o);
+      ASSERT_TRUE(gemm_bias::run(x, b, bias, got, Tensor(), false, &ln)) << what;
+      auto values = [](const Tensor& v) { return v.cpu().to(DType::Float32).to_vector<float>(); };
+      EXPECT_EQ(values(got), values(want)) << what;
+      const Tensor activated = empty({rows, 1, n}, o);
+      const Tensor plain = empty({rows, 1, n}, o);
+      ASSERT_TRUE(gemm_bias::run(x, b, bias, activated, Tensor(), true, &ln)) << what;
+      ASSERT_TRUE(gemm_bias::run(normed, b, bias, plain, Tensor(), true)) << what;
+      EXPECT_EQ(values(activated), values(plain)) << what;
+      // Not over more rows than the gemv takes, nor against a weight read as it lies.
+      const Tensor many = randn({8, 1, k}).to(t).to(kGpu);
+      EXPECT_FALSE(gemm_bias::run(many, b, bias, empty({8, 1, n}, o), Tensor(), false, &ln))
+          << what;
+      EXPECT_FALSE(gemm_bias::run(x, b.contiguous(), bias, got, Tensor(), false, &ln)) << what;
+    }
+}
+
 }  // namespace
 }  // namespace ember::test

@@ -3,7 +3,7 @@
 // splits. One kernel for what the ops take five (the scores' gemm, scale, mask, softmax, the
 // values' gemm): a decode step's attention over a cache written in place.
 #include "core/make_tensor.h"
-#include "kernels/cuda/cached_attention.h"
+#include "kernels/cached_attention_append.h"
 #include "kernels/cuda/cached_attention.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/kernel_table.h"
@@ -73,9 +73,16 @@ void cached_attention(std::span<const Tensor> in, std::span<Tensor> out, const A
 
 }  // namespace
 
-bool cached_attention_append(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                             const Tensor& pos, const Tensor& put, const Tensor& k_new,
-                             const Tensor& v_new, double scale, Tensor& out) {
+void register_cached_attention(KernelTable& t) {
+  t[OpId::cached_attention] = cached_attention;
+}
+
+}  // namespace ember::cuda
+
+namespace ember::cached_attention_append {
+
+bool run(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
+         const Tensor& put, const Tensor& k_new, const Tensor& v_new, double scale, Tensor& out) {
   const int64_t nd = k_cache.dim();
   if (nd < 2 || v_cache.dim() != nd || k_new.dim() != nd || v_new.dim() != nd ||
       !k_cache.is_contiguous() || !v_cache.is_contiguous() || put.dtype() != DType::Bool ||
@@ -92,9 +99,9 @@ bool cached_attention_append(const Tensor& q, const Tensor& k_cache, const Tenso
         v_cache.size(d) != k_cache.size(d))
       return false;
   if (nd > 4 || (nd == 4 && q.dim() != 4) || (nd == 3 && q.dim() != 3)) return false;
-  attn::CachedArgs a;
+  cuda::attn::CachedArgs a;
   int64_t rows = 0;
-  if (!operands(a, q, k_cache, v_cache, pos, out, scale, &rows)) return true;
+  if (!cuda::operands(a, q, k_cache, v_cache, pos, out, scale, &rows)) return true;
   a.put = static_cast<const unsigned char*>(put.impl()->data());
   a.k_new = k_new.impl()->data();
   a.v_new = v_new.impl()->data();
@@ -104,12 +111,8 @@ bool cached_attention_append(const Tensor& q, const Tensor& k_cache, const Tenso
   a.vn0 = nd == 4 ? v_new.stride(0) : 0;
   a.vn1 = nd >= 3 ? v_new.stride(nd - 3) : 0;
   a.vn3 = v_new.stride(nd - 1);
-  launch(a, q.dtype(), rows, q.device(), "cached_attention (with the cache write)");
+  cuda::launch(a, q.dtype(), rows, q.device(), "cached_attention (with the cache write)");
   return true;
 }
 
-void register_cached_attention(KernelTable& t) {
-  t[OpId::cached_attention] = cached_attention;
-}
-
-}  // namespace ember::cuda
+}  // namespace ember::cached_attention_append

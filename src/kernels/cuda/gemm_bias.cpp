@@ -100,10 +100,16 @@ const Plan& plan_of(const Key& key, cublasLtHandle_t handle, cudaDataType_t type
 }  // namespace
 
 bool run(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
-         const Tensor& residual, bool gelu) {
+         const Tensor& residual, bool gelu, const LayerNormIn* ln) {
   const DType dt = out.dtype();
   if (dt != DType::BFloat16 && dt != DType::Float16) return false;
   const Device dev = out.device();
+  if (ln) {
+    for (const Tensor* t : {&ln->weight, &ln->bias})
+      if (!t->defined() || t->dtype() != dt || t->device() != dev || !t->is_contiguous() ||
+          t->dim() != 1 || t->sizes()[0] != a.sizes().back())
+        return false;
+  }
   for (const Tensor* t : {&a, &b, &bias})
     if (!t->defined() || t->dtype() != dt || t->device() != dev) return false;
   if (dev.type != DeviceType::CUDA || a.dim() < 2 || b.dim() != 2 || bias.dim() != 1 ||
@@ -154,10 +160,11 @@ bool run(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out
     if (cuda::gemv::run(a.impl()->data(), lda, b.impl()->data(), ldb, bias.impl()->data(),
                         residual.defined() ? residual.impl()->data() : nullptr,
                         out.impl()->data(), rows, n, k, dt, dev.index, /*round_product=*/true,
-                        gelu))
+                        gelu, ln ? ln->weight.impl()->data() : nullptr,
+                        ln ? ln->bias.impl()->data() : nullptr, ln ? float(ln->eps) : 0.0f))
       return true;
   }
-  if (gelu) return false;
+  if (gelu || ln) return false;
   DeviceState& st = device_state(dev.index);
   if (!st.usable) return false;
   const cudaDataType_t type = dt == DType::BFloat16 ? CUDA_R_16BF : CUDA_R_16F;

@@ -13,8 +13,11 @@ static_assert(kMaxRows == gemm_bias::kFewRows, "gemm_bias::rounds_product_first 
 
 bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bias,
          const void* residual, void* out, int64_t rows, int64_t n, int64_t k, DType dt,
-         int device, bool round_product, bool gelu) {
+         int device, bool round_product, bool gelu, const void* ln_w, const void* ln_b,
+         float ln_eps) {
   if (rows < 1 || rows > kMaxRows || n < 1 || k < 1) return false;
+  const bool ln = ln_w != nullptr;
+  if (ln && (!ln_b || dtype_size(dt) != 2 || k <= 512 || k > 4096)) return false;
   if (dt != DType::Float32 && dt != DType::Float16 && dt != DType::BFloat16) return false;
   const int split = split_of(n);
   if (blocks(n, split) >= (int64_t(1) << 31)) return false;
@@ -35,16 +38,25 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
   a.split = split;
   const int64_t v = 16 / int64_t(dtype_size(dt));
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  a.vectors = k % v == 0 && ldx % v == 0 && ldw % v == 0 && aligned(x) && aligned(w);
+  // The layer-normalized rows lie in shared memory, 16-byte aligned, k apart.
+  a.vectors = k % v == 0 && ldw % v == 0 && aligned(w) && (ln || (ldx % v == 0 && aligned(x)));
+  size_t smem = kSharedBytes;
+  if (ln) {
+    a.ln_threads = layer_norm_threads(k);
+    a.ln_w = ln_w;
+    a.ln_b = ln_b;
+    a.ln_eps = ln_eps;
+    smem += layer_norm_shared_bytes(rows, k, dtype_size(dt));
+  }
   detail::use_device(device);
   const unsigned grid = unsigned(blocks(n, split));
   cudaStream_t s = detail::stream(device);
   auto launch = [&]<class T>() {
     switch (a.M) {
-      case 1: gemv_kernel<T, 1><<<grid, attn::kThreads, kSharedBytes, s>>>(a); break;
-      case 2: gemv_kernel<T, 2><<<grid, attn::kThreads, kSharedBytes, s>>>(a); break;
-      case 3: gemv_kernel<T, 3><<<grid, attn::kThreads, kSharedBytes, s>>>(a); break;
-      default: gemv_kernel<T, 4><<<grid, attn::kThreads, kSharedBytes, s>>>(a); break;
+      case 1: gemv_kernel<T, 1><<<grid, attn::kThreads, smem, s>>>(a); break;
+      case 2: gemv_kernel<T, 2><<<grid, attn::kThreads, smem, s>>>(a); break;
+      case 3: gemv_kernel<T, 3><<<grid, attn::kThreads, smem, s>>>(a); break;
+      default: gemv_kernel<T, 4><<<grid, attn::kThreads, smem, s>>>(a); break;
     }
   };
   switch (dt) {

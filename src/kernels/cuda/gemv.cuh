@@ -31,6 +31,13 @@ struct Args {
   bool round_product = false;  // the product rounded to T before residual and bias are added
   bool gelu = false;           // the exact gelu of (product + bias), with no residual
   int split = 1;               // warps a column (1, 2 or 4), each over a share of k
+  // With ln_threads > 0 (16-bit T), x's rows are first layer-normalized over k with ln_w and
+  // ln_b (a decode step's ln_1 and the projection after it), in the block, into shared memory:
+  // layer_norm_rows below.
+  int ln_threads = 0;
+  const void* ln_w = nullptr;
+  const void* ln_b = nullptr;
+  float ln_eps = 0;
 };
 
 // Warps a column: more where the columns alone would leave the GPU's 132 multiprocessors with
@@ -50,6 +57,76 @@ inline int64_t blocks(int64_t N, int split) {
 // Dynamic shared memory of a launch: a partial sum a warp and row.
 constexpr size_t kSharedBytes = size_t(kWarps) * kMaxRows * sizeof(float);
 
+// The layer_norm op's CUDA kernel for 16-bit rows of 513 to 4096 (kernels/cuda/layer_norm.cu)
+// takes a block of this many threads a row, two chunks of eight elements a thread.
+inline int layer_norm_threads(int64_t k) {
+  return int(((k + 15) / 16 + 31) / 32 * 32);
+}
+// What a launch with the layer_norm adds to its shared memory: the folds' 64 partials, then the
+// normalized rows (M of k elements of T).
+inline size_t layer_norm_shared_bytes(int64_t rows, int64_t k, size_t t_size) {
+  return 64 * sizeof(float) + size_t(rows * k) * t_size;
+}
+
+// Folds v (a sum) over the first G threads of the block (the others hold 0) as the op's
+// block_all_fold does: over each warp's lanes by a butterfly, then over the warps' partials
+// (G / 32 of them, zeros after) by the same butterfly. `red` holds 32 floats.
+EMBER_ATTN_DEVICE float layer_norm_fold(float v, float* red, int G) {
+  for (int s = 16; s > 0; s >>= 1) v = v + attn::shfl_xor(v, s);
+  const int lane = attn::thread_index() % 32, warp = attn::thread_index() / 32;
+  if (lane == 0) red[warp] = v;
+  attn::sync_block();
+  v = lane < G / 32 ? red[lane] : 0.0f;
+  for (int s = 16; s > 0; s >>= 1) v = v + attn::shfl_xor(v, s);
+  return v;
+}
+
+// x's M rows of K elements, layer-normalized with w and b into xs ([M][K], shared): the op's
+// arithmetic step for step (the same chunks a thread, the same folds, the same rounding), so
+// xs holds what the op would store, bit for bit. Every thread of the block takes part.
+template <class T, int M>
+EMBER_ATTN_DEVICE void layer_norm_rows(const Args& a, T* xs, float* red) {
+  constexpr int V = 8, E = 2;
+  const int t = attn::thread_index(), G = a.ln_threads, n = int(a.K);
+  const bool mine = t < G;
+  const T* w = static_cast<const T*>(a.ln_w);
+  const T* b = static_cast<const T*>(a.ln_b);
+  for (int m = 0; m < M; ++m) {
+    const T* xr = static_cast<const T*>(a.x) + m * a.ldx;
+    float r[E][V];
+    for (int k = 0; k < E; ++k)
+      for (int i = 0; i < V; ++i) {
+        const int c = (k * G + t) * V + i;
+        r[k][i] = mine && c < n ? widen<float>(xr[c]) : 0.0f;
+      }
+    float sum = 0;
+    for (int k = 0; k < E; ++k)
+      for (int i = 0; i < V; ++i) sum += r[k][i];
+    sum = layer_norm_fold(sum, red, G);
+    const float mu = sum / float(n);
+    float q = 0;
+    for (int k = 0; k < E; ++k)
+      for (int i = 0; i < V; ++i)
+        if (mine && (k * G + t) * V + i < n) {
+          const float d = r[k][i] - mu;
+          q += d * d;
+        }
+    q = layer_norm_fold(q, red + 32, G);
+    const float var = q / float(n);
+    const float rs = 1.0f / ember::fn::Sqrt{}(var + a.ln_eps);
+    for (int k = 0; k < E; ++k)
+      for (int i = 0; i < V; ++i) {
+        const int c = (k * G + t) * V + i;
+        if (!mine || c >= n) continue;
+        float v = (r[k][i] - mu) * rs;
+        v = v * widen<float>(w[c]);
+        v = v + widen<float>(b[c]);
+        xs[m * n + c] = narrow<T>(v);
+      }
+    attn::sync_block();  // xs written; red free for the next row
+  }
+}
+
 // Vectors (or elements) of w a lane loads before it multiplies any: a 16-bit row of 768 takes
 // one set (three vectors a lane), so the weight arrives in one round of memory latency, not
 // three. Three keeps the bfloat16 kernel of one row at 80 registers: three blocks of a
@@ -66,6 +143,16 @@ EMBER_ATTN_KERNEL void gemv_kernel(Args a) {
   const int64_t n = attn::block_index() * (kWarps / a.split) + warp / a.split;
   const bool active = n < a.N;  // a warp past the last column idles through the exchanges
   const T* x = static_cast<const T*>(a.x);
+  int64_t ldx = a.ldx;
+  if constexpr (sizeof(T) == 2) {
+    if (a.ln_threads > 0) {  // x is the layer_norm of a.x's rows, made here
+      unsigned char* sh = attn::shared_memory() + kSharedBytes;
+      T* xs = reinterpret_cast<T*>(sh + 64 * sizeof(float));
+      layer_norm_rows<T, M>(a, xs, reinterpret_cast<float*>(sh));
+      x = xs;
+      ldx = a.K;
+    }
+  }
   const T* wr = static_cast<const T*>(a.w) + (active ? n : 0) * a.ldw;
   // The epilogue's operands, loaded before the sum so that their latency hides behind it.
   const bool ends = active && lane == 0 && part == 0;  // the thread that stores column n
@@ -84,7 +171,7 @@ EMBER_ATTN_KERNEL void gemv_kernel(Args a) {
         const int64_t k = k0 + g * step;
         if (k < a.K) {
           wv[g] = attn::load16<Raw>(wr + k);
-          for (int m = 0; m < M; ++m) xv[m][g] = attn::load16<Raw>(x + m * a.ldx + k);
+          for (int m = 0; m < M; ++m) xv[m][g] = attn::load16<Raw>(x + m * ldx + k);
         }
       }
       EMBER_UNROLL
@@ -102,7 +189,7 @@ EMBER_ATTN_KERNEL void gemv_kernel(Args a) {
       for (int g = 0; g < kLoads; ++g) {
         const int64_t k = k0 + g * step;
         wv[g] = k < a.K ? widen<float>(wr[k]) : 0.0f;
-        for (int m = 0; m < M; ++m) xv[m][g] = k < a.K ? widen<float>(x[m * a.ldx + k]) : 0.0f;
+        for (int m = 0; m < M; ++m) xv[m][g] = k < a.K ? widen<float>(x[m * ldx + k]) : 0.0f;
       }
       EMBER_UNROLL
       for (int g = 0; g < kLoads; ++g)
