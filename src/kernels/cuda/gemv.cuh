@@ -68,6 +68,22 @@ inline size_t layer_norm_shared_bytes(int64_t rows, int64_t k, size_t t_size) {
   return 64 * sizeof(float) + size_t(rows * k) * t_size;
 }
 
+// A product and a sum each rounded on its own (never contracted into an fma).
+EMBER_ATTN_DEVICE float mul_rounded(float a, float b) {
+#ifdef EMBER_CUDA_EMULATION
+  return a * b;
+#else
+  return __fmul_rn(a, b);
+#endif
+}
+EMBER_ATTN_DEVICE float add_rounded(float a, float b) {
+#ifdef EMBER_CUDA_EMULATION
+  return a + b;
+#else
+  return __fadd_rn(a, b);
+#endif
+}
+
 // Folds v (a sum) over the first G threads of the block (the others hold 0) as the op's
 // block_all_fold does: over each warp's lanes by a butterfly, then over the warps' partials
 // (G / 32 of them, zeros after) by the same butterfly. `red` holds 32 floats.
@@ -118,10 +134,10 @@ EMBER_ATTN_DEVICE void layer_norm_rows(const Args& a, T* xs, float* red) {
       for (int i = 0; i < V; ++i) {
         const int c = (k * G + t) * V + i;
         if (!mine || c >= n) continue;
-        float v = (r[k][i] - mu) * rs;
-        v = v * widen<float>(w[c]);
-        v = v + widen<float>(b[c]);
-        xs[m * n + c] = narrow<T>(v);
+        // Rounded after the product and after the sum, as the op's kernel does (its weight and
+        // bias are optional there, so its compiler never contracts the two into an fma).
+        const float v = (r[k][i] - mu) * rs;
+        xs[m * n + c] = narrow<T>(add_rounded(mul_rounded(v, widen<float>(w[c])), widen<float>(b[c])));
       }
     attn::sync_block();  // xs written; red free for the next row
   }
