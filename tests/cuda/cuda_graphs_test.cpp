@@ -51,6 +51,25 @@ void expect_counts(const CudaGraphCounters& from, const CudaGraphCounters& to,
   EXPECT_EQ(to.unrecorded_runs - from.unrecorded_runs, unrecorded) << what;
 }
 
+using Step = std::function<Tensor(const Tensor&, const Tensor&, const std::vector<Tensor>&,
+                                  const std::vector<Tensor>&)>;
+
+// Greedy decoding through `step` over `cache`: the prompt through forward_cached, then a step a
+// position up to `end`; the tokens, and every step's logits.
+std::pair<std::vector<int64_t>, Tensor> greedy_decode(const nn::GPT& m, const Tensor& prompt,
+                                                      const Step& step, nn::KVCache cache,
+                                                      int64_t end) {
+  Tensor idx = m.forward_cached(prompt, cache).select(1, -1).argmax(-1, true);
+  std::vector<Tensor> tokens{idx}, logits;
+  for (int64_t p = prompt.size(1); p < end; ++p) {
+    Tensor l = step(idx, full({1}, double(p), gpu(DType::Int64)), cache.k, cache.v);
+    logits.push_back(l);
+    idx = l.select(1, -1).argmax(-1, true);
+    tokens.push_back(idx);
+  }
+  return {cat(tokens, 1).cpu().to_vector<int64_t>(), cat(logits, 1)};
+}
+
 class CudaGraphs : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -184,22 +203,11 @@ TEST_F(CudaGraphs, DecodeStepGivesEagerDecodingsTokens) {
   m->to(kGpu);
   m->eval();
   const Tensor prompt = randint(0, 11, {1, 5}, gpu(DType::Int64));
-  using Step = std::function<Tensor(const Tensor&, const Tensor&, const std::vector<Tensor>&,
-                                    const std::vector<Tensor>&)>;
   Step eager = [m](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
                    const std::vector<Tensor>& v) { return m->decode_step(x, pos, k, v); };
   auto step = compile(eager, graphed());
   auto decode = [&](const Step& s, nn::KVCache cache) {
-    Tensor idx = m->forward_cached(prompt, cache).select(1, -1).argmax(-1, true);
-    std::vector<Tensor> tokens{idx};
-    std::vector<Tensor> logits;
-    for (int64_t p = 5; p < 31; ++p) {
-      Tensor l = s(idx, full({1}, double(p), gpu(DType::Int64)), cache.k, cache.v);
-      logits.push_back(l);
-      idx = l.select(1, -1).argmax(-1, true);
-      tokens.push_back(idx);
-    }
-    return std::make_pair(cat(tokens, 1).cpu().to_vector<int64_t>(), cat(logits, 1));
+    return greedy_decode(*m, prompt, s, std::move(cache), 31);
   };
   const CudaGraphCounters c0 = cuda_graph_counters();
   auto [want_tokens, want_logits] = decode(eager, m->preallocated_cache(1));
@@ -227,6 +235,37 @@ TEST_F(CudaGraphs, DecodeStepGivesEagerDecodingsTokens) {
   const CudaGraphCounters c5 = cuda_graph_counters();
   EXPECT_EQ(third_tokens, want_tokens);
   expect_counts(c4, c5, 0, 26, 0, "the first cache again");
+}
+
+// A bfloat16 GPT wider than 512 (so the gemv takes each layer's layer_norms, and the attention
+// its cache writes: a layer in five kernels), decoded through its compiled step in both modes:
+// the tokens are eager decoding's, and the logits within bfloat16's rounding of them (the
+// compiled MLP takes the gelu of the unrounded biased product, where eager rounds it first).
+TEST_F(CudaGraphs, FoldedBfloat16DecodeStepIsEagersBitForBit) {
+  manual_seed(9);
+  nn::GPTConfig c = tiny_gpt();
+  c.block_size = 32;
+  c.n_embd = 640;
+  c.n_head = 5;
+  auto m = std::make_shared<nn::GPT>(c);
+  m->to(kGpu);
+  m->to(DType::BFloat16);
+  m->eval();
+  const Tensor prompt = randint(0, 11, {1, 5}, gpu(DType::Int64));
+  Step eager = [m](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
+                   const std::vector<Tensor>& v) { return m->decode_step(x, pos, k, v); };
+  auto decode = [&](const Step& s) {
+    return greedy_decode(*m, prompt, s, m->preallocated_cache(1), 31);
+  };
+  const auto [want_tokens, want_logits] = decode(eager);
+  for (const bool graphs : {false, true}) {
+    auto step = compile(eager, graphs ? graphed() : compiler_opts());
+    const Step compiled = [&](const Tensor& x, const Tensor& pos, const std::vector<Tensor>& k,
+                              const std::vector<Tensor>& v) { return step(x, pos, k, v); };
+    const auto [tokens, logits] = decode(compiled);
+    EXPECT_EQ(tokens, want_tokens) << (graphs ? "reduce-overhead" : "default mode");
+    EXPECT_LE(rel_err(logits, want_logits), 0.05) << (graphs ? "reduce-overhead" : "default mode");
+  }
 }
 
 // The pools' memory is reported while recordings live, and all of it goes back with the callable:
