@@ -433,17 +433,19 @@ bool CudaCompiledGraph::run_cross_entropy_grad(const CrossEntropyGradFold& f,
 }
 
 void CudaCompiledGraph::plan_append_folds() {
-  append_folds_ = append_folds(*g_, plan_, write_into_, changes_only_);
+  std::vector<AppendFold> found = append_folds(*g_, plan_, write_into_, changes_only_);
   append_fold_of_node_.assign(g_->nodes().size(), -1);
   append_fold_of_group_.assign(plan_.groups.size(), -1);
-  for (size_t f = 0; f < append_folds_.size(); ++f) {
-    const AppendFold& a = append_folds_[f];
-    append_fold_of_node_[size_t(a.node)] = int(f);
-    append_fold_of_group_[size_t(a.k_group)] = int(f);
-    append_fold_of_group_[size_t(a.v_group)] = int(f);
-    // What the writes read is read at the attention's step now: released after it.
+  for (const AppendFold& a : found) {
+    // The attention's step: what the writes read is read there now, and released after it.
     size_t at = 0;
     while (at < steps_.size() && steps_[at].index != a.node) ++at;
+    if (at == steps_.size()) continue;
+    const int f = int(append_folds_.size());
+    append_folds_.push_back(a);
+    append_fold_of_node_[size_t(a.node)] = f;
+    append_fold_of_group_[size_t(a.k_group)] = f;
+    append_fold_of_group_[size_t(a.v_group)] = f;
     for (const graph::Value* v : {a.put, a.k_new, a.v_new})
       for (size_t s = 0; s < at && s < release_after_.size(); ++s) {
         auto& ids = release_after_[s];
