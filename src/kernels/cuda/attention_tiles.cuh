@@ -11,8 +11,8 @@
 // columns tc + 16 j, i, j < V, with 16-byte loads of both operands along the summed dim.
 //
 // The kernel code is plain C++ over a few primitives (thread and block index, block barrier,
-// warp shuffle, dynamic shared memory, a global fence, an atomic add and a load past the
-// SM's cache). Compiled by nvcc they are CUDA's; with
+// warp shuffle, dynamic shared memory, a global fence, an atomic add, a load past the SM's
+// cache, and the waits of programmatic dependent launch). Compiled by nvcc they are CUDA's; with
 // EMBER_CUDA_EMULATION defined, the includer supplies host versions (host threads standing in
 // for a block's threads: tests/cuda/attention_emulation_test.cpp), so the same kernels are
 // checked against the CPU reference on machines without a GPU.
@@ -59,6 +59,20 @@ EMBER_ATTN_DEVICE void thread_fence() {
 }
 EMBER_ATTN_DEVICE int atomic_add(int* p, int v) {
   return atomicAdd(p, v);
+}
+// Programmatic dependent launch (a kernel launched with it may start before the one before it
+// in the stream ends): waits until the grids before this one have finished and their writes
+// are visible; and lets the grid after this one start launching. Without the launch attribute
+// both do nothing.
+EMBER_ATTN_DEVICE void wait_for_prior_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+EMBER_ATTN_DEVICE void allow_dependent_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 // A load that skips the SM's own cache (L1), for values other blocks wrote in this launch.
 template <class C>

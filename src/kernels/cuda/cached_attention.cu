@@ -7,6 +7,7 @@
 #include "kernels/cuda/cached_attention.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/kernel_table.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace ember::cuda {
 
@@ -30,9 +31,8 @@ void launch(attn::CachedArgs& a, DType dtype, int64_t rows, Device device, const
     // A row's last block joins it, counted in the device's counters (one launch), where there
     // are enough of them; else a second kernel joins the rows.
     a.counters = rows <= detail::kCounters ? detail::counters(dev) : nullptr;
-    attn::cached_attention_split_kernel<T, C>
-        <<<unsigned(rows * splits), attn::kThreads, smem, detail::stream(dev)>>>(a, w);
-    detail::check(cudaGetLastError(), op);
+    detail::launch_after(attn::cached_attention_split_kernel<T, C>, dim3(unsigned(rows * splits)),
+                         dim3(attn::kThreads), smem, detail::stream(dev), op, a, w);
     if (!a.counters) {
       attn::cached_attention_join_kernel<T, C>
           <<<unsigned(rows), attn::kThreads, attn::cached_join_smem<C>(),

@@ -168,6 +168,7 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
   const int64_t splits = a.splits, r = block_index() / splits, s = block_index() % splits,
                 b = r / a.L, i = r % a.L;
   C* wsr = ws + (r * splits + s) * (a.F + 2);
+  attn::wait_for_prior_grids();  // q, the caches and pos come from the kernels before
   const int64_t j0 = s * kChunk, n = cached_visible(a, i);
   if (a.put) {  // this split's appended slots, kThreadsPerSlot lanes a slot
     const int64_t jj = tid / kThreadsPerSlot, p = tid % kThreadsPerSlot, j = j0 + jj;
@@ -254,6 +255,7 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
       wsr[a.F + 1] = z;
     }
   }
+  allow_dependent_grids();  // the next kernel's blocks may start their setup
   if (!a.counters) return;  // the join kernel follows
   // Each writer's stores reach the device before the block counts itself in; the block that
   // makes the count `splits` sees every split's.

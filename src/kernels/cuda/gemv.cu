@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/runtime.h"
 #include "kernels/gemm_bias.h"
 
@@ -52,11 +53,15 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
   const unsigned grid = unsigned(blocks(n, split));
   cudaStream_t s = detail::stream(device);
   auto launch = [&]<class T>() {
+    auto go = [&](void (*kernel)(Args)) {
+      detail::launch_after(kernel, dim3(grid), dim3(attn::kThreads), smem, s, "matmul (few rows)",
+                           a);
+    };
     switch (a.M) {
-      case 1: gemv_kernel<T, 1><<<grid, attn::kThreads, smem, s>>>(a); break;
-      case 2: gemv_kernel<T, 2><<<grid, attn::kThreads, smem, s>>>(a); break;
-      case 3: gemv_kernel<T, 3><<<grid, attn::kThreads, smem, s>>>(a); break;
-      default: gemv_kernel<T, 4><<<grid, attn::kThreads, smem, s>>>(a); break;
+      case 1: go(gemv_kernel<T, 1>); break;
+      case 2: go(gemv_kernel<T, 2>); break;
+      case 3: go(gemv_kernel<T, 3>); break;
+      default: go(gemv_kernel<T, 4>); break;
     }
   };
   switch (dt) {

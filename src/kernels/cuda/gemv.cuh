@@ -160,6 +160,11 @@ EMBER_ATTN_KERNEL void gemv_kernel(Args a) {
   const bool active = n < a.N;  // a warp past the last column idles through the exchanges
   const T* x = static_cast<const T*>(a.x);
   int64_t ldx = a.ldx;
+  // Under programmatic launch the kernel before this one may still run: the bias (no kernel
+  // writes it) is loaded before the wait, x and the residual after it.
+  const bool ends = active && lane == 0 && part == 0;  // the thread that stores column n
+  const float b = ends && a.bias ? widen<float>(static_cast<const T*>(a.bias)[n]) : 0.0f;
+  attn::wait_for_prior_grids();
   if constexpr (sizeof(T) == 2) {
     if (a.ln_threads > 0) {  // x is the layer_norm of a.x's rows, made here
       unsigned char* sh = attn::shared_memory() + kSharedBytes;
@@ -170,9 +175,7 @@ EMBER_ATTN_KERNEL void gemv_kernel(Args a) {
     }
   }
   const T* wr = static_cast<const T*>(a.w) + (active ? n : 0) * a.ldw;
-  // The epilogue's operands, loaded before the sum so that their latency hides behind it.
-  const bool ends = active && lane == 0 && part == 0;  // the thread that stores column n
-  const float b = ends && a.bias ? widen<float>(static_cast<const T*>(a.bias)[n]) : 0.0f;
+  // The residual, loaded before the sum so that its latency hides behind it.
   float res[kMaxRows] = {};
   if (ends && a.residual)
     for (int m = 0; m < M; ++m) res[m] = widen<float>(static_cast<const T*>(a.residual)[m * a.N + n]);
@@ -213,6 +216,7 @@ EMBER_ATTN_KERNEL void gemv_kernel(Args a) {
           for (int m = 0; m < M; ++m) acc[m] += xv[m][g] * wv[g];
     }
   }
+  attn::allow_dependent_grids();  // the next kernel's blocks may start their setup
   for (int m = 0; m < M; ++m)
     for (int s = 16; s > 0; s >>= 1) acc[m] += attn::shfl_xor(acc[m], s);
   if (a.split > 1) {  // the column's warps' sums, added in the order of their shares

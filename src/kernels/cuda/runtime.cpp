@@ -4,6 +4,7 @@
 #include "kernels/cuda/runtime.h"
 
 #include <array>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -71,6 +72,14 @@ DeviceStreams& device_streams(int device) {
 }
 
 }  // namespace
+
+bool programmatic_launch() {
+  static const bool on = [] {
+    const char* v = std::getenv("EMBER_PDL");
+    return v && std::string(v) == "1";
+  }();
+  return on;
+}
 
 cudaStream_t stream(int device) {
   return device_streams(device).streams[size_t(device)];

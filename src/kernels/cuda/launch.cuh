@@ -1,0 +1,33 @@
+// Kernel launches that may use programmatic dependent launch: with EMBER_PDL=1 in the
+// environment, a launch through launch_after may start before the kernel before it in the
+// stream has ended, and its kernel waits (wait_for_prior_grids, attention_tiles.cuh) before it
+// reads what earlier kernels wrote; its blocks' setup and their loads of what no kernel writes
+// (weights) overlap the earlier kernel's tail. Off by default: only kernels that wait so may
+// be launched this way (gemv.cuh, cached_attention.cuh).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/runtime.h"
+
+namespace ember::cuda::detail {
+
+// Whether EMBER_PDL=1 (read once).
+bool programmatic_launch();
+
+template <class... Params, class... Args>
+void launch_after(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                  cudaStream_t stream, const char* what, Args... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = programmatic_launch() ? 1 : 0;
+  check(cudaLaunchKernelEx(&config, kernel, Params(args)...), what);
+}
+
+}  // namespace ember::cuda::detail
