@@ -560,14 +560,17 @@ TEST(AttentionEmulation, NoKeysGiveZeroOutputAndMinusInfinity) {
   check({{2}, 5, 0, 4, 3, true, 0.5, DType::Float64});
 }
 
-// One block of the gemv kernel for a.M rows.
-template <class T>
+// One block of the gemv kernel for a.M rows (with the layer_norm where a asks for it).
+template <class T, bool kLn = false>
 void gemv_block(const cuda::gemv::Args& a) {
+  if constexpr (!kLn && sizeof(T) == 2) {
+    if (a.ln_threads > 0) return gemv_block<T, true>(a);
+  }
   switch (a.M) {
-    case 1: return cuda::gemv::gemv_kernel<T, 1>(a);
-    case 2: return cuda::gemv::gemv_kernel<T, 2>(a);
-    case 3: return cuda::gemv::gemv_kernel<T, 3>(a);
-    default: return cuda::gemv::gemv_kernel<T, 4>(a);
+    case 1: return cuda::gemv::gemv_kernel<T, 1, kLn>(a);
+    case 2: return cuda::gemv::gemv_kernel<T, 2, kLn>(a);
+    case 3: return cuda::gemv::gemv_kernel<T, 3, kLn>(a);
+    default: return cuda::gemv::gemv_kernel<T, 4, kLn>(a);
   }
 }
 

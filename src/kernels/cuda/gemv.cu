@@ -57,12 +57,18 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
       detail::launch_after(kernel, dim3(grid), dim3(attn::kThreads), smem, s, "matmul (few rows)",
                            a);
     };
-    switch (a.M) {
-      case 1: go(gemv_kernel<T, 1>); break;
-      case 2: go(gemv_kernel<T, 2>); break;
-      case 3: go(gemv_kernel<T, 3>); break;
-      default: go(gemv_kernel<T, 4>); break;
+    auto rows = [&]<bool kLn>() {
+      switch (a.M) {
+        case 1: go(gemv_kernel<T, 1, kLn>); break;
+        case 2: go(gemv_kernel<T, 2, kLn>); break;
+        case 3: go(gemv_kernel<T, 3, kLn>); break;
+        default: go(gemv_kernel<T, 4, kLn>); break;
+      }
+    };
+    if constexpr (sizeof(T) == 2) {
+      if (ln) return rows.template operator()<true>();
     }
+    rows.template operator()<false>();
   };
   switch (dt) {
     case DType::Float32: launch.operator()<float>(); break;

@@ -149,8 +149,8 @@ EMBER_ATTN_DEVICE void layer_norm_rows(const Args& a, T* xs, float* red) {
 // multiprocessor, so a projection's columns take one wave of warps.
 constexpr int kLoads = 3;
 
-// M: the rows (1 to kMaxRows; a.M is M).
-template <class T, int M>
+// M: the rows (1 to kMaxRows; a.M is M). kLn: a.ln_threads > 0 (16-bit T only).
+template <class T, int M, bool kLn = false>
 EMBER_ATTN_KERNEL void gemv_kernel(Args a) {
   using Raw = attn::Raw<T>;
   constexpr int V = 16 / int(sizeof(T));
@@ -160,21 +160,21 @@ EMBER_ATTN_KERNEL void gemv_kernel(Args a) {
   const bool active = n < a.N;  // a warp past the last column idles through the exchanges
   const T* x = static_cast<const T*>(a.x);
   int64_t ldx = a.ldx;
+  const T* wr = static_cast<const T*>(a.w) + (active ? n : 0) * a.ldw;
   // Under programmatic launch the kernel before this one may still run: the bias (no kernel
-  // writes it) is loaded before the wait, x and the residual after it.
+  // writes it) is loaded before the wait, x and the residual after it. (Loading the first
+  // weights before it too costs the one-row bfloat16 kernel its third block a multiprocessor.)
   const bool ends = active && lane == 0 && part == 0;  // the thread that stores column n
   const float b = ends && a.bias ? widen<float>(static_cast<const T*>(a.bias)[n]) : 0.0f;
+  const int64_t step = int64_t(32) * V * a.split, first = (int64_t(part) * 32 + lane) * V;
   attn::wait_for_prior_grids();
-  if constexpr (sizeof(T) == 2) {
-    if (a.ln_threads > 0) {  // x is the layer_norm of a.x's rows, made here
-      unsigned char* sh = attn::shared_memory() + kSharedBytes;
-      T* xs = reinterpret_cast<T*>(sh + 64 * sizeof(float));
-      layer_norm_rows<T, M>(a, xs, reinterpret_cast<float*>(sh));
-      x = xs;
-      ldx = a.K;
-    }
+  if constexpr (kLn && sizeof(T) == 2) {  // x is the layer_norm of a.x's rows, made here
+    unsigned char* sh = attn::shared_memory() + kSharedBytes;
+    T* xs = reinterpret_cast<T*>(sh + 64 * sizeof(float));
+    layer_norm_rows<T, M>(a, xs, reinterpret_cast<float*>(sh));
+    x = xs;
+    ldx = a.K;
   }
-  const T* wr = static_cast<const T*>(a.w) + (active ? n : 0) * a.ldw;
   // The residual, loaded before the sum so that its latency hides behind it.
   float res[kMaxRows] = {};
   if (ends && a.residual)
@@ -182,8 +182,7 @@ EMBER_ATTN_KERNEL void gemv_kernel(Args a) {
   // Each lane takes its k in increasing order, kLoads of them loaded at once.
   float acc[kMaxRows] = {};
   if (active && a.vectors) {
-    const int64_t step = int64_t(32) * V * a.split;
-    for (int64_t k0 = (int64_t(part) * 32 + lane) * V; k0 < a.K; k0 += step * kLoads) {
+    for (int64_t k0 = first; k0 < a.K; k0 += step * kLoads) {
       Raw wv[kLoads], xv[M][kLoads];
       EMBER_UNROLL
       for (int g = 0; g < kLoads; ++g) {
@@ -201,18 +200,18 @@ EMBER_ATTN_KERNEL void gemv_kernel(Args a) {
               acc[m] += widen<float>(xv[m][g].v[e]) * widen<float>(wv[g].v[e]);
     }
   } else if (active) {
-    const int64_t step = int64_t(32) * a.split;
-    for (int64_t k0 = int64_t(part) * 32 + lane; k0 < a.K; k0 += step * kLoads) {
+    const int64_t estep = int64_t(32) * a.split;  // elements, not vectors
+    for (int64_t k0 = int64_t(part) * 32 + lane; k0 < a.K; k0 += estep * kLoads) {
       float wv[kLoads], xv[M][kLoads];
       EMBER_UNROLL
       for (int g = 0; g < kLoads; ++g) {
-        const int64_t k = k0 + g * step;
+        const int64_t k = k0 + g * estep;
         wv[g] = k < a.K ? widen<float>(wr[k]) : 0.0f;
         for (int m = 0; m < M; ++m) xv[m][g] = k < a.K ? widen<float>(x[m * ldx + k]) : 0.0f;
       }
       EMBER_UNROLL
       for (int g = 0; g < kLoads; ++g)
-        if (k0 + g * step < a.K)
+        if (k0 + g * estep < a.K)
           for (int m = 0; m < M; ++m) acc[m] += xv[m][g] * wv[g];
     }
   }
