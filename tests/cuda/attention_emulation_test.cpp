@@ -390,6 +390,23 @@ TEST(AttentionEmulation, DropoutDrawsFromAnRngStateInput) {
   }
 }
 
+// The split kernel's arguments for q, caches k [.., S, E] and v [.., S, F], pos and out, at the
+// op's scale 1 / sqrt(E).
+cuda::attn::CachedArgs cached_args(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& pos, const Tensor& out) {
+  cuda::attn::CachedArgs a;
+  cuda::attn::cached_q_layout(a, q);
+  a.k = k.impl()->data();
+  a.v = v.impl()->data();
+  a.pos = static_cast<const int64_t*>(pos.impl()->data());
+  a.out = out.impl()->data();
+  a.S = k.size(-2);
+  a.F = v.size(-1);
+  a.scale = 1 / std::sqrt(double(k.size(-1)));
+  a.splits = cuda::attn::cached_splits(a.S);
+  return a;
+}
+
 // cached_attention's kernel against the CPU kernel: q [B, H, L, E] as the decode step passes it
 // (a transposed view of [B, L, H, E]) or 3-dim; positions at the caches' end, in their middle
 // (later slots hold values a row must not see), past them, and before them (no slot seen);
@@ -427,16 +444,7 @@ TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
     const Tensor pos = full({1}, double(c.pos), TensorOptions(DType::Int64));
     const Tensor want = cached_attention(q, k, v, pos);
     Tensor got = make_tensor(want.sizes(), c.dtype);
-    cuda::attn::CachedArgs a;
-    cuda::attn::cached_q_layout(a, q);
-    a.k = k.impl()->data();
-    a.v = v.impl()->data();
-    a.pos = static_cast<const int64_t*>(pos.impl()->data());
-    a.out = got.impl()->data();
-    a.S = c.S;
-    a.F = c.F;
-    a.scale = 1 / std::sqrt(double(c.E));
-    a.splits = cuda::attn::cached_splits(c.S);
+    cuda::attn::CachedArgs a = cached_args(q, k, v, pos, got);
     const int64_t rows = want.numel() / c.F;
     const bool wide = c.dtype == DType::Float64;
     const Tensor ws = make_tensor({cuda::attn::cached_workspace(rows, c.S, c.F)},
@@ -508,16 +516,7 @@ TEST(AttentionEmulation, CachedAttentionWritesTheAppendedSlots) {
     const Tensor k_want = where(here, k_new, k), v_want = where(here, v_new, v);
     const Tensor want = cached_attention(q, k_want, v_want, pos);
     Tensor got = make_tensor(want.sizes(), c.dtype);
-    cuda::attn::CachedArgs a;
-    cuda::attn::cached_q_layout(a, q);
-    a.k = k.impl()->data();
-    a.v = v.impl()->data();
-    a.pos = static_cast<const int64_t*>(pos.impl()->data());
-    a.out = got.impl()->data();
-    a.S = c.S;
-    a.F = c.E;
-    a.scale = 1 / std::sqrt(double(c.E));
-    a.splits = cuda::attn::cached_splits(c.S);
+    cuda::attn::CachedArgs a = cached_args(q, k, v, pos, got);
     a.put = static_cast<const unsigned char*>(put.impl()->data());
     a.k_new = k_new.impl()->data();
     a.v_new = v_new.impl()->data();

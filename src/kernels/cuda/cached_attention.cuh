@@ -99,6 +99,29 @@ EMBER_ATTN_DEVICE int64_t cached_visible(const CachedArgs& a, int64_t i) {
   return n < 0 ? 0 : n > a.S ? a.S : n;
 }
 
+// Threads over an output row's columns in groups: thread g * fw + c takes column f0 + c for
+// group g, fw = min(F, kThreads) columns a pass, kThreads / fw groups.
+struct ColumnGroups {
+  int64_t fw, groups, g, c;
+};
+EMBER_ATTN_DEVICE ColumnGroups column_groups(int64_t F) {
+  const int64_t fw = F < kThreads ? F : kThreads;
+  return {fw, kThreads / fw, thread_index() / fw, thread_index() % fw};
+}
+// The groups' partial sums of a pass's columns added in group order: thread c < fw gets column
+// f0 + c's total. `part` holds kThreads values; every thread of the block takes part.
+template <class C>
+EMBER_ATTN_DEVICE C column_total(C acc, C* part, const ColumnGroups& cg) {
+  const int tid = thread_index();
+  part[tid] = acc;
+  sync_block();
+  C sum = 0;
+  if (tid < cg.fw)
+    for (int64_t h = 0; h < cg.groups; ++h) sum += part[h * cg.fw + tid];
+  sync_block();
+  return sum;
+}
+
 // Row r's output from its splits in `ws`, each rescaled by exp(its max - the row's) (0 for a
 // row that sees no slot, as the attention op gives). Every thread of the block takes part:
 // threads over the splits for the row's max and sum, then over (split, column) pairs for the
@@ -122,8 +145,8 @@ EMBER_ATTN_DEVICE void cached_join_row(const CachedArgs& a, const C* ws, int64_t
     if (seen(s)) z += load_shared_by_blocks(wsr + s * stride + a.F + 1) * exp_of(max_at(s) - mx);
   z = cached_block_reduce(z, red, false);
   T* orow = static_cast<T*>(a.out) + r * a.F;
-  const int64_t fw = a.F < kThreads ? a.F : kThreads;
-  const int64_t groups = kThreads / fw, g = tid / fw, c = tid % fw;
+  const ColumnGroups cg = column_groups(a.F);
+  const int64_t fw = cg.fw, groups = cg.groups, g = cg.g, c = cg.c;
   for (int64_t f0 = 0; f0 < a.F; f0 += fw) {
     const int64_t f = f0 + c;
     C acc = 0;
@@ -142,14 +165,8 @@ EMBER_ATTN_DEVICE void cached_join_row(const CachedArgs& a, const C* ws, int64_t
         for (int u = 0; u < kRegs; ++u)
           if (zv[u] > C(0)) acc += ov[u] * exp_of(mv[u] - mx);
       }
-    part[tid] = acc;
-    sync_block();
-    if (tid < fw && f0 + tid < a.F) {
-      C o = 0;
-      for (int64_t h = 0; h < groups; ++h) o += part[h * fw + tid];
-      orow[f0 + tid] = narrow<T>(any ? o / z : C(0));
-    }
-    sync_block();
+    const C o = column_total(acc, part, cg);
+    if (tid < fw && f0 + tid < a.F) orow[f0 + tid] = narrow<T>(any ? o / z : C(0));
   }
 }
 
@@ -222,8 +239,8 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
     }
     z = cached_block_reduce(z, red, false);  // its barriers order the w[] writes before the reads
     const T* vb = static_cast<const T*>(a.v) + (b * a.S + j0) * a.F;
-    const int64_t fw = a.F < kThreads ? a.F : kThreads;
-    const int64_t groups = kThreads / fw, g = tid / fw, c = tid % fw;
+    const ColumnGroups cg = column_groups(a.F);
+    const int64_t fw = cg.fw, groups = cg.groups, g = cg.g, c = cg.c;
     for (int64_t f0 = 0; f0 < a.F; f0 += fw) {
       const int64_t f = f0 + c;
       C acc = 0;
@@ -241,14 +258,8 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
             if (j < cnt) acc += w[j] * vv[u];
           }
         }
-      part[tid] = acc;
-      sync_block();
-      if (tid < fw && f0 + tid < a.F) {
-        C sum = 0;
-        for (int64_t h = 0; h < groups; ++h) sum += part[h * fw + tid];
-        wsr[f0 + tid] = sum;
-      }
-      sync_block();
+      const C sum = column_total(acc, part, cg);
+      if (tid < fw && f0 + tid < a.F) wsr[f0 + tid] = sum;
     }
     if (tid == 0) {
       wsr[a.F] = mx;
