@@ -496,18 +496,23 @@ void CudaCompiledGraph::run_append_fold(const AppendFold& f, std::vector<Tensor>
 }
 
 void CudaCompiledGraph::run_kernel(int kernel, std::vector<Tensor>& env) const {
-  if (const int f = append_fold_of_group_[size_t(kernel)]; f >= 0) {
+  if (append_fold_of_group_[size_t(kernel)] >= 0) {
     // The write is the fold's attention's: the result is the input it would be written into.
-    const FusionGroup& grp = plan_.groups[size_t(kernel)];
-    const Tensor& target = env[size_t(g_->inputs()[size_t(write_into_[size_t(kernel)])]->id)];
-    if (target.defined() && target.sizes() == grp.output->meta.sizes &&
-        target.dtype() == grp.output->meta.dtype && target.device() == device_ &&
-        target.is_contiguous()) {
-      env[size_t(grp.output->id)] = target;
+    if (const Tensor* target = in_place_target(kernel, env)) {
+      env[size_t(plan_.groups[size_t(kernel)].output->id)] = *target;
       return;
     }
   }
   launch_group(kernel, env);
+}
+
+const Tensor* CudaCompiledGraph::in_place_target(int kernel, const std::vector<Tensor>& env) const {
+  if (write_into_[size_t(kernel)] < 0) return nullptr;
+  const graph::Value* out = plan_.groups[size_t(kernel)].output;
+  const Tensor& t = env[size_t(g_->inputs()[size_t(write_into_[size_t(kernel)])]->id)];
+  const bool laid_out = t.defined() && t.sizes() == out->meta.sizes &&
+                        t.dtype() == out->meta.dtype && t.device() == device_ && t.is_contiguous();
+  return laid_out ? &t : nullptr;
 }
 
 void CudaCompiledGraph::launch_group(int kernel, std::vector<Tensor>& env) const {
@@ -542,13 +547,8 @@ void CudaCompiledGraph::launch_group(int kernel, std::vector<Tensor>& env) const
   };
   // The input this kernel's result replaces, written in place (plan_writes_into_inputs) when
   // it is laid out as captured.
-  const graph::Value* into = write_into_[size_t(kernel)] >= 0
-                                 ? g_->inputs()[size_t(write_into_[size_t(kernel)])]
-                                 : nullptr;
-  const Tensor* target = into ? &env[size_t(into->id)] : nullptr;
-  if (target && target->defined() && target->sizes() == grp.output->meta.sizes &&
-      target->dtype() == grp.output->meta.dtype && target->device() == device_ &&
-      target->is_contiguous()) {
+  const Tensor* target = in_place_target(kernel, env);
+  if (target) {
     outs.push_back(*target);
     ptrs.push_back(target->impl()->data());
   } else if (changes_only_[size_t(kernel)]) {  // it would leave the rest of a new buffer unset

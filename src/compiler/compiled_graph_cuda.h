@@ -41,6 +41,9 @@ class CudaCompiledGraph : public capture::Runnable {
   // result bound to the input it writes, the write left to that attention.
   void run_kernel(int kernel, std::vector<Tensor>& env) const;
   void launch_group(int kernel, std::vector<Tensor>& env) const;
+  // The graph input group `kernel` writes its result into (plan_writes_into_inputs), when this
+  // run's tensor there is laid out as captured; else null.
+  const Tensor* in_place_target(int kernel, const std::vector<Tensor>& env) const;
   // The cast groups `groups`, reading sources[i] for groups[i], in one launch a pair of dtypes
   // (multi_tensor::cast_); a group whose source is not laid out as captured runs its own kernel.
   void run_casts(const std::vector<int>& groups, const std::vector<const graph::Value*>& sources,
