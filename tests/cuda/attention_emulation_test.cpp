@@ -50,6 +50,7 @@ inline C load_shared_by_blocks(const C* p) {
 }
 inline void wait_for_prior_grids() {}  // launches run one after another
 inline void allow_dependent_grids() {}
+inline void prefetch_l2(const void*, unsigned) {}  // a hint: nothing to emulate
 inline float exp_of(float x) {
   return std::exp(x);
 }
@@ -482,9 +483,9 @@ TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
 
 // The decode step's cache write joined to the attention (CachedArgs::put): the slots marked
 // take the new key and value rows, written into the caches by the blocks of their splits, and
-// the output is the op's over the written caches. The slot at the position, and one past the
-// visible slots too (written, never read); two rows a batch entry; k_new and v_new read
-// through the strides of a split of a wider tensor.
+// the output is the op's over the written caches. The slot at the position, and slots past the
+// visible ones too (written, never read), in a split that sees none and in one that sees some;
+// two rows a batch entry; k_new and v_new read through the strides of a split of a wider tensor.
 TEST(AttentionEmulation, CachedAttentionWritesTheAppendedSlots) {
   struct Case {
     int64_t B, H, L, S, E, pos;
@@ -492,7 +493,7 @@ TEST(AttentionEmulation, CachedAttentionWritesTheAppendedSlots) {
     DType dtype;
   };
   const Case cases[] = {
-      {1, 3, 1, 200, 64, 150, {150}, DType::BFloat16},
+      {1, 3, 1, 200, 64, 150, {150, 195}, DType::BFloat16},
       {2, 2, 1, 130, 16, 64, {64, 100}, DType::Float32},
       {1, 2, 2, 70, 8, 10, {10, 11}, DType::Float64},
   };

@@ -12,7 +12,7 @@
 //
 // The kernel code is plain C++ over a few primitives (thread and block index, block barrier,
 // warp shuffle, dynamic shared memory, a global fence, an atomic add, a load past the SM's
-// cache, and the waits of programmatic dependent launch). Compiled by nvcc they are CUDA's; with
+// cache, the waits of programmatic dependent launch, and a prefetch into L2). Compiled by nvcc they are CUDA's; with
 // EMBER_CUDA_EMULATION defined, the includer supplies host versions (host threads standing in
 // for a block's threads: tests/cuda/attention_emulation_test.cpp), so the same kernels are
 // checked against the CPU reference on machines without a GPU.
@@ -30,10 +30,13 @@
 #ifdef EMBER_CUDA_EMULATION
 #define EMBER_ATTN_DEVICE inline
 #define EMBER_ATTN_KERNEL
+#define EMBER_ATTN_KERNEL_BLOCKS(n)
 #define EMBER_UNROLL
 #else
 #define EMBER_ATTN_DEVICE __device__ __forceinline__
 #define EMBER_ATTN_KERNEL __global__ __launch_bounds__(256)
+// A kernel whose blocks must fit n to a multiprocessor (registers held to 65536 / (256 n)).
+#define EMBER_ATTN_KERNEL_BLOCKS(n) __global__ __launch_bounds__(256, n)
 #define EMBER_UNROLL _Pragma("unroll")
 extern __shared__ __align__(16) unsigned char ember_attention_smem[];
 namespace ember::cuda::attn {
@@ -72,6 +75,14 @@ EMBER_ATTN_DEVICE void wait_for_prior_grids() {
 EMBER_ATTN_DEVICE void allow_dependent_grids() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// Asks the L2 cache to fetch [p, p + bytes) ahead of the loads that read it, holding no
+// registers (p and bytes multiples of 16: callers check): the weights or cache rows a kernel
+// under programmatic launch streams in while the kernel before it ends.
+EMBER_ATTN_DEVICE void prefetch_l2(const void* p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 #endif
 }
 // A load that skips the SM's own cache (L1), for values other blocks wrote in this launch.

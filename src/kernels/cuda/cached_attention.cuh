@@ -70,11 +70,11 @@ inline int64_t cached_splits(int64_t S) {
 inline int64_t cached_workspace(int64_t rows, int64_t S, int64_t F) {
   return rows * cached_splits(S) * (F + 2);
 }
-// Dynamic shared memory of the first kernel: the split's scores, the output's partial sums,
-// the block reduction's 32 values.
+// Dynamic shared memory of the first kernel: the split's scores and appended marks, the
+// output's partial sums, the block reduction's 32 values.
 template <class C>
 inline size_t cached_attention_smem() {
-  return size_t(kChunk + kThreads + 32) * sizeof(C);
+  return size_t(2 * kChunk + kThreads + 32) * sizeof(C);
 }
 
 // v over the block (max when `max`, else the sum); every thread gets it. `red` holds 32 values.
@@ -123,33 +123,24 @@ EMBER_ATTN_DEVICE C column_total(C acc, C* part, const ColumnGroups& cg) {
 }
 
 // Row r's output from its splits in `ws`, each rescaled by exp(its max - the row's) (0 for a
-// row that sees no slot, as the attention op gives). Every thread of the block takes part:
-// threads over the splits for the row's max and sum, then over (split, column) pairs for the
-// output, so the splits are read in a few rounds rather than one after another. `part` holds
-// kThreads values, `red` 32.
+// row that sees no slot, as the attention op gives). Threads over (split, column) pairs, as
+// column_groups spreads them, load what they join at once (one round of latency for a head of
+// up to kThreads columns): each sums its splits' terms against the largest max among them, and
+// the block then takes the row's max and rescales each thread's sum to it. The threads of
+// column 0 count each split's sum of exponentials once. `part` holds kThreads values, `red` 32.
 template <class T, class C>
 EMBER_ATTN_DEVICE void cached_join_row(const CachedArgs& a, const C* ws, int64_t r, C* part,
                                        C* red) {
   const int64_t splits = a.splits, stride = a.F + 2;
   const C* wsr = ws + r * splits * stride;  // written by other blocks of this launch
   const int tid = thread_index();
-  auto seen = [&](int64_t s) { return load_shared_by_blocks(wsr + s * stride + a.F + 1) > C(0); };
-  auto max_at = [&](int64_t s) { return load_shared_by_blocks(wsr + s * stride + a.F); };
-  C mx = C(-INFINITY);
-  for (int64_t s = tid; s < splits; s += kThreads)
-    if (seen(s)) mx = max_of(mx, max_at(s));
-  mx = cached_block_reduce(mx, red, true);
-  const bool any = mx > C(-INFINITY);
-  C z = 0;
-  for (int64_t s = tid; s < splits; s += kThreads)
-    if (seen(s)) z += load_shared_by_blocks(wsr + s * stride + a.F + 1) * exp_of(max_at(s) - mx);
-  z = cached_block_reduce(z, red, false);
   T* orow = static_cast<T*>(a.out) + r * a.F;
   const ColumnGroups cg = column_groups(a.F);
   const int64_t fw = cg.fw, groups = cg.groups, g = cg.g, c = cg.c;
+  C mx = C(-INFINITY), z = 0;
   for (int64_t f0 = 0; f0 < a.F; f0 += fw) {
     const int64_t f = f0 + c;
-    C acc = 0;
+    C acc = 0, zt = 0, mt = C(-INFINITY);  // against mt, this thread's largest max so far
     if (g < groups && f < a.F)
       for (int64_t sb = g; sb < splits; sb += groups * kRegs) {
         C zv[kRegs], mv[kRegs], ov[kRegs];  // loaded at once: one round of latency
@@ -161,12 +152,57 @@ EMBER_ATTN_DEVICE void cached_join_row(const CachedArgs& a, const C* ws, int64_t
           mv[u] = load_shared_by_blocks(q + a.F);
           ov[u] = load_shared_by_blocks(q + f);
         }
+        C m = mt;
         EMBER_UNROLL
         for (int u = 0; u < kRegs; ++u)
-          if (zv[u] > C(0)) acc += ov[u] * exp_of(mv[u] - mx);
+          if (zv[u] > C(0)) m = max_of(m, mv[u]);
+        if (m > mt && mt > C(-INFINITY)) {
+          const C back = exp_of(mt - m);
+          acc *= back;
+          zt *= back;
+        }
+        mt = m;
+        EMBER_UNROLL
+        for (int u = 0; u < kRegs; ++u)
+          if (zv[u] > C(0)) {
+            const C e = exp_of(mv[u] - m);
+            acc += ov[u] * e;
+            zt += zv[u] * e;
+          }
       }
-    const C o = column_total(acc, part, cg);
-    if (tid < fw && f0 + tid < a.F) orow[f0 + tid] = narrow<T>(any ? o / z : C(0));
+    if (f0 == 0) {  // the row's max and sum, from the first pass's loads
+      mx = cached_block_reduce(mt, red, true);
+      z = cached_block_reduce(c == 0 && mt > C(-INFINITY) ? zt * exp_of(mt - mx) : C(0), red,
+                              false);
+    }
+    const C o = column_total(mt > C(-INFINITY) ? acc * exp_of(mt - mx) : C(0), part, cg);
+    if (tid < fw && f0 + tid < a.F) orow[f0 + tid] = narrow<T>(mx > C(-INFINITY) ? o / z : C(0));
+  }
+}
+
+// One appended slot's key and value rows copied into the caches (slot j of batch entry b) by
+// the kThreadsPerSlot lanes p of it, loads into registers ahead of the stores: where the
+// slot's block does not read it (a slot past the visible ones).
+template <class T>
+EMBER_ATTN_DEVICE void cached_append_slot(const CachedArgs& a, const T* kn, const T* vn,
+                                          int64_t b, int64_t j, int64_t p) {
+  T* kc = static_cast<T*>(const_cast<void*>(a.k)) + (b * a.S + j) * a.E;
+  T* vc = static_cast<T*>(const_cast<void*>(a.v)) + (b * a.S + j) * a.F;
+  for (int64_t e0 = p; e0 < a.E + a.F; e0 += kThreadsPerSlot * kRegs) {
+    T x[kRegs];
+    EMBER_UNROLL
+    for (int u = 0; u < kRegs; ++u) {
+      const int64_t e = e0 + u * kThreadsPerSlot;
+      x[u] = e < a.E ? kn[e * a.kn3] : vn[(e < a.E + a.F ? e - a.E : 0) * a.vn3];
+    }
+    EMBER_UNROLL
+    for (int u = 0; u < kRegs; ++u) {
+      const int64_t e = e0 + u * kThreadsPerSlot;
+      if (e < a.E)
+        kc[e] = x[u];
+      else if (e < a.E + a.F)
+        vc[e - a.E] = x[u];
+    }
   }
 }
 
@@ -176,54 +212,80 @@ EMBER_ATTN_DEVICE void cached_join_row(const CachedArgs& a, const C* ws, int64_t
 // back to 0), so no second kernel runs. A decode step's blocks are short, so their time is
 // the rounds of memory latency in them: each thread loads what it multiplies (kRegs values of
 // q and k, then of v) into registers before any of it is used, so that each set is one round.
+// An appended slot (a.put) is read from k_new and v_new, never from the caches, and written
+// into them by the threads that loaded it: no block waits on its own stores, and none reads
+// a slot another writes.
 template <class T, class C>
 EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
   C* w = reinterpret_cast<C*>(shared_memory());  // [kChunk]: scores, then exp(score - max)
-  C* part = w + kChunk;                          // [kThreads]: partial sums of the output
+  C* mark = w + kChunk;                          // [kChunk]: 1 where the slot is appended
+  C* part = mark + kChunk;                       // [kThreads]: partial sums of the output
   C* red = part + kThreads;                      // [32]
   const int tid = thread_index();
   const int64_t splits = a.splits, r = block_index() / splits, s = block_index() % splits,
                 b = r / a.L, i = r % a.L;
   C* wsr = ws + (r * splits + s) * (a.F + 2);
-  attn::wait_for_prior_grids();  // q, the caches and pos come from the kernels before
-  const int64_t j0 = s * kChunk, n = cached_visible(a, i);
-  if (a.put) {  // this split's appended slots, kThreadsPerSlot lanes a slot
-    const int64_t jj = tid / kThreadsPerSlot, p = tid % kThreadsPerSlot, j = j0 + jj;
-    if (jj < kChunk && j < a.S && a.put[j]) {
-      const int64_t b0 = b / a.B1, b1 = b % a.B1;
-      const T* kn = static_cast<const T*>(a.k_new) + b0 * a.kn0 + b1 * a.kn1;
-      const T* vn = static_cast<const T*>(a.v_new) + b0 * a.vn0 + b1 * a.vn1;
-      T* kc = static_cast<T*>(const_cast<void*>(a.k)) + (b * a.S + j) * a.E;
-      T* vc = static_cast<T*>(const_cast<void*>(a.v)) + (b * a.S + j) * a.F;
-      for (int64_t e = p; e < a.E; e += kThreadsPerSlot) kc[e] = kn[e * a.kn3];
-      for (int64_t f = p; f < a.F; f += kThreadsPerSlot) vc[f] = vn[f * a.vn3];
-    }
-    sync_block();  // the block's reads below see its writes
+  {  // the split's visible cache rows asked of L2 before the wait (a hint: pos may be stale)
+    const int64_t j0 = s * kChunk, n = cached_visible(a, i);
+    const int64_t rows = n - j0 < 0 ? 0 : n - j0 < kChunk ? n - j0 : kChunk;
+    const T* kr = static_cast<const T*>(a.k) + (b * a.S + j0) * a.E;
+    const T* vr = static_cast<const T*>(a.v) + (b * a.S + j0) * a.F;
+    const int64_t kb = rows * a.E * int64_t(sizeof(T)), vb = rows * a.F * int64_t(sizeof(T));
+    auto fits = [](const void* p, int64_t bytes) {
+      return bytes > 0 && (reinterpret_cast<uintptr_t>(p) | uintptr_t(bytes)) % 16 == 0;
+    };
+    if (tid == 0 && fits(kr, kb)) prefetch_l2(kr, unsigned(kb));
+    if (tid == 32 && fits(vr, vb)) prefetch_l2(vr, unsigned(vb));
   }
-  if (j0 >= n) {  // a split past the visible slots: nothing to add
+  attn::wait_for_prior_grids();  // q, the caches and pos come from the kernels before
+  // kThreadsPerSlot adjacent lanes a slot of the split, each over every kThreadsPerSlot-th
+  // element; the slot's mark read with pos, in one round
+  const int64_t j0 = s * kChunk, jj = tid / kThreadsPerSlot, p = tid % kThreadsPerSlot;
+  const bool put = a.put && j0 + jj < a.S && a.put[j0 + jj] != 0;
+  const int64_t n = cached_visible(a, i);
+  const int64_t cnt = n - j0 < 0 ? 0 : n - j0 < kChunk ? n - j0 : kChunk;
+  const T* kn = nullptr;
+  const T* vn = nullptr;
+  if (a.put) {
+    const int64_t b0 = b / a.B1, b1 = b % a.B1;
+    kn = static_cast<const T*>(a.k_new) + b0 * a.kn0 + b1 * a.kn1;
+    vn = static_cast<const T*>(a.v_new) + b0 * a.vn0 + b1 * a.vn1;
+    if (put && jj >= cnt) cached_append_slot(a, kn, vn, b, j0 + jj, p);
+  }
+  if (p == 0) mark[jj] = put ? C(1) : C(0);
+  if (cnt == 0) {  // a split past the visible slots: nothing to add
     if (tid == 0) {
       wsr[a.F] = C(0);
       wsr[a.F + 1] = C(0);
     }
   } else {  // the same branch for the whole block, so its barriers stay together
-    const int64_t cnt = n - j0 < kChunk ? n - j0 : kChunk;
     const T* qr =
         static_cast<const T*>(a.q) + (b / a.B1) * a.qs0 + (b % a.B1) * a.qs1 + i * a.qs2;
-    {  // kThreadsPerSlot adjacent lanes a slot, each over every kThreadsPerSlot-th element
-      const int64_t jj = tid / kThreadsPerSlot, p = tid % kThreadsPerSlot;
+    {
       C acc = 0;
       if (jj < cnt) {
-        const T* kr = static_cast<const T*>(a.k) + (b * a.S + j0 + jj) * a.E;
+        // the slot's key: the cache's row, or the appended one (then stored into the cache)
+        T* kc = static_cast<T*>(const_cast<void*>(a.k)) + (b * a.S + j0 + jj) * a.E;
+        const T* kr = put ? kn : kc;
+        const int64_t ks = put ? a.kn3 : 1;
         for (int64_t e0 = p; e0 < a.E; e0 += kThreadsPerSlot * kRegs) {
-          C qv[kRegs], kv[kRegs];
+          C qv[kRegs];
+          T kv[kRegs];
           EMBER_UNROLL
           for (int u = 0; u < kRegs; ++u) {
             const int64_t e = e0 + u * kThreadsPerSlot;
             qv[u] = e < a.E ? widen<C>(qr[e * a.qs3]) : C(0);
-            kv[u] = e < a.E ? widen<C>(kr[e]) : C(0);
+            kv[u] = e < a.E ? kr[e * ks] : narrow<T>(C(0));
           }
           EMBER_UNROLL
-          for (int u = 0; u < kRegs; ++u) acc += qv[u] * kv[u];
+          for (int u = 0; u < kRegs; ++u) acc += qv[u] * widen<C>(kv[u]);
+          if (put) {
+            EMBER_UNROLL
+            for (int u = 0; u < kRegs; ++u) {
+              const int64_t e = e0 + u * kThreadsPerSlot;
+              if (e < a.E) kc[e] = kv[u];
+            }
+          }
         }
       }
       for (int m = 1; m < kThreadsPerSlot; m <<= 1) acc += shfl_xor(acc, m);
@@ -238,7 +300,7 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
       w[tid] = z;
     }
     z = cached_block_reduce(z, red, false);  // its barriers order the w[] writes before the reads
-    const T* vb = static_cast<const T*>(a.v) + (b * a.S + j0) * a.F;
+    T* vb = static_cast<T*>(const_cast<void*>(a.v)) + (b * a.S + j0) * a.F;
     const ColumnGroups cg = column_groups(a.F);
     const int64_t fw = cg.fw, groups = cg.groups, g = cg.g, c = cg.c;
     for (int64_t f0 = 0; f0 < a.F; f0 += fw) {
@@ -246,16 +308,19 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
       C acc = 0;
       if (g < groups && f < a.F)
         for (int64_t jb = g; jb < cnt; jb += groups * kRegs) {
-          C vv[kRegs];
+          T vv[kRegs];
+          bool fresh[kRegs];  // an appended slot: from v_new, then stored into the cache
           EMBER_UNROLL
           for (int u = 0; u < kRegs; ++u) {
             const int64_t j = jb + u * groups;
-            vv[u] = j < cnt ? widen<C>(vb[j * a.F + f]) : C(0);
+            fresh[u] = j < cnt && mark[j] != C(0);
+            vv[u] = j >= cnt ? narrow<T>(C(0)) : fresh[u] ? vn[f * a.vn3] : vb[j * a.F + f];
           }
           EMBER_UNROLL
           for (int u = 0; u < kRegs; ++u) {
             const int64_t j = jb + u * groups;
-            if (j < cnt) acc += w[j] * vv[u];
+            if (j < cnt) acc += w[j] * widen<C>(vv[u]);
+            if (fresh[u]) vb[j * a.F + f] = vv[u];
           }
         }
       const C sum = column_total(acc, part, cg);

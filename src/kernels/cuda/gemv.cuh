@@ -107,13 +107,19 @@ EMBER_ATTN_DEVICE void layer_norm_rows(const Args& a, T* xs, float* red) {
   const bool mine = t < G;
   const T* w = static_cast<const T*>(a.ln_w);
   const T* b = static_cast<const T*>(a.ln_b);
+  T wl[E][V], bl[E][V];  // this thread's weight and bias, loaded with the first row
   for (int m = 0; m < M; ++m) {
     const T* xr = static_cast<const T*>(a.x) + m * a.ldx;
     float r[E][V];
     for (int k = 0; k < E; ++k)
       for (int i = 0; i < V; ++i) {
         const int c = (k * G + t) * V + i;
-        r[k][i] = mine && c < n ? widen<float>(xr[c]) : 0.0f;
+        const bool in = mine && c < n;
+        r[k][i] = in ? widen<float>(xr[c]) : 0.0f;
+        if (m == 0) {
+          wl[k][i] = in ? w[c] : narrow<T>(0.0f);
+          bl[k][i] = in ? b[c] : narrow<T>(0.0f);
+        }
       }
     float sum = 0;
     for (int k = 0; k < E; ++k)
@@ -137,7 +143,8 @@ EMBER_ATTN_DEVICE void layer_norm_rows(const Args& a, T* xs, float* red) {
         // Rounded after the product and after the sum, as the op's kernel does (its weight and
         // bias are optional there, so its compiler never contracts the two into an fma).
         const float v = (r[k][i] - mu) * rs;
-        xs[m * n + c] = narrow<T>(add_rounded(mul_rounded(v, widen<float>(w[c])), widen<float>(b[c])));
+        xs[m * n + c] =
+            narrow<T>(add_rounded(mul_rounded(v, widen<float>(wl[k][i])), widen<float>(bl[k][i])));
       }
     attn::sync_block();  // xs written; red free for the next row
   }
@@ -149,9 +156,11 @@ EMBER_ATTN_DEVICE void layer_norm_rows(const Args& a, T* xs, float* red) {
 // multiprocessor, so a projection's columns take one wave of warps.
 constexpr int kLoads = 3;
 
-// M: the rows (1 to kMaxRows; a.M is M). kLn: a.ln_threads > 0 (16-bit T only).
+// M: the rows (1 to kMaxRows; a.M is M). kLn: a.ln_threads > 0 (16-bit T only). One row: three
+// blocks a multiprocessor, so that a projection's columns take one wave of warps (more rows
+// would spill).
 template <class T, int M, bool kLn = false>
-EMBER_ATTN_KERNEL void gemv_kernel(Args a) {
+EMBER_ATTN_KERNEL_BLOCKS(M == 1 ? 3 : 1) void gemv_kernel(Args a) {
   using Raw = attn::Raw<T>;
   constexpr int V = 16 / int(sizeof(T));
   const int lane = attn::thread_index() % 32, warp = attn::thread_index() / 32;
@@ -163,10 +172,15 @@ EMBER_ATTN_KERNEL void gemv_kernel(Args a) {
   const T* wr = static_cast<const T*>(a.w) + (active ? n : 0) * a.ldw;
   // Under programmatic launch the kernel before this one may still run: the bias (no kernel
   // writes it) is loaded before the wait, x and the residual after it. (Loading the first
-  // weights before it too costs the one-row bfloat16 kernel its third block a multiprocessor.)
+  // weights into registers before it too costs the one-row bfloat16 kernel its third block a
+  // multiprocessor; they are prefetched into L2 instead.)
   const bool ends = active && lane == 0 && part == 0;  // the thread that stores column n
   const float b = ends && a.bias ? widen<float>(static_cast<const T*>(a.bias)[n]) : 0.0f;
   const int64_t step = int64_t(32) * V * a.split, first = (int64_t(part) * 32 + lane) * V;
+  // The column's weight row (no kernel writes it) asked of L2 before the wait, holding no
+  // registers: under programmatic launch it streams in while the kernel before ends.
+  if (active && a.vectors && part == 0 && lane == 0)
+    attn::prefetch_l2(wr, unsigned(a.K * int64_t(sizeof(T))));
   attn::wait_for_prior_grids();
   if constexpr (kLn && sizeof(T) == 2) {  // x is the layer_norm of a.x's rows, made here
     unsigned char* sh = attn::shared_memory() + kSharedBytes;

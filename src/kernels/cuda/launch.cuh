@@ -1,9 +1,9 @@
-// Kernel launches that may use programmatic dependent launch: with EMBER_PDL=1 in the
-// environment, a launch through launch_after may start before the kernel before it in the
+// Kernel launches that may use programmatic dependent launch (on unless EMBER_PDL=0 in the
+// environment): a launch through launch_after may start before the kernel before it in the
 // stream has ended, and its kernel waits (wait_for_prior_grids, attention_tiles.cuh) before it
-// reads what earlier kernels wrote; its blocks' setup and their loads of what no kernel writes
-// (weights) overlap the earlier kernel's tail. Off by default: only kernels that wait so may
-// be launched this way (gemv.cuh, cached_attention.cuh).
+// reads what earlier kernels wrote; its blocks' setup and their prefetches and loads of what no
+// kernel writes (weights) overlap the earlier kernel's tail. Only kernels that wait so may be
+// launched this way (gemv.cuh, cached_attention.cuh).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -11,7 +11,7 @@
 
 namespace ember::cuda::detail {
 
-// Whether EMBER_PDL=1 (read once).
+// Whether programmatic launch is on: unless EMBER_PDL=0 (read once).
 bool programmatic_launch();
 
 template <class... Params, class... Args>

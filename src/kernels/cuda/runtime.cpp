@@ -76,7 +76,7 @@ DeviceStreams& device_streams(int device) {
 bool programmatic_launch() {
   static const bool on = [] {
     const char* v = std::getenv("EMBER_PDL");
-    return v && std::string(v) == "1";
+    return !(v && std::string(v) == "0");
   }();
   return on;
 }
