@@ -3,7 +3,7 @@
 // stream has ended, and its kernel waits (wait_for_prior_grids, attention_tiles.cuh) before it
 // reads what earlier kernels wrote; its blocks' setup and their prefetches and loads of what no
 // kernel writes (weights) overlap the earlier kernel's tail. Only kernels that wait so may be
-// launched this way (gemv.cuh, cached_attention.cuh).
+// launched this way (gemv.cuh, cached_attention.cuh, reduce.cu's arg_split_kernel).
 #pragma once
 #include <cuda_runtime.h>
 

@@ -15,9 +15,11 @@
 #include <cmath>
 
 #include "core/make_tensor.h"
+#include "kernels/cuda/attention_tiles.cuh"
 #include "kernels/cuda/column_fold.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/kernel_table.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/reduce_plan.cuh"
 #include "kernels/cuda/row_registers.cuh"
 #include "kernels/functors.h"
@@ -440,7 +442,8 @@ __device__ __forceinline__ A ld_past_l1(const A* p) {
 
 // Few long rows (a decode step's logits): each row split over `splits` blocks of `chunk`
 // positions, each writing its extreme to (pv, pi); the last of a row's blocks to finish
-// (counted in the device's counters, set back to 0 after) folds the splits in order.
+// (counted in the device's counters, set back to 0 after) folds the splits in order. Launched
+// after the product that writes the logits (launch.cuh): its blocks wait for it first.
 template <class T, class A, bool Max>
 __global__ void __launch_bounds__(1024)
     arg_split_kernel(const T* in, int64_t* out, ReducePlan p, int64_t chunk, int splits, A* pv,
@@ -454,6 +457,7 @@ __global__ void __launch_bounds__(1024)
   const int64_t begin = s * chunk, end = begin + chunk < p.reduced ? begin + chunk : p.reduced;
   A v;
   int64_t i;
+  attn::wait_for_prior_grids();
   block_arg<T, A, Max>(x, p, begin, end, sv, si, &v, &i);
   if (threadIdx.x == 0) {
     pv[o * splits + s] = v;
@@ -506,11 +510,11 @@ void arg_extreme(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
                                                  : DType::Float32;
       const Tensor pv = make_tensor({p.outputs * splits}, vt, in[0].device()),
                    pi = make_tensor({p.outputs * splits}, DType::Int64, in[0].device());
-      arg_split_kernel<T, A, Max><<<unsigned(p.outputs * splits), 256, 0,
-                                    detail::stream(device)>>>(
-          xp, op, p, chunk, int(splits), reinterpret_cast<A*>(pv.impl()->data()),
-          reinterpret_cast<int64_t*>(pi.impl()->data()), detail::counters(device));
-      detail::check(cudaGetLastError(), name);
+      detail::launch_after(arg_split_kernel<T, A, Max>, dim3(unsigned(p.outputs * splits)),
+                           dim3(256), 0, detail::stream(device), name, xp, op, p, chunk,
+                           int(splits), reinterpret_cast<A*>(pv.impl()->data()),
+                           reinterpret_cast<int64_t*>(pi.impl()->data()),
+                           detail::counters(device));
       return;
     }
     const int threads = p.reduced >= 16384 ? 1024 : p.reduced >= 4096 ? 512
