@@ -181,15 +181,6 @@ EMBER_ATTN_KERNEL_BLOCKS(M == 1 ? 3 : 1) void gemv_kernel(Args a) {
   // registers: under programmatic launch it streams in while the kernel before ends.
   if (active && a.vectors && part == 0 && lane == 0)
     attn::prefetch_l2(wr, unsigned(a.K * int64_t(sizeof(T))));
-  // With the layer_norm, the first weights are loaded before the wait and the layer_norm:
-  // their latency hides behind the kernel before and the folds rather than following them.
-  Raw w0[kLn ? kLoads : 1];
-  if constexpr (kLn)
-    if (active && a.vectors) {
-      EMBER_UNROLL
-      for (int g = 0; g < kLoads; ++g)
-        if (first + g * step < a.K) w0[g] = attn::load16<Raw>(wr + first + g * step);
-    }
   attn::wait_for_prior_grids();
   if constexpr (kLn && sizeof(T) == 2) {  // x is the layer_norm of a.x's rows, made here
     unsigned char* sh = attn::shared_memory() + kSharedBytes;
@@ -211,7 +202,7 @@ EMBER_ATTN_KERNEL_BLOCKS(M == 1 ? 3 : 1) void gemv_kernel(Args a) {
       for (int g = 0; g < kLoads; ++g) {
         const int64_t k = k0 + g * step;
         if (k < a.K) {
-          wv[g] = kLn && k0 == first ? w0[g] : attn::load16<Raw>(wr + k);
+          wv[g] = attn::load16<Raw>(wr + k);
           for (int m = 0; m < M; ++m) xv[m][g] = attn::load16<Raw>(x + m * ldx + k);
         }
       }
