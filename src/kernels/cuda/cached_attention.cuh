@@ -3,9 +3,10 @@
 // each. The first kernel gives each (row, split of kChunk slots) a block, which scores the
 // split's visible slots (kThreadsPerSlot lanes a slot), takes their softmax numerators with the
 // split's own max, and sums them times the values (threads over the value's columns and
-// interleaved slots, partial sums added in shared memory). Its blocks are short, so loads are
-// grouped into registers ahead of their use: few rounds of memory latency a block. A row's splits are then joined by
-// the last of its blocks to finish (counted in a per-row counter), or by a second kernel where
+// interleaved slots, partial sums added in shared memory); the blocks of splits past a row's
+// visible slots leave at once. Its blocks are short, so loads are grouped into registers ahead
+// of their use: few rounds of memory latency a block. A row's splits are then joined by the
+// last of its blocks to finish (counted in a per-row counter), or by a second kernel where
 // there are no counters. Written on attention_tiles.cuh's primitives, so the block emulator
 // runs it on the host too (tests/cuda/attention_emulation_test.cpp).
 #pragma once
@@ -98,6 +99,12 @@ EMBER_ATTN_DEVICE int64_t cached_visible(const CachedArgs& a, int64_t i) {
   const int64_t n = a.pos[0] + i + 1;
   return n < 0 ? 0 : n > a.S ? a.S : n;
 }
+// The splits of a row that take part, given its n visible slots: those holding a visible slot,
+// and at least one (a row that sees no slot still has its zero output written). The others
+// leave at once: they write nothing, and the row's join neither counts nor reads them.
+EMBER_ATTN_DEVICE int64_t cached_taking_part(int64_t n) {
+  return n > 0 ? (n + kChunk - 1) / kChunk : 1;
+}
 
 // Threads over an output row's columns in groups: thread g * fw + c takes column f0 + c for
 // group g, fw = min(F, kThreads) columns a pass, kThreads / fw groups.
@@ -131,8 +138,8 @@ EMBER_ATTN_DEVICE C column_total(C acc, C* part, const ColumnGroups& cg) {
 template <class T, class C>
 EMBER_ATTN_DEVICE void cached_join_row(const CachedArgs& a, const C* ws, int64_t r, C* part,
                                        C* red) {
-  const int64_t splits = a.splits, stride = a.F + 2;
-  const C* wsr = ws + r * splits * stride;  // written by other blocks of this launch
+  const int64_t splits = cached_taking_part(cached_visible(a, r % a.L)), stride = a.F + 2;
+  const C* wsr = ws + r * a.splits * stride;  // written by other blocks of this launch
   const int tid = thread_index();
   T* orow = static_cast<T*>(a.out) + r * a.F;
   const ColumnGroups cg = column_groups(a.F);
@@ -207,7 +214,8 @@ EMBER_ATTN_DEVICE void cached_append_slot(const CachedArgs& a, const T* kn, cons
 }
 
 // First kernel: block (row, split) scores the split's visible slots, and writes its softmax
-// numerators times the values, their max and their sum to the workspace `ws`. With
+// numerators times the values, their max and their sum to the workspace `ws` (a split past
+// the row's visible slots leaves at once: cached_taking_part). With
 // a.counters, the row's last block to finish joins the row's splits (and sets its counter
 // back to 0), so no second kernel runs. A decode step's blocks are short, so their time is
 // the rounds of memory latency in them: each thread loads what it multiplies (kRegs values of
@@ -252,8 +260,9 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
     vn = static_cast<const T*>(a.v_new) + b0 * a.vn0 + b1 * a.vn1;
     if (put && jj >= cnt) cached_append_slot(a, kn, vn, b, j0 + jj, p);
   }
+  if (s >= cached_taking_part(n)) return;  // the same for the whole block
   if (p == 0) mark[jj] = put ? C(1) : C(0);
-  if (cnt == 0) {  // a split past the visible slots: nothing to add
+  if (cnt == 0) {  // a row that sees no slot: nothing to add
     if (tid == 0) {
       wsr[a.F] = C(0);
       wsr[a.F + 1] = C(0);
@@ -333,11 +342,14 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
   }
   allow_dependent_grids();  // the next kernel's blocks may start their setup
   if (!a.counters) return;  // the join kernel follows
-  // Each writer's stores reach the device before the block counts itself in; the block that
-  // makes the count `splits` sees every split's.
-  thread_fence();
+  // The block's stores come before thread 0's fence (the barrier), and that fence before it
+  // counts the block in: the block that makes the count the row's splits taking part sees
+  // every one's.
   sync_block();
-  if (tid == 0) red[0] = atomic_add(&a.counters[r], 1) == splits - 1 ? C(1) : C(0);
+  if (tid == 0) {
+    thread_fence();
+    red[0] = atomic_add(&a.counters[r], 1) == cached_taking_part(n) - 1 ? C(1) : C(0);
+  }
   sync_block();
   if (red[0] == C(0)) return;
   thread_fence();
