@@ -3,15 +3,17 @@
 // are laid out). With P = exp(scale q k^T - lse), Z the dropout factors and D = rowsum(dO O)
 // (attention_bwd.cuh's row_dot kernel):
 //   dV = (P Z)^T dO,  dS = P (dO V^T Z - D),  dK = scale dS^T Q,  dQ = scale dS K.
-// - dkdv: a block a (batch entry, tile of 64 keys), each warp 16 keys whose K and V rows it keeps
-//   as A fragments. Q, dO, lse and D stream through shared memory 64 queries at a time (from the
+// - dkdv: a block a (batch entry, tile of 64 keys), each warp 16 keys whose K and V rows stay
+//   in shared memory (their A fragments read as each product uses them, so that the dK and dV
+//   accumulators and the two score blocks fit in registers). Q, dO, lse and D stream through shared memory 64 queries at a time (from the
 //   first tile the causal mask does not hide entirely). A warp computes S^T = K Q^T and
 //   dP^T = V dO^T in registers, turns them into (P Z)^T and dS^T, and uses those, rounded to 16
 //   bits, as the A operands of its dV and dK products.
 // - dq: a block a (batch entry, tile of 64 queries), each warp 16 queries whose Q and dO rows it
 //   keeps. K and V stream; a warp computes S and dP, turns them into dS and adds dS K.
 // Shared memory: four 64 x 72 tiles (the resident pair, then the streamed pair double-buffered)
-// and 64 x 64 dropout bytes (dkdv also lse and D of 64 rows, twice): 41 KiB.
+// and 64 x 64 dropout bytes (dkdv also lse and D of 64 rows, twice): 41 KiB; dkdv two more
+// tiles for its resident K and V: 59 KiB.
 #pragma once
 #include "kernels/cuda/attention_launch.cuh"
 #include "kernels/cuda/attention_mma.cuh"
@@ -29,6 +31,10 @@ struct BackwardSmem {
   static constexpr size_t keep = stats<T> + 4 * kRows * sizeof(float);
   template <class T>
   static constexpr size_t bytes = keep<T> + size_t(kRows * kRows);
+  // dkdv keeps its K and V tiles after these, its warps reading their fragments each query
+  // tile rather than holding them in registers.
+  template <class T>
+  static constexpr size_t dkdv_bytes = bytes<T> + 2 * size_t(kTile) * sizeof(T);
 };
 
 // (P Z, dS) of a score s (already times scale * log2(e)) and dP entry dp of a query row with
@@ -69,15 +75,12 @@ EMBER_ATTN_MMA_KERNEL void attention_dkdv_kernel(BackwardArgs<T, float> a) {
       st[kRows + t] = t < rows ? a.d[b * p.L + r0 + t] : 0.f;
     }
   };
-  load_tile(xs + kTile, a.k.rows_of(b, c0), a.k.row_stride, cols, p.E);
-  load_tile(ys + kTile, a.v.rows_of(b, c0), a.v.row_stride, cols, p.F);
+  T* ks = reinterpret_cast<T*>(base + BackwardSmem::bytes<T>);  // resident K, then V
+  T* vs = ks + kTile;
+  load_tile(ks, a.k.rows_of(b, c0), a.k.row_stride, cols, p.E);
+  load_tile(vs, a.v.rows_of(b, c0), a.v.row_stride, cols, p.F);
   if (first < p.L) load_q(first, 0);
   async_commit();
-  async_wait();
-  sync_block();
-  uint32_t kf[kHead / 16][4], vf[kHead / 16][4];
-  load_a(kf, xs + kTile, warp, lane);
-  load_a(vf, ys + kTile, warp, lane);
 
   float dk[kHead / 8][4] = {}, dv[kHead / 8][4] = {};
   for (int64_t r0 = first, i = 0; r0 < p.L; r0 += kRows, ++i) {
@@ -86,7 +89,7 @@ EMBER_ATTN_MMA_KERNEL void attention_dkdv_kernel(BackwardArgs<T, float> a) {
     const T *qb = xs + buf * kTile, *gob = ys + buf * kTile;
     const float *lse_s = stats + buf * 2 * kRows, *d_s = lse_s + kRows;
     async_wait();
-    sync_block();  // tile i is in; every warp is done with tile i - 1 (or the K, V fragments)
+    sync_block();  // tile i is in (K and V too); every warp is done with tile i - 1
     if (r0 + kRows < p.L) load_q(r0 + kRows, 1 - buf);
     async_commit();
     if (p.dropout) {
@@ -97,8 +100,8 @@ EMBER_ATTN_MMA_KERNEL void attention_dkdv_kernel(BackwardArgs<T, float> a) {
     // A whole tile whose every query sees every key of this block needs no mask.
     const bool full = rows == kRows && cols == kRows && !(p.causal && c0 + kRows - 1 > r0);
     float st[8][4] = {}, dpt[8][4] = {};
-    mma_abt<T>(st, kf, qb, lane);
-    mma_abt<T>(dpt, vf, gob, lane);
+    mma_abt_shared<T>(st, ks, qb, warp, lane);
+    mma_abt_shared<T>(dpt, vs, gob, warp, lane);
     EMBER_UNROLL
     for (int n = 0; n < 8; ++n) {
       EMBER_UNROLL
@@ -205,7 +208,7 @@ bool backward(const BackwardArgs<T, float>& args, Runner&& run, const char* op) 
     const int64_t key_blocks = grid_blocks(p.batch, (p.S + kRows - 1) / kRows, op);
     const int64_t query_blocks = grid_blocks(p.batch, (p.L + kRows - 1) / kRows, op);
     if (key_blocks > 0)
-      run(&attention_dkdv_kernel<T>, key_blocks, BackwardSmem::bytes<T>, args, kThreads);
+      run(&attention_dkdv_kernel<T>, key_blocks, BackwardSmem::dkdv_bytes<T>, args, kThreads);
     if (query_blocks > 0)
       run(&attention_dq_kernel<T>, query_blocks, BackwardSmem::bytes<T>, args, kThreads);
   }
