@@ -3,7 +3,7 @@
 // dropout factors (0 or 1/(1-p)) and D = rowsum(dO * O):
 //   dV = (P Z)^T dO,  dS = P (dO V^T Z - D),  dK = scale dS^T Q,  dQ = scale dS K.
 // Three kernels, no atomics:
-// - row_dot: D, a warp a row (8 rows a block).
+// - row_dot: D, 8 lanes a row (32 rows a block).
 // - dkdv: a block a (batch entry, tile of R keys), first tiles first (under the causal mask they
 //   see the most queries). K and V stay in shared memory; Q, dO, lse and D stream through it a
 //   tile of R queries at a time, from the first tile the causal mask does not hide entirely.
@@ -29,24 +29,38 @@ struct RowDotArgs {
   C* d = nullptr;  // [batch, L]
   int64_t batch = 0, L = 0;
   int F = 0;
+  bool vec = false;  // o's and go's rows load as 16-byte vectors (vec_loadable)
 };
 
-constexpr int kRowDotRows = kThreads / 32;  // rows a block (a warp each)
+constexpr int kRowDotLanes = 8;                        // lanes a row
+constexpr int kRowDotRows = kThreads / kRowDotLanes;   // rows a block
 
+// D = rowsum(o * go): kRowDotLanes lanes a row, each over every kRowDotLanes-th 16-byte vector
+// of both rows (element where the rows are not aligned for vectors); the lanes' sums then added
+// by a butterfly. A head of 64 16-bit elements is one vector a lane: a block's 32 rows arrive
+// in one round of loads, where a warp a row took 64 bytes a load.
 template <class T, class C>
 EMBER_ATTN_KERNEL void attention_row_dot_kernel(RowDotArgs<T, C> a) {
-  const int lane = thread_index() % 32;
-  const int64_t row = block_index() * kRowDotRows + thread_index() / 32;
+  constexpr int V = int(16 / sizeof(T));
+  const int lane = thread_index() % kRowDotLanes;
+  const int64_t row = block_index() * kRowDotRows + thread_index() / kRowDotLanes;
   const bool inside = row < a.batch * a.L;
   C acc = 0;
   if (inside) {
     const int64_t b = row / a.L, i = row % a.L;
     const T* o = a.o.rows_of(b, i);
     const T* go = a.go.rows_of(b, i);
-    for (int f = lane; f < a.F; f += 32) acc += widen<C>(o[f]) * widen<C>(go[f]);
+    if (a.vec) {
+      for (int f = lane * V; f < a.F; f += kRowDotLanes * V) {
+        const Raw<T> ov = load16<Raw<T>>(o + f), gv = load16<Raw<T>>(go + f);
+        for (int e = 0; e < V; ++e) acc += widen<C>(ov.v[e]) * widen<C>(gv.v[e]);
+      }
+    } else {
+      for (int f = lane; f < a.F; f += kRowDotLanes) acc += widen<C>(o[f]) * widen<C>(go[f]);
+    }
   }
   EMBER_UNROLL
-  for (int s = 16; s > 0; s >>= 1) acc += shfl_xor(acc, s);
+  for (int s = kRowDotLanes / 2; s > 0; s >>= 1) acc += shfl_xor(acc, s);
   if (inside && lane == 0) a.d[row] = acc;
 }
 
@@ -250,7 +264,8 @@ void backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a,
     constexpr int R = Tiles<C>::kRows;
     if (p.L > 0) {
       RowDotArgs<T, C> dot{o.operand, go.operand, static_cast<C*>(d.impl()->data()),
-                           p.batch,   p.L,        p.F};
+                           p.batch,   p.L,        p.F,
+                           vec_loadable(o.operand, p.F) && vec_loadable(go.operand, p.F)};
       run(&attention_row_dot_kernel<T, C>,
           grid_blocks(1, (p.batch * p.L + kRowDotRows - 1) / kRowDotRows, op), size_t(0), dot);
     }
