@@ -269,8 +269,17 @@ void backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a,
       run(&attention_row_dot_kernel<T, C>,
           grid_blocks(1, (p.batch * p.L + kRowDotRows - 1) / kRowDotRows, op), size_t(0), dot);
     }
-    if constexpr (std::is_same_v<C, float>)
-      if (mma::backward(args, run, op)) return;  // 16-bit heads of up to 64: tensor cores
+    if constexpr (std::is_same_v<C, float>) {
+      // 16-bit heads of up to 64: tensor cores, dq reading the dropout flags dkdv drew.
+      Tensor bits;
+      if (p.dropout && mma::takes(args)) {
+        const int64_t tiles = ((p.L + mma::kRows - 1) / mma::kRows) *
+                              ((p.S + mma::kRows - 1) / mma::kRows);
+        bits = make_tensor({p.batch * tiles * mma::kKeepWords}, DType::Int32, lse.device());
+        args.keep_bits = static_cast<uint32_t*>(bits.impl()->data());
+      }
+      if (mma::backward(args, run, op)) return;
+    }
     const bool vec = vec_loadable(args.q, p.E) && vec_loadable(args.k, p.E) &&
                      vec_loadable(args.v, p.F) && vec_loadable(args.go, p.F);
     const int64_t key_blocks = grid_blocks(p.batch, (p.S + R - 1) / R, op);

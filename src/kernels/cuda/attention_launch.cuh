@@ -179,6 +179,10 @@ struct BackwardArgs {
   const C* d = nullptr;                           // [batch, L], contiguous
   OutRows<T> dq, dk, dv;  // [batch, L, E], [batch, S, E], [batch, S, F]
   Problem<C> p;
+  // Dropout's keep flags of each (query tile, key tile) the tensor-core dkdv kernel drew, as
+  // bits (attention_mma_bwd.cuh), for the dq kernel after it to read rather than draw them
+  // again; null: each kernel draws its own.
+  uint32_t* keep_bits = nullptr;
 };
 
 // Blocks of a grid over `batch` entries times `tiles` tiles; gridDim.x holds up to INT_MAX.

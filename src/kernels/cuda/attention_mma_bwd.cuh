@@ -10,7 +10,9 @@
 //   dP^T = V dO^T in registers, turns them into (P Z)^T and dS^T, and uses those, rounded to 16
 //   bits, as the A operands of its dV and dK products.
 // - dq: a block a (batch entry, tile of 64 queries), each warp 16 queries whose Q and dO rows it
-//   keeps. K and V stream; a warp computes S and dP, turns them into dS and adds dS K.
+//   keeps. K and V stream; a warp computes S and dP, turns them into dS and adds dS K. Under
+//   dropout it reads each tile's keep flags as the bits dkdv stored for it (BackwardArgs::
+//   keep_bits) rather than drawing them from Philox again.
 // Shared memory: four 64 x 72 tiles (the resident pair, then the streamed pair double-buffered)
 // and 64 x 64 dropout bytes (dkdv also lse and D of 64 rows, twice): 41 KiB; dkdv two more
 // tiles for its resident K and V: 59 KiB.
@@ -36,6 +38,28 @@ struct BackwardSmem {
   template <class T>
   static constexpr size_t dkdv_bytes = bytes<T> + 2 * size_t(kTile) * sizeof(T);
 };
+
+// The keep flags of a 64 x 64 tile as bits: kThreads words, bit i of word t the flag of byte
+// t + kThreads i of the tile's row-major bytes (so that a warp's lanes read and write adjacent
+// bytes). tile_bits gives the words of (batch entry b, query tile qi, key tile kj).
+constexpr int kKeepWords = kRows * kRows / 32;
+static_assert(kKeepWords == kThreads, "a word a thread");
+EMBER_ATTN_DEVICE uint32_t* tile_bits(uint32_t* bits, const Problem<float>& p, int64_t b,
+                                      int64_t qi, int64_t kj) {
+  const int64_t qt = (p.L + kRows - 1) / kRows, kt = (p.S + kRows - 1) / kRows;
+  return bits + ((b * qt + qi) * kt + kj) * kKeepWords;
+}
+EMBER_ATTN_DEVICE void store_keep_bits(uint32_t* words, const unsigned char* keep) {
+  const int t = thread_index();
+  uint32_t w = 0;
+  for (int i = 0; i < 32; ++i) w |= uint32_t(keep[t + kThreads * i] != 0) << i;
+  words[t] = w;
+}
+EMBER_ATTN_DEVICE void load_keep_bits(unsigned char* keep, const uint32_t* words) {
+  const int t = thread_index();
+  const uint32_t w = words[t];
+  for (int i = 0; i < 32; ++i) keep[t + kThreads * i] = (w >> i) & 1u;
+}
 
 // (P Z, dS) of a score s (already times scale * log2(e)) and dP entry dp of a query row with
 // lse2 = lse * log2(e) (-inf: the row saw no key, every p is 0) and D entry d.
@@ -95,6 +119,8 @@ EMBER_ATTN_MMA_KERNEL void attention_dkdv_kernel(BackwardArgs<T, float> a) {
     if (p.dropout) {
       dropout_tile(keep, p, b, r0, rows, c0, cols);
       sync_block();
+      if (a.keep_bits)  // for the dq kernel: the same tile's flags
+        store_keep_bits(tile_bits(a.keep_bits, p, b, r0 / kRows, c0 / kRows), keep);
     }
 
     // A whole tile whose every query sees every key of this block needs no mask.
@@ -167,8 +193,11 @@ EMBER_ATTN_MMA_KERNEL void attention_dq_kernel(BackwardArgs<T, float> a) {
     sync_block();  // tile j is in; every warp is done with tile j - 1 (or the Q, dO fragments)
     if (c0 + kRows < c_end) load_kv(c0 + kRows, 1 - buf);
     async_commit();
-    if (p.dropout) {
-      dropout_tile(keep, p, b, r0, rows, c0, cols);
+    if (p.dropout) {  // the flags dkdv drew for this tile, or drawn here
+      if (a.keep_bits)
+        load_keep_bits(keep, tile_bits(a.keep_bits, p, b, r0 / kRows, c0 / kRows));
+      else
+        dropout_tile(keep, p, b, r0, rows, c0, cols);
       sync_block();
     }
 
