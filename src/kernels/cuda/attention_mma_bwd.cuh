@@ -143,6 +143,7 @@ EMBER_ATTN_MMA_KERNEL void attention_dkdv_kernel(BackwardArgs<T, float> a) {
     mma_pv<T>(dv, st, gob, lane);
     mma_pv<T>(dk, dpt, qb, lane);
   }
+  async_wait();  // a block no query tile sees never waited for its K and V copies
 
   store_rows(a.dk.at(b, c0), dk, warp, lane, cols, p.E, p.scale, a.dk.row_stride);
   store_rows(a.dv.at(b, c0), dv, warp, lane, cols, p.F, 1.f, a.dv.row_stride);
