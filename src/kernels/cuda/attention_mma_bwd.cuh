@@ -5,26 +5,27 @@
 //   dV = (P Z)^T dO,  dS = P (dO V^T Z - D),  dK = scale dS^T Q,  dQ = scale dS K.
 // - dkdv: a block a (batch entry, tile of 64 keys), each warp 16 keys whose K and V rows stay
 //   in shared memory (their A fragments read as each product uses them, so that the dK and dV
-//   accumulators and the two score blocks fit in registers). Q, dO, lse and D stream through shared memory 64 queries at a time (from the
-//   first tile the causal mask does not hide entirely). A warp computes S^T = K Q^T and
-//   dP^T = V dO^T in registers, turns them into (P Z)^T and dS^T, and uses those, rounded to 16
-//   bits, as the A operands of its dV and dK products.
-// - dq: a block a (batch entry, tile of 64 queries), each warp 16 queries whose Q and dO rows it
-//   keeps. K and V stream; a warp computes S and dP, turns them into dS and adds dS K. Under
-//   dropout it reads each tile's keep flags as the bits dkdv stored for it (BackwardArgs::
-//   keep_bits) rather than drawing them from Philox again.
-// Shared memory: four 64 x 72 tiles (the resident pair, then the streamed pair double-buffered)
-// and 64 x 64 dropout bytes (dkdv also lse and D of 64 rows, twice): 41 KiB; dkdv two more
-// tiles for its resident K and V: 59 KiB.
+//   accumulators and the two score blocks fit in registers). Q, dO, lse and D stream through
+//   shared memory 64 queries at a time (from the first tile the causal mask does not hide
+//   entirely). A warp computes S^T = K Q^T and dP^T = V dO^T in registers, turns them into
+//   (P Z)^T and dS^T, and uses those, rounded to 16 bits, as the A operands of its dV and dK
+//   products.
+// - dq: a block a (batch entry, tile of 64 queries), each warp 16 queries whose Q and dO rows
+//   stay in shared memory (fragments read as each product uses them). K and V stream; a warp
+//   computes S and dP, turns them into dS and adds dS K. Under dropout it reads each tile's
+//   keep flags as the bits dkdv stored for it (BackwardArgs::keep_bits) rather than drawing
+//   them from Philox again.
+// Shared memory: the streamed pair's four 64 x 72 tiles (double-buffered), 64 x 64 dropout
+// bytes (dkdv also lse and D of 64 rows, twice), then the resident pair's two tiles: 59 KiB.
 #pragma once
 #include "kernels/cuda/attention_launch.cuh"
 #include "kernels/cuda/attention_mma.cuh"
 
 namespace ember::cuda::attn::mma {
 
-// Two x and two y tiles (the resident operands' first, then the streamed ones double-
-// buffered: the next tile loads while the current one is used), then (dkdv) two buffers of
-// lse * log2(e) and D of 64 query rows as floats, then the dropout bytes.
+// Two x and two y tiles (the streamed operands, double-buffered: the next tile loads while the
+// current one is used), then (dkdv) two buffers of lse * log2(e) and D of 64 query rows as
+// floats, then the dropout bytes, then the resident pair (resident_bytes).
 struct BackwardSmem {
   static constexpr int x = 0, y = x + 2 * kTile, end = y + 2 * kTile;
   template <class T>
@@ -33,10 +34,11 @@ struct BackwardSmem {
   static constexpr size_t keep = stats<T> + 4 * kRows * sizeof(float);
   template <class T>
   static constexpr size_t bytes = keep<T> + size_t(kRows * kRows);
-  // dkdv keeps its K and V tiles after these, its warps reading their fragments each query
-  // tile rather than holding them in registers.
+  // Both kernels keep their resident pair of tiles (dkdv K and V, dq Q and dO) after these,
+  // their warps reading the fragments for each streamed tile rather than holding them in
+  // registers.
   template <class T>
-  static constexpr size_t dkdv_bytes = bytes<T> + 2 * size_t(kTile) * sizeof(T);
+  static constexpr size_t resident_bytes = bytes<T> + 2 * size_t(kTile) * sizeof(T);
 };
 
 // The keep flags of a 64 x 64 tile as bits: kThreads words, bit i of word t the flag of byte
@@ -168,15 +170,12 @@ EMBER_ATTN_MMA_KERNEL void attention_dq_kernel(BackwardArgs<T, float> a) {
     load_tile(xs + buf * kTile, a.k.rows_of(b, c0), a.k.row_stride, cols, p.E);
     load_tile(ys + buf * kTile, a.v.rows_of(b, c0), a.v.row_stride, cols, p.F);
   };
-  load_tile(xs + kTile, a.q.rows_of(b, r0), a.q.row_stride, rows, p.E);
-  load_tile(ys + kTile, a.go.rows_of(b, r0), a.go.row_stride, rows, p.F);
+  T* qs = reinterpret_cast<T*>(base + BackwardSmem::bytes<T>);  // resident Q, then dO
+  T* gos = qs + kTile;
+  load_tile(qs, a.q.rows_of(b, r0), a.q.row_stride, rows, p.E);
+  load_tile(gos, a.go.rows_of(b, r0), a.go.row_stride, rows, p.F);
   if (c_end > 0) load_kv(0, 0);
   async_commit();
-  async_wait();
-  sync_block();
-  uint32_t qf[kHead / 16][4], gof[kHead / 16][4];
-  load_a(qf, xs + kTile, warp, lane);
-  load_a(gof, ys + kTile, warp, lane);
   float lse2[2], d[2];
   EMBER_UNROLL
   for (int h = 0; h < 2; ++h) {
@@ -191,7 +190,7 @@ EMBER_ATTN_MMA_KERNEL void attention_dq_kernel(BackwardArgs<T, float> a) {
     const int buf = int(j % 2);
     const T *kb = xs + buf * kTile, *vb = ys + buf * kTile;
     async_wait();
-    sync_block();  // tile j is in; every warp is done with tile j - 1 (or the Q, dO fragments)
+    sync_block();  // tile j is in (Q and dO too); every warp is done with tile j - 1
     if (c0 + kRows < c_end) load_kv(c0 + kRows, 1 - buf);
     async_commit();
     if (p.dropout) {  // the flags dkdv drew for this tile, or drawn here
@@ -204,8 +203,8 @@ EMBER_ATTN_MMA_KERNEL void attention_dq_kernel(BackwardArgs<T, float> a) {
 
     const bool full = rows == kRows && cols == kRows && !(p.causal && c0 + kRows - 1 > r0);
     float s[8][4] = {}, dp[8][4] = {};
-    mma_abt<T>(s, qf, kb, lane);
-    mma_abt<T>(dp, gof, vb, lane);
+    mma_abt_shared<T>(s, qs, kb, warp, lane);
+    mma_abt_shared<T>(dp, gos, vb, warp, lane);
     EMBER_UNROLL
     for (int n = 0; n < 8; ++n) {
       EMBER_UNROLL
@@ -219,6 +218,7 @@ EMBER_ATTN_MMA_KERNEL void attention_dq_kernel(BackwardArgs<T, float> a) {
     }
     mma_pv<T>(dq, s, kb, lane);
   }
+  async_wait();  // a block that sees no key tile never waited for its Q and dO copies
   store_rows(a.dq.at(b, r0), dq, warp, lane, rows, p.E, p.scale, a.dq.row_stride);
 }
 
@@ -238,9 +238,9 @@ bool backward(const BackwardArgs<T, float>& args, Runner&& run, const char* op) 
     const int64_t key_blocks = grid_blocks(p.batch, (p.S + kRows - 1) / kRows, op);
     const int64_t query_blocks = grid_blocks(p.batch, (p.L + kRows - 1) / kRows, op);
     if (key_blocks > 0)
-      run(&attention_dkdv_kernel<T>, key_blocks, BackwardSmem::dkdv_bytes<T>, args, kThreads);
+      run(&attention_dkdv_kernel<T>, key_blocks, BackwardSmem::resident_bytes<T>, args, kThreads);
     if (query_blocks > 0)
-      run(&attention_dq_kernel<T>, query_blocks, BackwardSmem::bytes<T>, args, kThreads);
+      run(&attention_dq_kernel<T>, query_blocks, BackwardSmem::resident_bytes<T>, args, kThreads);
   }
   return true;
 }
