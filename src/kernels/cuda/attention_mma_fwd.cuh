@@ -1,7 +1,8 @@
 // The tensor-core attention forward (FlashAttention-2's loop on mma.sync; attention_mma.cuh
 // says how tiles and fragments are laid out) for float16 and bfloat16 heads of up to 64. A
-// block takes one batch entry and a tile of 64 query rows, the last tiles first; each warp keeps
-// the A fragments of its 16 rows of Q in registers. K and V stream through shared memory 64
+// block takes one batch entry and a tile of 64 query rows, the last tiles first; Q stays in
+// shared memory, each warp reading its 16 rows' A fragments as each product uses them (128
+// registers: four blocks a multiprocessor). K and V stream through shared memory 64
 // keys at a time, double-buffered: the next tile's asynchronous copies run while the current
 // one is used (tiles the causal mask hides entirely are skipped). Per key tile a warp
 // computes its 16 x 64 scores in registers, masks them and keeps the online softmax in the
@@ -10,30 +11,29 @@
 // (times the dropout factor) become, rounded to 16 bits, the A operand of P V without leaving
 // registers. At the end out = acc / l and lse = (m + log2(l)) ln 2; a row that saw no key gets
 // out 0 and lse -inf, as the float kernel (attention_fwd.cuh).
-// Shared memory: a Q tile, two K and two V tiles (64 x 72 each): 45 KiB, under the 48 KiB a
-// launch gets without opting in. The 64 x 64 dropout bytes reuse the Q tile, which is only read
-// before the loop (into registers).
+// Shared memory: a Q tile, two K and two V tiles (64 x 72 each) and the 64 x 64 dropout bytes:
+// 49 KiB (the launch opts in past 48).
 #pragma once
 #include "kernels/cuda/attention_launch.cuh"
 #include "kernels/cuda/attention_mma.cuh"
 
 namespace ember::cuda::attn::mma {
 
-// Q (later the dropout bytes), then two K and two V tiles (the next tile loads while the
-// current one is used).
+// Q, then two K and two V tiles (the next tile loads while the current one is used), then the
+// dropout bytes.
 struct ForwardSmem {
   static constexpr int q = 0, k = q + kTile, v = k + 2 * kTile, end = v + 2 * kTile;
   template <class T>
-  static constexpr size_t bytes = size_t(end) * sizeof(T);
-  static_assert(kRows * kRows <= kTile * 2, "the dropout bytes fit in the Q tile");
+  static constexpr size_t keep = size_t(end) * sizeof(T);
+  template <class T>
+  static constexpr size_t bytes = keep<T> + size_t(kRows * kRows);
 };
 
 template <class T>
 EMBER_ATTN_MMA_KERNEL void attention_forward_kernel(ForwardArgs<T, float> a) {
   T* smem = reinterpret_cast<T*>(shared_memory());
   T *qs = smem + ForwardSmem::q, *ks = smem + ForwardSmem::k, *vs = smem + ForwardSmem::v;
-  // Written only after the loop's first barrier, when every warp holds its Q fragments.
-  unsigned char* keep = reinterpret_cast<unsigned char*>(qs);
+  unsigned char* keep = reinterpret_cast<unsigned char*>(smem) + ForwardSmem::keep<T>;
   const Problem<float> p = a.p.drawn();
   const int tid = thread_index(), warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const Tile at = tile_of(p.batch, p.L);
@@ -51,10 +51,6 @@ EMBER_ATTN_MMA_KERNEL void attention_forward_kernel(ForwardArgs<T, float> a) {
   load_tile(qs, a.q.rows_of(b, r0), a.q.row_stride, rows, p.E);
   if (c_end > 0) load_kv(0, 0);
   async_commit();
-  async_wait();
-  sync_block();
-  uint32_t qf[kHead / 16][4];
-  load_a(qf, qs, warp, lane);
 
   float acc[kHead / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
@@ -73,7 +69,7 @@ EMBER_ATTN_MMA_KERNEL void attention_forward_kernel(ForwardArgs<T, float> a) {
     // A whole tile every row of which sees every key needs no mask.
     const bool full = cols == kRows && !(p.causal && c0 + kRows - 1 > r0);
     float s[8][4] = {};
-    mma_abt<T>(s, qf, kb, lane);
+    mma_abt_shared<T>(s, qs, kb, warp, lane);
     EMBER_UNROLL
     for (int h = 0; h < 2; ++h) {
       const int r = warp * 16 + g + 8 * h;
@@ -114,6 +110,7 @@ EMBER_ATTN_MMA_KERNEL void attention_forward_kernel(ForwardArgs<T, float> a) {
     }
     mma_pv<T>(acc, s, vb, lane);
   }
+  async_wait();  // a block that sees no key tile never waited for its Q copies
 
   T* out = a.out.at(b, r0);
   EMBER_UNROLL
