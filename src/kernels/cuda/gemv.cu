@@ -4,7 +4,6 @@
 #include <cstdint>
 
 #include "kernels/cuda/gemv.h"
-#include "kernels/device_code.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/runtime.h"
 #include "kernels/gemm_bias.h"
@@ -52,10 +51,6 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
   }
   detail::use_device(device);
   const unsigned grid = unsigned(blocks(n, split));
-  // Resident blocks: three a multiprocessor for one row (the kernel's launch bounds), else
-  // taken as one (a prefetch further ahead is still read, a wave later).
-  const int64_t resident = int64_t(device_code::multiprocessors(device)) * (rows == 1 ? 3 : 1);
-  if (a.vectors && int64_t(grid) > 2 * resident) a.ahead = resident * (kWarps / split);
   cudaStream_t s = detail::stream(device);
   auto launch = [&]<class T>() {
     auto go = [&](void (*kernel)(Args)) {

@@ -38,10 +38,6 @@ struct Args {
   const void* ln_w = nullptr;
   const void* ln_b = nullptr;
   float ln_eps = 0;
-  // Columns a wave of resident blocks takes, where the launch takes several waves (a
-  // vocabulary's logits): each warp also asks L2 for the weight row `ahead` columns on, which
-  // a block of a later wave reads, so that wave's loads find it there. 0: no such prefetch.
-  int64_t ahead = 0;
 };
 
 // Warps a column: more where the columns alone would leave the GPU's 132 multiprocessors with
@@ -183,11 +179,8 @@ EMBER_ATTN_KERNEL_BLOCKS(M == 1 ? 3 : 1) void gemv_kernel(Args a) {
   const int64_t step = int64_t(32) * V * a.split, first = (int64_t(part) * 32 + lane) * V;
   // The column's weight row (no kernel writes it) asked of L2 before the wait, holding no
   // registers: under programmatic launch it streams in while the kernel before ends.
-  if (active && a.vectors && part == 0 && lane == 0) {
+  if (active && a.vectors && part == 0 && lane == 0)
     attn::prefetch_l2(wr, unsigned(a.K * int64_t(sizeof(T))));
-    if (a.ahead > 0 && n + a.ahead < a.N)
-      attn::prefetch_l2(wr + a.ahead * a.ldw, unsigned(a.K * int64_t(sizeof(T))));
-  }
   attn::wait_for_prior_grids();
   if constexpr (kLn && sizeof(T) == 2) {  // x is the layer_norm of a.x's rows, made here
     unsigned char* sh = attn::shared_memory() + kSharedBytes;
