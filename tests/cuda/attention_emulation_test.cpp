@@ -408,6 +408,29 @@ cuda::attn::CachedArgs cached_args(const Tensor& q, const Tensor& k, const Tenso
   return a;
 }
 
+// cached_attention's kernels on the emulator for `dtype`, over `rows` query rows: the split
+// kernel, then the join kernel where a has no counters.
+void run_cached(const cuda::attn::CachedArgs& a, DType dtype, int64_t rows) {
+  const bool wide = dtype == DType::Float64;
+  const Tensor ws = make_tensor({cuda::attn::cached_workspace(rows, a.S, a.F)},
+                                wide ? DType::Float64 : DType::Float32);
+  auto launch = [&]<class T>() {
+    using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    C* w = static_cast<C*>(ws.impl()->data());
+    emu::run_blocks(rows * a.splits, cuda::attn::kThreads, cuda::attn::cached_attention_smem<C>(),
+                    [&] { cuda::attn::cached_attention_split_kernel<T, C>(a, w); });
+    if (!a.counters)
+      emu::run_blocks(rows, cuda::attn::kThreads, cuda::attn::cached_join_smem<C>(),
+                      [&] { cuda::attn::cached_attention_join_kernel<T, C>(a, w); });
+  };
+  switch (dtype) {
+    case DType::Float32: launch.operator()<float>(); break;
+    case DType::Float64: launch.operator()<double>(); break;
+    case DType::Float16: launch.operator()<__half>(); break;
+    default: launch.operator()<__nv_bfloat16>();
+  }
+}
+
 // cached_attention's kernel against the CPU kernel: q [B, H, L, E] as the decode step passes it
 // (a transposed view of [B, L, H, E]) or 3-dim; positions at the caches' end, in their middle
 // (later slots hold values a row must not see), past them, and before them (no slot seen);
@@ -447,30 +470,12 @@ TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
     Tensor got = make_tensor(want.sizes(), c.dtype);
     cuda::attn::CachedArgs a = cached_args(q, k, v, pos, got);
     const int64_t rows = want.numel() / c.F;
-    const bool wide = c.dtype == DType::Float64;
-    const Tensor ws = make_tensor({cuda::attn::cached_workspace(rows, c.S, c.F)},
-                                  wide ? DType::Float64 : DType::Float32);
     // The row's last block joins it (counted in `counters`), or a second kernel does.
     for (const bool counted : {true, false}) {
       std::vector<int> counters(size_t(rows), 0);
       a.counters = counted ? counters.data() : nullptr;
       got.fill_(NAN);
-      auto launch = [&]<class T>() {
-        using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
-        C* w = static_cast<C*>(ws.impl()->data());
-        emu::run_blocks(rows * a.splits, cuda::attn::kThreads,
-                        cuda::attn::cached_attention_smem<C>(),
-                        [&] { cuda::attn::cached_attention_split_kernel<T, C>(a, w); });
-        if (!counted)
-          emu::run_blocks(rows, cuda::attn::kThreads, cuda::attn::cached_join_smem<C>(),
-                          [&] { cuda::attn::cached_attention_join_kernel<T, C>(a, w); });
-      };
-      switch (c.dtype) {
-        case DType::Float32: launch.operator()<float>(); break;
-        case DType::Float64: launch.operator()<double>(); break;
-        case DType::Float16: launch.operator()<__half>(); break;
-        default: launch.operator()<__nv_bfloat16>();
-      }
+      run_cached(a, c.dtype, rows);
       const std::string how = what + (counted ? " (joined by the last block)" : " (join kernel)");
       EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << how;
       if (c.pos < 0) {
@@ -530,21 +535,7 @@ TEST(AttentionEmulation, CachedAttentionWritesTheAppendedSlots) {
     const int64_t rows = want.numel() / c.E;
     std::vector<int> counters(size_t(rows), 0);
     a.counters = counters.data();
-    const bool wide = c.dtype == DType::Float64;
-    const Tensor ws = make_tensor({cuda::attn::cached_workspace(rows, c.S, c.E)},
-                                  wide ? DType::Float64 : DType::Float32);
-    auto launch = [&]<class T>() {
-      using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
-      C* w = static_cast<C*>(ws.impl()->data());
-      emu::run_blocks(rows * a.splits, cuda::attn::kThreads,
-                      cuda::attn::cached_attention_smem<C>(),
-                      [&] { cuda::attn::cached_attention_split_kernel<T, C>(a, w); });
-    };
-    switch (c.dtype) {
-      case DType::Float32: launch.operator()<float>(); break;
-      case DType::Float64: launch.operator()<double>(); break;
-      default: launch.operator()<__nv_bfloat16>();
-    }
+    run_cached(a, c.dtype, rows);
     // The caches as the where writes them, bit for bit.
     EXPECT_EQ(k.to(DType::Float64).sub(k_want.to(DType::Float64)).abs().amax().item(), 0.0)
         << what << ": the keys' cache";

@@ -150,44 +150,23 @@ EMBER_ATTN_DEVICE void load_tile(T* dst, const T* src, int64_t row_stride, int r
   }
 }
 
-// A fragments of the warp's 16 rows of a tile, over all kHead columns.
-EMBER_ATTN_DEVICE void load_a(uint32_t (&a)[kHead / 16][4], const void* tile, int warp, int lane) {
-  const auto* t = static_cast<const unsigned char*>(tile);
-  EMBER_UNROLL
-  for (int kk = 0; kk < kHead / 16; ++kk)
-    ldsm_x4(a[kk], t + 2 * ((warp * 16 + lane % 16) * kLd + kk * 16 + lane / 16 * 8));
-}
-
-// acc[n] += A x B^T over k step kk (16 columns of k) for the 64 rows n of a tile stored [n][k]
-// (k over kHead): n-tiles of 8; a is A's fragment of that step.
+// acc[n] += A x B^T for A the warp's 16 rows of a_tile and the 64 rows n of `tile`, both in
+// shared memory stored [row][k] (k over kHead): n-tiles of 8. Each k step's A fragment is read
+// just before its use, so only 4 of its registers are held (the accumulators take the rest).
 template <class T>
-EMBER_ATTN_DEVICE void mma_abt_step(float (&acc)[8][4], const uint32_t (&a)[4], const T* tile,
-                                    int kk, int lane) {
-  EMBER_UNROLL
-  for (int n2 = 0; n2 < 4; ++n2) {
-    uint32_t b[4];
-    ldsm_x4(b, tile + (n2 * 16 + lane / 16 * 8 + lane % 8) * kLd + kk * 16 + (lane / 8) % 2 * 8);
-    mma_16816<T>(acc[2 * n2], a, b[0], b[1]);
-    mma_16816<T>(acc[2 * n2 + 1], a, b[2], b[3]);
-  }
-}
-// acc[n] += A x B^T for the 64 rows n of a tile stored [n][k] (k over kHead): n-tiles of 8.
-template <class T>
-EMBER_ATTN_DEVICE void mma_abt(float (&acc)[8][4], const uint32_t (&a)[kHead / 16][4],
-                               const T* tile, int lane) {
-  EMBER_UNROLL
-  for (int kk = 0; kk < kHead / 16; ++kk) mma_abt_step<T>(acc, a[kk], tile, kk, lane);
-}
-// As mma_abt, with A the warp's 16 rows of a_tile in shared memory, each step's fragment read
-// just before its use: 4 registers held, not 16.
-template <class T>
-EMBER_ATTN_DEVICE void mma_abt_shared(float (&acc)[8][4], const T* a_tile, const T* tile,
-                                      int warp, int lane) {
+EMBER_ATTN_DEVICE void mma_abt(float (&acc)[8][4], const T* a_tile, const T* tile, int warp,
+                               int lane) {
   EMBER_UNROLL
   for (int kk = 0; kk < kHead / 16; ++kk) {
     uint32_t a[4];
     ldsm_x4(a, a_tile + (warp * 16 + lane % 16) * kLd + kk * 16 + lane / 16 * 8);
-    mma_abt_step<T>(acc, a, tile, kk, lane);
+    EMBER_UNROLL
+    for (int n2 = 0; n2 < 4; ++n2) {
+      uint32_t b[4];
+      ldsm_x4(b, tile + (n2 * 16 + lane / 16 * 8 + lane % 8) * kLd + kk * 16 + (lane / 8) % 2 * 8);
+      mma_16816<T>(acc[2 * n2], a, b[0], b[1]);
+      mma_16816<T>(acc[2 * n2 + 1], a, b[2], b[3]);
+    }
   }
 }
 

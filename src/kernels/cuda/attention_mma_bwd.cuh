@@ -128,8 +128,8 @@ EMBER_ATTN_MMA_KERNEL void attention_dkdv_kernel(BackwardArgs<T, float> a) {
     // A whole tile whose every query sees every key of this block needs no mask.
     const bool full = rows == kRows && cols == kRows && !(p.causal && c0 + kRows - 1 > r0);
     float st[8][4] = {}, dpt[8][4] = {};
-    mma_abt_shared<T>(st, ks, qb, warp, lane);
-    mma_abt_shared<T>(dpt, vs, gob, warp, lane);
+    mma_abt<T>(st, ks, qb, warp, lane);
+    mma_abt<T>(dpt, vs, gob, warp, lane);
     EMBER_UNROLL
     for (int n = 0; n < 8; ++n) {
       EMBER_UNROLL
@@ -203,8 +203,8 @@ EMBER_ATTN_MMA_KERNEL void attention_dq_kernel(BackwardArgs<T, float> a) {
 
     const bool full = rows == kRows && cols == kRows && !(p.causal && c0 + kRows - 1 > r0);
     float s[8][4] = {}, dp[8][4] = {};
-    mma_abt_shared<T>(s, qs, kb, warp, lane);
-    mma_abt_shared<T>(dp, gos, vb, warp, lane);
+    mma_abt<T>(s, qs, kb, warp, lane);
+    mma_abt<T>(dp, gos, vb, warp, lane);
     EMBER_UNROLL
     for (int n = 0; n < 8; ++n) {
       EMBER_UNROLL

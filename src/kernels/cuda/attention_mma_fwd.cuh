@@ -69,7 +69,7 @@ EMBER_ATTN_MMA_KERNEL void attention_forward_kernel(ForwardArgs<T, float> a) {
     // A whole tile every row of which sees every key needs no mask.
     const bool full = cols == kRows && !(p.causal && c0 + kRows - 1 > r0);
     float s[8][4] = {};
-    mma_abt_shared<T>(s, qs, kb, warp, lane);
+    mma_abt<T>(s, qs, kb, warp, lane);
     EMBER_UNROLL
     for (int h = 0; h < 2; ++h) {
       const int r = warp * 16 + g + 8 * h;

@@ -105,6 +105,10 @@ EMBER_ATTN_DEVICE int64_t cached_visible(const CachedArgs& a, int64_t i) {
 EMBER_ATTN_DEVICE int64_t cached_taking_part(int64_t n) {
   return n > 0 ? (n + kChunk - 1) / kChunk : 1;
 }
+// The visible slots of the split starting at slot j0, for a row that sees n.
+EMBER_ATTN_DEVICE int64_t cached_in_split(int64_t n, int64_t j0) {
+  return n - j0 < 0 ? 0 : n - j0 < kChunk ? n - j0 : kChunk;
+}
 
 // Threads over an output row's columns in groups: thread g * fw + c takes column f0 + c for
 // group g, fw = min(F, kThreads) columns a pass, kThreads / fw groups.
@@ -235,7 +239,7 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
   C* wsr = ws + (r * splits + s) * (a.F + 2);
   {  // the split's visible cache rows asked of L2 before the wait (a hint: pos may be stale)
     const int64_t j0 = s * kChunk, n = cached_visible(a, i);
-    const int64_t rows = n - j0 < 0 ? 0 : n - j0 < kChunk ? n - j0 : kChunk;
+    const int64_t rows = cached_in_split(n, j0);
     const T* kr = static_cast<const T*>(a.k) + (b * a.S + j0) * a.E;
     const T* vr = static_cast<const T*>(a.v) + (b * a.S + j0) * a.F;
     const int64_t kb = rows * a.E * int64_t(sizeof(T)), vb = rows * a.F * int64_t(sizeof(T));
@@ -251,7 +255,7 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
   const int64_t j0 = s * kChunk, jj = tid / kThreadsPerSlot, p = tid % kThreadsPerSlot;
   const bool put = a.put && j0 + jj < a.S && a.put[j0 + jj] != 0;
   const int64_t n = cached_visible(a, i);
-  const int64_t cnt = n - j0 < 0 ? 0 : n - j0 < kChunk ? n - j0 : kChunk;
+  const int64_t cnt = cached_in_split(n, j0);
   const T* kn = nullptr;
   const T* vn = nullptr;
   if (a.put) {
