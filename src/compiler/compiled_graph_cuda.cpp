@@ -125,6 +125,10 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   bias_fold_of_node_.assign(g_->nodes().size(), -1);
   for (size_t f = 0; f < bias_folds_.size(); ++f)
     bias_fold_of_node_[size_t(bias_folds_[f].node)] = int(f);
+  // No append folds until plan_append_folds finds them (it is not reached by a graph without
+  // fused groups, whose steps still look their nodes up here).
+  append_fold_of_node_.assign(g_->nodes().size(), -1);
+  append_fold_of_group_.assign(plan_.groups.size(), -1);
   // Groups run by a batched-casts step, a folded layer_norm_backward or a matmul's epilogue.
   auto batched = [&](int k) {
     for (const LayerNormFold& f : folds_)
