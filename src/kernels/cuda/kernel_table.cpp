@@ -9,6 +9,9 @@ KernelFn device_kernel(OpId op, Device device) {
   static const cuda::KernelTable table = [] {
     cuda::KernelTable t;
     cuda::register_pointwise(t);
+    cuda::register_pointwise_math(t);
+    cuda::register_pointwise_compare(t);
+    cuda::register_pointwise_cast(t);
     cuda::register_pointwise_attrs(t);
     cuda::register_reductions(t);
     cuda::register_softmax(t);

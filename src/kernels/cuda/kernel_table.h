@@ -11,7 +11,10 @@ struct KernelTable {
   KernelFn& operator[](OpId op) { return fns[size_t(op)]; }
 };
 
-void register_pointwise(KernelTable& t);
+void register_pointwise(KernelTable& t);          // pointwise.cu: arithmetic
+void register_pointwise_math(KernelTable& t);     // pointwise_math.cu: float math, activations
+void register_pointwise_compare(KernelTable& t);  // pointwise_compare.cu: comparisons, where
+void register_pointwise_cast(KernelTable& t);     // pointwise_cast.cu: cast, clone
 void register_pointwise_attrs(KernelTable& t);
 void register_reductions(KernelTable& t);
 void register_softmax(KernelTable& t);  // softmax.cu
