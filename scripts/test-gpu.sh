@@ -3,7 +3,8 @@
 # with an NVIDIA GPU. Usage: scripts/test-gpu.sh [gtest filter]. With OUT set, the report goes
 # to $OUT/gpu-tests.json; with EMBER_MEMCHECK=1 the CUDA tests run again under memcheck;
 # TARGETS=ember-tests builds the test binary alone (a shorter build on a fresh machine). No GPU
-# (or no CUDA toolkit) is a failure here, never a pass.
+# (or no CUDA toolkit) is a failure here, never a pass. A test that crashes is named on stderr with
+# a backtrace (tests/support/main.cpp), also under --gtest_brief.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu-build.sh
