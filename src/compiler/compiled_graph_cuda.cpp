@@ -125,8 +125,8 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   bias_fold_of_node_.assign(g_->nodes().size(), -1);
   for (size_t f = 0; f < bias_folds_.size(); ++f)
     bias_fold_of_node_[size_t(bias_folds_[f].node)] = int(f);
-  // No append folds until plan_append_folds finds them (it is not reached by a graph without
-  // fused groups, whose steps still look their nodes up here).
+  // Filled by plan_append_folds; sized here, as a graph without fused groups never reaches it
+  // but its steps still look their nodes up.
   append_fold_of_node_.assign(g_->nodes().size(), -1);
   append_fold_of_group_.assign(plan_.groups.size(), -1);
   // Groups run by a batched-casts step, a folded layer_norm_backward or a matmul's epilogue.
@@ -437,9 +437,8 @@ bool CudaCompiledGraph::run_cross_entropy_grad(const CrossEntropyGradFold& f,
 }
 
 void CudaCompiledGraph::plan_append_folds() {
+  // The tables it fills were sized, all -1, with the other folds' (the constructor).
   std::vector<AppendFold> found = append_folds(*g_, plan_, write_into_, changes_only_);
-  append_fold_of_node_.assign(g_->nodes().size(), -1);
-  append_fold_of_group_.assign(plan_.groups.size(), -1);
   for (const AppendFold& a : found) {
     // The attention's step: what the writes read is read there now, and released after it.
     size_t at = 0;

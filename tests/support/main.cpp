@@ -2,7 +2,9 @@
 // segmentation fault, a bus error, an abort, a floating-point trap) writes the running test's
 // name and the native backtrace to stderr before the process dies as it would have, so a crash
 // in a run with --gtest_brief (whose output is buffered when it goes to a file) still names its
-// test. The handler uses only async-signal-safe calls on storage set before the test runs.
+// test. The handler writes with write(2) from storage set before the test runs; backtrace() is
+// not async-signal-safe by the standard, but with its unwinder loaded before any test (main) it
+// allocates nothing, which is what a handler in a dying process needs.
 #include <execinfo.h>
 #include <gtest/gtest.h>
 #include <signal.h>
