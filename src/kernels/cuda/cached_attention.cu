@@ -31,6 +31,7 @@ void launch(attn::CachedArgs& a, DType dtype, int64_t rows, Device device, const
     // A row's last block joins it, counted in the device's counters (one launch), where there
     // are enough of them; else a second kernel joins the rows.
     a.counters = rows <= detail::kCounters ? detail::counters(dev) : nullptr;
+    a.early = detail::early_dependents();
     detail::launch_after(attn::cached_attention_split_kernel<T, C>, dim3(unsigned(rows * splits)),
                          dim3(attn::kThreads), smem, detail::stream(dev), op, a, w);
     if (!a.counters) {

@@ -26,6 +26,7 @@ struct CachedArgs {
   int64_t B1 = 1, L = 1, E = 1, S = 0, F = 1;
   int64_t splits = 1;      // cached_splits(S)
   int* counters = nullptr;  // one a row, zero at rest: the last split's block joins the row
+  bool early = false;       // the next kernel may launch as the blocks start (launch.cuh)
   int64_t qs0 = 0, qs1 = 0, qs2 = 0, qs3 = 1;
   double scale = 1;
   // Keys and values appended first (a decode step's cache write joined to its attention):
@@ -237,6 +238,7 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
   const int64_t splits = a.splits, r = block_index() / splits, s = block_index() % splits,
                 b = r / a.L, i = r % a.L;
   C* wsr = ws + (r * splits + s) * (a.F + 2);
+  if (a.early) allow_dependent_grids();  // its reads still wait for this grid's end
   {  // the split's visible cache rows asked of L2 before the wait (a hint: pos may be stale)
     const int64_t j0 = s * kChunk, n = cached_visible(a, i);
     const int64_t rows = cached_in_split(n, j0);
@@ -344,7 +346,7 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
       wsr[a.F + 1] = z;
     }
   }
-  allow_dependent_grids();  // the next kernel's blocks may start their setup
+  if (!a.early) allow_dependent_grids();  // the next kernel's blocks may start their setup
   if (!a.counters) return;  // the join kernel follows
   // The block's stores come before thread 0's fence (the barrier), and that fence before it
   // counts the block in: the block that makes the count the row's splits taking part sees

@@ -2,6 +2,7 @@
 #include "kernels/cuda/gemv.cuh"
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/launch.cuh"
@@ -9,6 +10,20 @@
 #include "kernels/gemm_bias.h"
 
 namespace ember::cuda::gemv {
+
+namespace {
+
+// Which launches stage their weights in shared memory (Args::staged) where they fit:
+// EMBER_GEMV_STAGE=0 none, 1 those with the layer_norm in their blocks, 2 (the default) all.
+int staging() {
+  static const int mode = [] {
+    const char* v = std::getenv("EMBER_GEMV_STAGE");
+    return v && (v[0] == '0' || v[0] == '1') && v[1] == 0 ? v[0] - '0' : 2;
+  }();
+  return mode;
+}
+
+}  // namespace
 
 static_assert(kMaxRows == gemm_bias::kFewRows, "gemm_bias::rounds_product_first says which run here");
 
@@ -37,6 +52,7 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
   a.round_product = round_product;
   a.gelu = gelu;
   a.split = split;
+  a.early = detail::early_dependents();
   const int64_t v = 16 / int64_t(dtype_size(dt));
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   // The layer-normalized rows lie in shared memory, 16-byte aligned, k apart.
@@ -49,6 +65,8 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
     a.ln_eps = ln_eps;
     smem += layer_norm_shared_bytes(rows, k, dtype_size(dt));
   }
+  a.staged = a.vectors && stages_fit(k, split, dtype_size(dt)) && staging() >= (ln ? 1 : 2);
+  if (a.staged) smem += kStagedBytes;
   detail::use_device(device);
   const unsigned grid = unsigned(blocks(n, split));
   cudaStream_t s = detail::stream(device);

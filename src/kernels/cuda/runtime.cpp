@@ -81,6 +81,14 @@ bool programmatic_launch() {
   return on;
 }
 
+bool early_dependents() {
+  static const bool on = [] {
+    const char* v = std::getenv("EMBER_PDL_EARLY");
+    return programmatic_launch() && !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
 cudaStream_t stream(int device) {
   return device_streams(device).streams[size_t(device)];
 }
