@@ -410,15 +410,19 @@ cuda::attn::CachedArgs cached_args(const Tensor& q, const Tensor& k, const Tenso
 }
 
 // cached_attention's kernels on the emulator for `dtype`, over `rows` query rows: the split
-// kernel, then the join kernel where a has no counters.
-void run_cached(const cuda::attn::CachedArgs& a, DType dtype, int64_t rows) {
+// kernel, then the join kernel where a has no counters. With stage_v, the values are staged in
+// shared memory where they fit, as a launch stages them (CachedArgs::v_staged).
+void run_cached(cuda::attn::CachedArgs a, DType dtype, int64_t rows, bool stage_v = true) {
   const bool wide = dtype == DType::Float64;
   const Tensor ws = make_tensor({cuda::attn::cached_workspace(rows, a.S, a.F)},
                                 wide ? DType::Float64 : DType::Float32);
   auto launch = [&]<class T>() {
     using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
     C* w = static_cast<C*>(ws.impl()->data());
-    emu::run_blocks(rows * a.splits, cuda::attn::kThreads, cuda::attn::cached_attention_smem<C>(),
+    a.v_staged = stage_v && cuda::attn::cached_v_stages(a.F, sizeof(T));
+    const size_t smem = cuda::attn::cached_attention_smem<C>() +
+                        (a.v_staged ? cuda::attn::cached_v_stage_bytes(a.F, sizeof(T)) : 0);
+    emu::run_blocks(rows * a.splits, cuda::attn::kThreads, smem,
                     [&] { cuda::attn::cached_attention_split_kernel<T, C>(a, w); });
     if (!a.counters)
       emu::run_blocks(rows, cuda::attn::kThreads, cuda::attn::cached_join_smem<C>(),
@@ -471,19 +475,29 @@ TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
     Tensor got = make_tensor(want.sizes(), c.dtype);
     cuda::attn::CachedArgs a = cached_args(q, k, v, pos, got);
     const int64_t rows = want.numel() / c.F;
-    // The row's last block joins it (counted in `counters`), or a second kernel does.
-    for (const bool counted : {true, false}) {
-      std::vector<int> counters(size_t(rows), 0);
-      a.counters = counted ? counters.data() : nullptr;
-      got.fill_(NAN);
-      run_cached(a, c.dtype, rows);
-      const std::string how = what + (counted ? " (joined by the last block)" : " (join kernel)");
-      EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << how;
-      if (c.pos < 0) {
-        EXPECT_EQ(got.abs().amax().item(), 0.0) << how;
+    // The row's last block joins it (counted in `counters`), or a second kernel does; the values
+    // staged in shared memory (where they fit) or read where they lie.
+    Tensor staged;
+    for (const bool counted : {true, false})
+      for (const bool stage_v : {true, false}) {
+        std::vector<int> counters(size_t(rows), 0);
+        a.counters = counted ? counters.data() : nullptr;
+        got.fill_(NAN);
+        run_cached(a, c.dtype, rows, stage_v);
+        const std::string how = what + (counted ? " (joined by the last block)" : " (join kernel)") +
+                                (stage_v ? "" : " (values not staged)");
+        EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << how;
+        if (c.pos < 0) {
+          EXPECT_EQ(got.abs().amax().item(), 0.0) << how;
+        }
+        EXPECT_EQ(counters, std::vector<int>(size_t(rows), 0)) << how << ": counters left at rest";
+        // Staged values are the same products summed in the same order: the same output.
+        if (stage_v) {
+          staged = got.to(DType::Float64);
+        } else if (c.pos >= 0) {
+          EXPECT_EQ(got.to(DType::Float64).sub(staged).abs().amax().item(), 0.0) << how;
+        }
       }
-      EXPECT_EQ(counters, std::vector<int>(size_t(rows), 0)) << how << ": counters left at rest";
-    }
   }
 }
 

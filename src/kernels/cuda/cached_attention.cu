@@ -2,6 +2,10 @@
 // a block for each query row and split of the cache, the last of a row's blocks joining its
 // splits. One kernel for what the ops take five (the scores' gemm, scale, mask, softmax, the
 // values' gemm): a decode step's attention over a cache written in place.
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
 #include "core/make_tensor.h"
 #include "kernels/cached_attention_append.h"
 #include "kernels/cuda/cached_attention.cuh"
@@ -12,6 +16,16 @@
 namespace ember::cuda {
 
 namespace {
+
+// Whether cached_attention stages its value rows in shared memory where they fit
+// (CachedArgs::v_staged): unless EMBER_ATTN_V_STAGE=0 (read once).
+bool value_staging() {
+  static const bool on = [] {
+    const char* v = std::getenv("EMBER_ATTN_V_STAGE");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
 
 // Launches the split kernel (and the join kernel where the device has too few counters) over
 // a's operands, its q, caches and output already set: out has `rows` query rows.
@@ -26,7 +40,11 @@ void launch(attn::CachedArgs& a, DType dtype, int64_t rows, Device device, const
                                 wide ? DType::Float64 : DType::Float32, device);
   visit<Kinds::Float>(dtype, op, [&]<class T>() {
     using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    const size_t smem = attn::cached_attention_smem<C>();  // under 3 KB, whatever the head
+    // Under 3 KB, whatever the head, and the staged values' 8 KB for a 16-bit head of 64.
+    a.v_staged = attn::cached_v_stages(a.F, sizeof(T)) &&
+                 reinterpret_cast<uintptr_t>(a.v) % 16 == 0 && value_staging();
+    const size_t smem = attn::cached_attention_smem<C>() +
+                        (a.v_staged ? attn::cached_v_stage_bytes(a.F, sizeof(T)) : 0);
     C* w = static_cast<C*>(ws.impl()->data());
     // A row's last block joins it, counted in the device's counters (one launch), where there
     // are enough of them; else a second kernel joins the rows.

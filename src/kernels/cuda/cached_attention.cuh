@@ -11,6 +11,7 @@
 // runs it on the host too (tests/cuda/attention_emulation_test.cpp).
 #pragma once
 #include "ember/tensor.h"
+#include "kernels/cuda/attention_mma.cuh"  // copy16_async
 #include "kernels/cuda/attention_tiles.cuh"
 
 namespace ember::cuda::attn {
@@ -27,6 +28,10 @@ struct CachedArgs {
   int64_t splits = 1;      // cached_splits(S)
   int* counters = nullptr;  // one a row, zero at rest: the last split's block joins the row
   bool early = false;       // the next kernel may launch as the blocks start (launch.cuh)
+  // The split's visible value rows copied into shared memory (cp.async, no registers held)
+  // with the keys' loads, so that the values cost no round of memory latency of their own after
+  // the softmax; where a split's rows fit (cached_v_stages) and v is 16-byte aligned.
+  bool v_staged = false;
   int64_t qs0 = 0, qs1 = 0, qs2 = 0, qs3 = 1;
   double scale = 1;
   // Keys and values appended first (a decode step's cache write joined to its attention):
@@ -77,6 +82,16 @@ inline int64_t cached_workspace(int64_t rows, int64_t S, int64_t F) {
 template <class C>
 inline size_t cached_attention_smem() {
   return size_t(2 * kChunk + kThreads + 32) * sizeof(C);
+}
+
+// Whether a split's value rows (F elements of t_size bytes each) are staged in shared memory:
+// whole 16-byte pieces, at most 16 KB a block (a head of 64 in 16 bits takes 8 KB).
+inline bool cached_v_stages(int64_t F, size_t t_size) {
+  return (F * int64_t(t_size)) % 16 == 0 && kChunk * F * int64_t(t_size) <= 16384;
+}
+// What staging adds to the first kernel's shared memory, after cached_attention_smem's.
+inline size_t cached_v_stage_bytes(int64_t F, size_t t_size) {
+  return size_t(kChunk * F) * t_size;
 }
 
 // v over the block (max when `max`, else the sum); every thread gets it. `red` holds 32 values.
@@ -276,6 +291,18 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
   } else {  // the same branch for the whole block, so its barriers stay together
     const T* qr =
         static_cast<const T*>(a.q) + (b / a.B1) * a.qs0 + (b % a.B1) * a.qs1 + i * a.qs2;
+    T* vb = static_cast<T*>(const_cast<void*>(a.v)) + (b * a.S + j0) * a.F;
+    // Staged: the split's visible value rows (one contiguous run) into shared memory after the
+    // reductions' space, asked for before the keys' loads (an appended slot's cache row comes
+    // too, and v_new's replaces it below). They land by the barrier after the scores.
+    T* vs = reinterpret_cast<T*>(red + 32);  // at cached_attention_smem<C>()
+    if (a.v_staged) {
+      const int64_t pieces = cnt * a.F * int64_t(sizeof(T)) / 16;
+      for (int64_t h = tid; h < pieces; h += kThreads)
+        copy16_async(reinterpret_cast<unsigned char*>(vs) + h * 16,
+                     reinterpret_cast<const unsigned char*>(vb) + h * 16);
+      async_commit();
+    }
     {
       C acc = 0;
       if (jj < cnt) {
@@ -306,6 +333,7 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
       for (int m = 1; m < kThreadsPerSlot; m <<= 1) acc += shfl_xor(acc, m);
       if (p == 0 && jj < cnt) w[jj] = acc * C(a.scale);
     }
+    if (a.v_staged) async_wait();  // this thread's copies, seen by all after the barrier
     sync_block();
     C mx = tid < cnt ? w[tid] : w[0];
     mx = cached_block_reduce(mx, red, true);
@@ -315,7 +343,6 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
       w[tid] = z;
     }
     z = cached_block_reduce(z, red, false);  // its barriers order the w[] writes before the reads
-    T* vb = static_cast<T*>(const_cast<void*>(a.v)) + (b * a.S + j0) * a.F;
     const ColumnGroups cg = column_groups(a.F);
     const int64_t fw = cg.fw, groups = cg.groups, g = cg.g, c = cg.c;
     for (int64_t f0 = 0; f0 < a.F; f0 += fw) {
@@ -329,7 +356,10 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
           for (int u = 0; u < kRegs; ++u) {
             const int64_t j = jb + u * groups;
             fresh[u] = j < cnt && mark[j] != C(0);
-            vv[u] = j >= cnt ? narrow<T>(C(0)) : fresh[u] ? vn[f * a.vn3] : vb[j * a.F + f];
+            vv[u] = j >= cnt    ? narrow<T>(C(0))
+                    : fresh[u]  ? vn[f * a.vn3]
+                    : a.v_staged ? vs[j * a.F + f]
+                                 : vb[j * a.F + f];
           }
           EMBER_UNROLL
           for (int u = 0; u < kRegs; ++u) {
