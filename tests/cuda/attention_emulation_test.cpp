@@ -566,13 +566,6 @@ TEST(AttentionEmulation, NoKeysGiveZeroOutputAndMinusInfinity) {
   check({{2}, 5, 0, 4, 3, true, 0.5, DType::Float64});
 }
 
-// Whether two contiguous tensors of one dtype and shape hold the same bytes.
-bool same_bits(const Tensor& x, const Tensor& y) {
-  return x.dtype() == y.dtype() && x.sizes() == y.sizes() && x.is_contiguous() &&
-         y.is_contiguous() &&
-         std::memcmp(x.impl()->data(), y.impl()->data(), size_t(x.numel()) * dtype_size(x.dtype())) == 0;
-}
-
 // One block of the gemv kernel for a.M rows (with the layer_norm where a asks for it).
 template <class T, bool kLn = false>
 void gemv_block(const cuda::gemv::Args& a) {
@@ -587,36 +580,22 @@ void gemv_block(const cuda::gemv::Args& a) {
   }
 }
 
-// a's product in `got` by the emulated blocks, for one, two and four warps a column, each with
-// its weights staged in shared memory (where they fit) and not; `check(split, staged)` judges
-// each run, and a staged run must give the unstaged one's bits (the same products summed in the
-// same order). smem: the launch's shared memory without staging. Gives the staged runs.
+// a's product in `got` by the emulated blocks, for one, two and four warps a column, each run
+// judged by `check(split)`. smem: the launch's shared memory.
 template <class Check>
-int run_splits(cuda::gemv::Args a, DType dtype, size_t smem, Tensor& got, const Check& check) {
-  int staged_runs = 0;
-  for (const int split : {1, 2, 4})
-    for (const bool staged : {false, true}) {
-      if (staged && !(a.vectors && cuda::gemv::stages_fit(a.K, split, dtype_size(dtype))))
-        continue;
-      a.split = split;
-      a.staged = staged;
-      const Tensor plain = got.clone();  // the unstaged run's, when staged
-      got.fill_(NAN);
-      emu::run_blocks(cuda::gemv::blocks(a.N, split), cuda::attn::kThreads,
-                      smem + (staged ? cuda::gemv::kStagedBytes : 0), [&] {
-                        switch (dtype) {
-                          case DType::Float32: return gemv_block<float>(a);
-                          case DType::Float16: return gemv_block<__half>(a);
-                          default: return gemv_block<__nv_bfloat16>(a);
-                        }
-                      });
-      check(split, staged);
-      if (staged) {
-        EXPECT_TRUE(same_bits(got, plain)) << "split " << split << ": staged weights changed bits";
-        ++staged_runs;
+void run_splits(cuda::gemv::Args a, DType dtype, size_t smem, Tensor& got, const Check& check) {
+  for (const int split : {1, 2, 4}) {
+    a.split = split;
+    got.fill_(NAN);
+    emu::run_blocks(cuda::gemv::blocks(a.N, split), cuda::attn::kThreads, smem, [&] {
+      switch (dtype) {
+        case DType::Float32: return gemv_block<float>(a);
+        case DType::Float16: return gemv_block<__half>(a);
+        default: return gemv_block<__nv_bfloat16>(a);
       }
-    }
-  return staged_runs;
+    });
+    check(split);
+  }
 }
 
 // The few-rows product's kernel against float64 sums: 1 to 4 rows; rows aligned for 16-byte
@@ -645,7 +624,6 @@ TEST(GemvEmulation, FewRowProductsMatchFloat64Sums) {
       {1, 6, 2056, 0, true, true, false, DType::BFloat16},
       {2, 5, 1031, 0, true, false, false, DType::Float32},
   };
-  int runs = 0;  // staged launches
   for (const Case& c : cases) {
     manual_seed(uint64_t(c.N * 13 + c.K));
     const std::string what = "M " + std::to_string(c.M) + " N " + std::to_string(c.N) + " K " +
@@ -676,12 +654,10 @@ TEST(GemvEmulation, FewRowProductsMatchFloat64Sums) {
     a.gelu = c.gelu;
     const int64_t v = 16 / int64_t(dtype_size(c.dtype));
     a.vectors = c.K % v == 0 && a.ldx % v == 0;
-    runs += run_splits(a, c.dtype, cuda::gemv::kSharedBytes, got, [&](int split, bool staged) {
-      EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype))
-          << what << " split " << split << " staged " << staged;
+    run_splits(a, c.dtype, cuda::gemv::kSharedBytes, got, [&](int split) {
+      EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << what << " split " << split;
     });
   }
-  EXPECT_GE(runs, 10) << "the staged path ran too few cases";
 }
 
 // The few-rows product with the layer_norm before it done in its blocks (Args::ln_threads):
@@ -693,7 +669,6 @@ TEST(GemvEmulation, LayerNormedRowsThenTheProductMatchTheOps) {
     int64_t M, N, K;
     DType dtype;
   };
-  int runs = 0;  // staged launches
   for (const Case& c : {Case{1, 20, 768, DType::BFloat16}, Case{3, 9, 1000, DType::BFloat16},
                         Case{2, 7, 2056, DType::Float16}, Case{4, 5, 768, DType::Float16}}) {
     manual_seed(uint64_t(c.K + c.M));
@@ -731,14 +706,12 @@ TEST(GemvEmulation, LayerNormedRowsThenTheProductMatchTheOps) {
     a.ln_eps = 1e-5f;
     const size_t smem = cuda::gemv::kSharedBytes +
                         cuda::gemv::layer_norm_shared_bytes(c.M, c.K, dtype_size(c.dtype));
-    runs += run_splits(a, c.dtype, smem, got, [&](int split, bool staged) {
+    run_splits(a, c.dtype, smem, got, [&](int split) {
       // An element of the normalized rows may round the other way than float64's (one ulp of
       // the 16-bit type), moving the product by about as much as the type's rounding.
-      EXPECT_LE(max_rel_error(got, want), 2 * tolerance(c.dtype))
-          << what << " split " << split << " staged " << staged;
+      EXPECT_LE(max_rel_error(got, want), 2 * tolerance(c.dtype)) << what << " split " << split;
     });
   }
-  EXPECT_GE(runs, 5) << "the staged path ran too few cases";
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 #include "kernels/cuda/gemv.cuh"
 
 #include <cstdint>
-#include <cstdlib>
 
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/launch.cuh"
@@ -10,20 +9,6 @@
 #include "kernels/gemm_bias.h"
 
 namespace ember::cuda::gemv {
-
-namespace {
-
-// Which launches stage their weights in shared memory (Args::staged) where they fit:
-// EMBER_GEMV_STAGE=0 none, 1 those with the layer_norm in their blocks, 2 (the default) all.
-int staging() {
-  static const int mode = [] {
-    const char* v = std::getenv("EMBER_GEMV_STAGE");
-    return v && (v[0] == '0' || v[0] == '1') && v[1] == 0 ? v[0] - '0' : 2;
-  }();
-  return mode;
-}
-
-}  // namespace
 
 static_assert(kMaxRows == gemm_bias::kFewRows, "gemm_bias::rounds_product_first says which run here");
 
@@ -65,8 +50,6 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
     a.ln_eps = ln_eps;
     smem += layer_norm_shared_bytes(rows, k, dtype_size(dt));
   }
-  a.staged = a.vectors && stages_fit(k, split, dtype_size(dt)) && staging() >= (ln ? 1 : 2);
-  if (a.staged) smem += kStagedBytes;
   detail::use_device(device);
   const unsigned grid = unsigned(blocks(n, split));
   cudaStream_t s = detail::stream(device);

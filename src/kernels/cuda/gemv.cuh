@@ -9,7 +9,6 @@
 // GPU has warps for every column (a gemm's tiles would leave most of it idle at one row). Written on attention_tiles.cuh's primitives, so the
 // block emulator runs it on the host too (tests/cuda/attention_emulation_test.cpp).
 #pragma once
-#include "kernels/cuda/attention_mma.cuh"  // copy16_async
 #include "kernels/cuda/attention_tiles.cuh"
 #include "kernels/functors.h"
 
@@ -33,12 +32,6 @@ struct Args {
   bool gelu = false;           // the exact gelu of (product + bias), with no residual
   int split = 1;               // warps a column (1, 2 or 4), each over a share of k
   bool early = false;          // the next kernel may launch as the blocks start (launch.cuh)
-  // With vectors, where a lane's share of a weight row is one set of loads (stages_fit): each
-  // lane copies its weight vectors into shared memory before the wait, asynchronously and
-  // holding no registers, and multiplies them from there. Under programmatic launch they
-  // arrive while the kernel before ends, and a layer_norm in the blocks no longer stands
-  // between the wait and the weights' round of memory latency.
-  bool staged = false;
   // With ln_threads > 0 (16-bit T), x's rows are first layer-normalized over k with ln_w and
   // ln_b (a decode step's ln_1 and the projection after it), in the block, into shared memory:
   // layer_norm_rows below.
@@ -75,22 +68,6 @@ inline int layer_norm_threads(int64_t k) {
 inline size_t layer_norm_shared_bytes(int64_t rows, int64_t k, size_t t_size) {
   return 64 * sizeof(float) + size_t(rows * k) * t_size;
 }
-
-// Vectors (or elements) of w a lane loads before it multiplies any: a 16-bit row of 768 takes
-// one set (three vectors a lane), so the weight arrives in one round of memory latency, not
-// three. Three keeps the bfloat16 kernel of one row at 80 registers: three blocks of a
-// multiprocessor, so a projection's columns take one wave of warps.
-constexpr int kLoads = 3;
-
-// Whether a lane's share of a weight row of k elements of t_size bytes, split over `split`
-// warps, is one set of kLoads vectors (Args::staged). A 16-bit row of 768 is at one warp a
-// column, of 3072 at four.
-inline bool stages_fit(int64_t k, int split, size_t t_size) {
-  return k <= int64_t(32) * int64_t(16 / t_size) * split * kLoads;
-}
-// What staging adds to a launch's shared memory (after the partials and the layer_norm's):
-// kLoads vectors a thread.
-constexpr size_t kStagedBytes = size_t(attn::kThreads) * kLoads * 16;
 
 // A product and a sum each rounded on its own (never contracted into an fma).
 EMBER_ATTN_DEVICE float mul_rounded(float a, float b) {
@@ -174,6 +151,12 @@ EMBER_ATTN_DEVICE void layer_norm_rows(const Args& a, T* xs, float* red) {
   }
 }
 
+// Vectors (or elements) of w a lane loads before it multiplies any: a 16-bit row of 768 takes
+// one set (three vectors a lane), so the weight arrives in one round of memory latency, not
+// three. Three keeps the bfloat16 kernel of one row at 80 registers: three blocks of a
+// multiprocessor, so a projection's columns take one wave of warps.
+constexpr int kLoads = 3;
+
 // M: the rows (1 to kMaxRows; a.M is M). kLn: a.ln_threads > 0 (16-bit T only). One row: three
 // blocks a multiprocessor, so that a projection's columns take one wave of warps (more rows
 // would spill).
@@ -192,26 +175,16 @@ EMBER_ATTN_KERNEL_BLOCKS(M == 1 ? 3 : 1) void gemv_kernel(Args a) {
   // Under programmatic launch the kernel before this one may still run: the bias (no kernel
   // writes it) is loaded before the wait, x and the residual after it. (Loading the first
   // weights into registers before it too costs the one-row bfloat16 kernel its third block a
-  // multiprocessor; they are staged in shared memory or prefetched into L2 instead.)
+  // multiprocessor; they are prefetched into L2 instead.)
   const bool ends = active && lane == 0 && part == 0;  // the thread that stores column n
   const float b = ends && a.bias ? widen<float>(static_cast<const T*>(a.bias)[n]) : 0.0f;
   const int64_t step = int64_t(32) * V * a.split, first = (int64_t(part) * 32 + lane) * V;
-  // Staged: this lane's weight vectors (no kernel writes them) copied into its own slots of
-  // shared memory, after the partials and the layer_norm's rows, before the wait. Else the
-  // column's weight row asked of L2 before the wait, holding no registers: under programmatic
-  // launch either streams in while the kernel before ends.
-  Raw* stage = reinterpret_cast<Raw*>(
-                   attn::shared_memory() + kSharedBytes +
-                   (kLn ? 64 * sizeof(float) + size_t(M) * size_t(a.K) * sizeof(T) : 0)) +
-               attn::thread_index() * kLoads;
-  if (active && a.staged) {
-    EMBER_UNROLL
-    for (int g = 0; g < kLoads; ++g)
-      if (first + g * step < a.K) attn::copy16_async(stage + g, wr + first + g * step);
-    attn::async_commit();
-  } else if (active && a.vectors && part == 0 && lane == 0) {
+  // The column's weight row (no kernel writes it) asked of L2 before the wait, holding no
+  // registers: under programmatic launch it streams in while the kernel before ends. (Copying
+  // each lane's weight vectors into shared memory there instead, by cp.async, made a GPT-2
+  // decode step slower: 2586 against 2863 tokens/s.)
+  if (active && a.vectors && part == 0 && lane == 0)
     attn::prefetch_l2(wr, unsigned(a.K * int64_t(sizeof(T))));
-  }
   attn::wait_for_prior_grids();
   if constexpr (kLn && sizeof(T) == 2) {  // x is the layer_norm of a.x's rows, made here
     unsigned char* sh = attn::shared_memory() + kSharedBytes;
@@ -227,15 +200,13 @@ EMBER_ATTN_KERNEL_BLOCKS(M == 1 ? 3 : 1) void gemv_kernel(Args a) {
   // Each lane takes its k in increasing order, kLoads of them loaded at once.
   float acc[kMaxRows] = {};
   if (active && a.vectors) {
-    if (a.staged) attn::async_wait();  // this lane's own copies: no barrier needed to read them
     for (int64_t k0 = first; k0 < a.K; k0 += step * kLoads) {
       Raw wv[kLoads], xv[M][kLoads];
       EMBER_UNROLL
       for (int g = 0; g < kLoads; ++g) {
         const int64_t k = k0 + g * step;
         if (k < a.K) {
-          // staged: one set (stages_fit), so g is the set's vector
-          wv[g] = a.staged ? stage[g] : attn::load16<Raw>(wr + k);
+          wv[g] = attn::load16<Raw>(wr + k);
           for (int m = 0; m < M; ++m) xv[m][g] = attn::load16<Raw>(x + m * ldx + k);
         }
       }
