@@ -3,22 +3,38 @@
 # project in examples/ with find_package(ember) and a small program with pkg-config, checks
 # that nothing they compile reads the source tree, and that compiled functions find the kernel
 # headers in the prefix. Usage: scripts/test-install.sh [build-dir] [extra cmake args...]
-# (default build-install; the build is kept between runs, the prefix is made anew in it).
+# (default build-install; the build is kept between runs, the prefix is made anew in it), or
+# scripts/test-install.sh --reuse build-dir: install from a build already configured (with any
+# options; scripts/test.sh passes its own), its install prefix set to the new one and the build
+# brought up to date, instead of compiling the library a second time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+REUSE=0
+if [[ ${1:-} == --reuse ]]; then
+  REUSE=1
+  shift
+  [[ -n ${1:-} && -f ${1}/CMakeCache.txt ]] || { echo "[test-install] --reuse needs a configured build dir" >&2; exit 2; }
+fi
 BUILD_DIR=${1:-build-install}
 shift || true
 BUILD=$ROOT/$BUILD_DIR
 PREFIX=$BUILD/prefix
 fail() { echo "[test-install] FAIL: $*" >&2; exit 1; }
 
-echo "[test-install] building $BUILD_DIR and installing into $PREFIX"
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_BUILD_TESTS=OFF \
-  -DCMAKE_INSTALL_PREFIX="$PREFIX" "$@" >/dev/null
+if [[ $REUSE == 1 ]]; then
+  # Its other options kept; the prefix is compiled into the library (where compiled functions
+  # look for the kernel headers), so that one source file is built again.
+  echo "[test-install] installing $BUILD_DIR (brought up to date) into $PREFIX"
+  cmake -S . -B "$BUILD" -DCMAKE_INSTALL_PREFIX="$PREFIX" >/dev/null
+else
+  echo "[test-install] building $BUILD_DIR and installing into $PREFIX"
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_BUILD_TESTS=OFF \
+    -DCMAKE_INSTALL_PREFIX="$PREFIX" "$@" >/dev/null
+fi
 ninja -C "$BUILD" >/dev/null
 rm -rf "$PREFIX"
-cmake --install "$BUILD" >/dev/null
+cmake --install "$BUILD" --prefix "$PREFIX" >/dev/null
 for f in include/ember/ember.h include/ember/compile.h lib/libember.a bin/ember-gpt \
          lib/cmake/ember/emberConfig.cmake lib/cmake/ember/emberConfigVersion.cmake \
          lib/pkgconfig/ember.pc share/ember/include/kernels/functors.h; do
