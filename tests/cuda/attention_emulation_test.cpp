@@ -660,6 +660,19 @@ TEST(GemvEmulation, FewRowProductsMatchFloat64Sums) {
   }
 }
 
+// EMBER_GEMV_SPLIT=fewest's choice: the fewest warps a column whose lanes take a row in one set
+// of three 16-byte loads (a 16-bit row of 768 at one warp, 1536 at two, 3072 at four; a float32
+// row of 768 at two), and four where no split does.
+TEST(GemvEmulation, FewestWarpsThatReadARowInOneSet) {
+  EXPECT_EQ(cuda::gemv::split_of_one_set(768, 8), 1);
+  EXPECT_EQ(cuda::gemv::split_of_one_set(769, 8), 2);
+  EXPECT_EQ(cuda::gemv::split_of_one_set(1536, 8), 2);
+  EXPECT_EQ(cuda::gemv::split_of_one_set(3072, 8), 4);
+  EXPECT_EQ(cuda::gemv::split_of_one_set(768, 4), 2);
+  EXPECT_EQ(cuda::gemv::split_of_one_set(100000, 8), 4);
+  EXPECT_EQ(cuda::gemv::split_of_one_set(8, 8), 1);
+}
+
 // The few-rows product with the layer_norm before it done in its blocks (Args::ln_threads):
 // against the op's layer_norm (float64, rounded to the 16-bit type as the op stores it) times
 // the weight in float64, plus bias; rows of 768, of 1000 (the last thread's second chunk cut)

@@ -2,6 +2,8 @@
 #include "kernels/cuda/gemv.cuh"
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/launch.cuh"
@@ -9,6 +11,23 @@
 #include "kernels/gemm_bias.h"
 
 namespace ember::cuda::gemv {
+
+namespace {
+
+// EMBER_GEMV_SPLIT=fewest: the fewest warps a column that still read a lane's share of a
+// weight row in one set of loads (split_of_one_set), so that a projection leaves
+// multiprocessors free for the next kernel's blocks under early launch; otherwise, by default,
+// as many as keep two blocks a multiprocessor (split_of). Read once. Either way a product of
+// one shape always sums in one order (eager and compiled alike).
+bool fewest_warps() {
+  static const bool on = [] {
+    const char* e = std::getenv("EMBER_GEMV_SPLIT");
+    return e && std::string(e) == "fewest";
+  }();
+  return on;
+}
+
+}  // namespace
 
 static_assert(kMaxRows == gemm_bias::kFewRows, "gemm_bias::rounds_product_first says which run here");
 
@@ -20,9 +39,14 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
   const bool ln = ln_w != nullptr;
   if (ln && (!ln_b || dtype_size(dt) != 2 || k <= 512 || k > 4096)) return false;
   if (dt != DType::Float32 && dt != DType::Float16 && dt != DType::BFloat16) return false;
-  const int split = split_of(n);
-  if (blocks(n, split) >= (int64_t(1) << 31)) return false;
   if (gelu && (residual || dt == DType::Float32)) return false;
+  const int64_t v = 16 / int64_t(dtype_size(dt));
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  // The layer-normalized rows lie in shared memory, 16-byte aligned, k apart.
+  const bool vectors =
+      k % v == 0 && ldw % v == 0 && aligned(w) && (ln || (ldx % v == 0 && aligned(x)));
+  const int split = vectors && fewest_warps() ? split_of_one_set(k, v) : split_of(n);
+  if (blocks(n, split) >= (int64_t(1) << 31)) return false;
   Args a;
   a.x = x;
   a.w = w;
@@ -38,10 +62,7 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
   a.gelu = gelu;
   a.split = split;
   a.early = detail::early_dependents();
-  const int64_t v = 16 / int64_t(dtype_size(dt));
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  // The layer-normalized rows lie in shared memory, 16-byte aligned, k apart.
-  a.vectors = k % v == 0 && ldw % v == 0 && aligned(w) && (ln || (ldx % v == 0 && aligned(x)));
+  a.vectors = vectors;
   size_t smem = kSharedBytes;
   if (ln) {
     a.ln_threads = layer_norm_threads(k);

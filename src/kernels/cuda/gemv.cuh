@@ -50,6 +50,19 @@ inline int split_of(int64_t N) {
   while (split < 4 && (N * split + kWarps - 1) / kWarps < kWanted) split *= 2;
   return split;
 }
+// Vectors (or elements) of w a lane loads before it multiplies any: a 16-bit row of 768 takes
+// one set (three vectors a lane), so the weight arrives in one round of memory latency, not
+// three. Three keeps the bfloat16 kernel of one row at 80 registers: three blocks of a
+// multiprocessor, so a projection's columns take one wave of warps.
+constexpr int kLoads = 3;
+
+// The fewest warps a column (1, 2 or 4) whose lanes read a weight row of k elements, v to a
+// 16-byte vector, in one set of kLoads vectors each (4 where none does).
+inline int split_of_one_set(int64_t k, int64_t v) {
+  int split = 1;
+  while (split < 4 && k > 32 * v * split * kLoads) split *= 2;
+  return split;
+}
 // The launch's blocks.
 inline int64_t blocks(int64_t N, int split) {
   const int64_t columns = kWarps / split;  // a block's
@@ -150,12 +163,6 @@ EMBER_ATTN_DEVICE void layer_norm_rows(const Args& a, T* xs, float* red) {
     attn::sync_block();  // xs written; red free for the next row
   }
 }
-
-// Vectors (or elements) of w a lane loads before it multiplies any: a 16-bit row of 768 takes
-// one set (three vectors a lane), so the weight arrives in one round of memory latency, not
-// three. Three keeps the bfloat16 kernel of one row at 80 registers: three blocks of a
-// multiprocessor, so a projection's columns take one wave of warps.
-constexpr int kLoads = 3;
 
 // M: the rows (1 to kMaxRows; a.M is M). kLn: a.ln_threads > 0 (16-bit T only). One row: three
 // blocks a multiprocessor, so that a projection's columns take one wave of warps (more rows
