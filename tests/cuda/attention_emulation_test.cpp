@@ -29,6 +29,9 @@ inline int thread_index() {
 inline int64_t block_index() {
   return test::emu::block_index();
 }
+inline int64_t grid_blocks() {
+  return test::emu::block_count();
+}
 inline void sync_block() {
   test::emu::barrier();
 }
@@ -657,6 +660,61 @@ TEST(GemvEmulation, FewRowProductsMatchFloat64Sums) {
     run_splits(a, c.dtype, cuda::gemv::kSharedBytes, got, [&](int split) {
       EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << what << " split " << split;
     });
+  }
+}
+
+// The columns-in-turn kernel (EMBER_GEMV_COLUMNS=1, the logits' projection) against the gemv
+// kernel, bit for bit: a grid of two blocks (16 warps) over 37 and 100 columns, so that warps
+// take several columns and the last round has idle warps; with bias, residual, the product
+// rounded, the gelu; 16-bit and float32 rows of one set of loads.
+TEST(GemvEmulation, ColumnsInTurnGiveTheGemvKernelsBits) {
+  struct Case {
+    int64_t N, K;
+    DType dtype;
+    bool bias, residual, round_product, gelu;
+  };
+  const Case cases[] = {
+      {37, 64, DType::BFloat16, false, false, false, false},
+      {100, 768, DType::BFloat16, true, true, true, false},
+      {37, 40, DType::Float16, true, false, true, true},
+      {100, 256, DType::Float32, true, true, false, false},
+  };
+  for (const Case& c : cases) {
+    manual_seed(uint64_t(c.N + c.K));
+    const std::string what = "N " + std::to_string(c.N) + " K " + std::to_string(c.K) + " " +
+                             std::string(dtype_name(c.dtype));
+    auto draw = [&](const Shape& s) { return (rand(s, DType::Float64) * 2.0 - 1.0).to(c.dtype); };
+    const Tensor x = draw({1, c.K}), w = draw({c.N, c.K}), bias = draw({c.N}), res = draw({1, c.N});
+    cuda::gemv::Args a;
+    a.x = x.impl()->data();
+    a.w = w.impl()->data();
+    a.bias = c.bias ? bias.impl()->data() : nullptr;
+    a.residual = c.residual ? res.impl()->data() : nullptr;
+    a.M = 1;
+    a.N = c.N;
+    a.K = c.K;
+    a.ldx = c.K;
+    a.ldw = c.K;
+    a.round_product = c.round_product;
+    a.gelu = c.gelu;
+    a.vectors = true;
+    ASSERT_TRUE(cuda::gemv::columns_in_turn_fit(a, dtype_size(c.dtype))) << what;
+    Tensor want = make_tensor({1, c.N}, c.dtype), got = make_tensor({1, c.N}, c.dtype);
+    want.fill_(NAN);
+    got.fill_(NAN);
+    auto run = [&]<class T>() {
+      a.out = want.impl()->data();
+      emu::run_blocks(cuda::gemv::blocks(c.N, 1), cuda::attn::kThreads, cuda::gemv::kSharedBytes,
+                      [&] { cuda::gemv::gemv_kernel<T, 1>(a); });
+      a.out = got.impl()->data();
+      emu::run_blocks(2, cuda::attn::kThreads, cuda::gemv::kSharedBytes,
+                      [&] { cuda::gemv::columns_kernel<T>(a); });
+    };
+    if (c.dtype == DType::Float32) run.template operator()<float>();
+    else if (c.dtype == DType::Float16) run.template operator()<__half>();
+    else run.template operator()<__nv_bfloat16>();
+    EXPECT_EQ(got.to(DType::Float64).sub(want.to(DType::Float64)).abs().amax().item(), 0.0) << what;
+    EXPECT_FALSE(std::isnan(got.to(DType::Float64).sum().item())) << what << ": a column not written";
   }
 }
 

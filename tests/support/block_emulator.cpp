@@ -28,7 +28,7 @@ struct State {
   unsigned char* shared_base = nullptr;
   const std::function<void()>* body = nullptr;
   int current = 0;
-  int64_t block = 0;
+  int64_t block = 0, blocks = 0;
   std::string error;
 };
 State* state = nullptr;  // set while run_blocks runs (one run at a time, on one thread)
@@ -67,6 +67,9 @@ int thread_index() {
 int64_t block_index() {
   return state->block;
 }
+int64_t block_count() {
+  return state->blocks;
+}
 unsigned char* shared_memory() {
   return state->shared_base;
 }
@@ -92,6 +95,7 @@ void run_blocks(int64_t blocks, int threads, size_t shared_bytes,
   const uintptr_t raw = reinterpret_cast<uintptr_t>(s.shared.data());
   s.shared_base = s.shared.data() + (16 - raw % 16) % 16;
   s.body = &body;
+  s.blocks = blocks;
   state = &s;
   for (int64_t b = 0; b < blocks && s.error.empty(); ++b) {
     s.block = b;

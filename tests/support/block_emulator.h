@@ -16,6 +16,7 @@ namespace ember::test::emu {
 
 int thread_index();
 int64_t block_index();
+int64_t block_count();  // the run's blocks (gridDim.x)
 void barrier();
 unsigned char* shared_memory();
 

@@ -46,6 +46,9 @@ EMBER_ATTN_DEVICE int thread_index() {
 EMBER_ATTN_DEVICE int64_t block_index() {
   return int64_t(blockIdx.x);
 }
+EMBER_ATTN_DEVICE int64_t grid_blocks() {
+  return int64_t(gridDim.x);
+}
 EMBER_ATTN_DEVICE void sync_block() {
   __syncthreads();
 }

@@ -8,6 +8,7 @@
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/runtime.h"
+#include "kernels/device_code.h"
 #include "kernels/gemm_bias.h"
 
 namespace ember::cuda::gemv {
@@ -23,6 +24,17 @@ bool fewest_warps() {
   static const bool on = [] {
     const char* e = std::getenv("EMBER_GEMV_SPLIT");
     return e && std::string(e) == "fewest";
+  }();
+  return on;
+}
+
+// EMBER_GEMV_COLUMNS=1: a product of more columns than one wave of blocks takes, where
+// columns_in_turn_fit, runs columns_kernel in one wave instead (the logits' projection of a
+// decode step). Off by default until measured. Read once.
+bool columns_in_turn() {
+  static const bool on = [] {
+    const char* e = std::getenv("EMBER_GEMV_COLUMNS");
+    return e && std::string(e) == "1";
   }();
   return on;
 }
@@ -72,13 +84,18 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
     smem += layer_norm_shared_bytes(rows, k, dtype_size(dt));
   }
   detail::use_device(device);
-  const unsigned grid = unsigned(blocks(n, split));
+  unsigned grid = unsigned(blocks(n, split));
+  // Columns in turn: one wave of blocks, two a multiprocessor (columns_kernel's bound).
+  const int64_t wave = 2 * int64_t(device_code::multiprocessors(device));
+  const bool in_turn = columns_in_turn() && columns_in_turn_fit(a, dtype_size(dt)) && grid > wave;
+  if (in_turn) grid = unsigned(wave);
   cudaStream_t s = detail::stream(device);
   auto launch = [&]<class T>() {
     auto go = [&](void (*kernel)(Args)) {
       detail::launch_after(kernel, dim3(grid), dim3(attn::kThreads), smem, s, "matmul (few rows)",
                            a);
     };
+    if (in_turn) return go(columns_kernel<T>);
     auto rows = [&]<bool kLn>() {
       switch (a.M) {
         case 1: go(gemv_kernel<T, 1, kLn>); break;

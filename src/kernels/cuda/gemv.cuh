@@ -164,6 +164,20 @@ EMBER_ATTN_DEVICE void layer_norm_rows(const Args& a, T* xs, float* red) {
   }
 }
 
+// Column n's M sums stored: (product + bias) + residual, in float (the order of the two adds a
+// compiled graph fuses), the product first rounded to T where a asks, the gelu of product + bias
+// where a asks.
+template <class T, int M>
+EMBER_ATTN_DEVICE void store_column(const Args& a, int64_t n, const float* acc, float b,
+                                    const float* res) {
+  for (int m = 0; m < M; ++m) {
+    float v = (a.round_product ? widen<float>(narrow<T>(acc[m])) : acc[m]) + b;
+    if (a.gelu) v = ember::fn::GeluHalf{}(v);  // the 16-bit types' form, as their gelu kernels
+    if (a.residual) v += res[m];
+    static_cast<T*>(a.out)[m * a.N + n] = narrow<T>(v);
+  }
+}
+
 // M: the rows (1 to kMaxRows; a.M is M). kLn: a.ln_threads > 0 (16-bit T only). One row: three
 // blocks a multiprocessor, so that a projection's columns take one wave of warps (more rows
 // would spill).
@@ -254,14 +268,73 @@ EMBER_ATTN_KERNEL_BLOCKS(M == 1 ? 3 : 1) void gemv_kernel(Args a) {
       acc[m] = sum;
     }
   }
-  if (!ends) return;
-  for (int m = 0; m < M; ++m) {
-    // (product + bias) + residual, in float: the order of the two adds a compiled graph fuses.
-    float v = (a.round_product ? widen<float>(narrow<T>(acc[m])) : acc[m]) + b;
-    if (a.gelu) v = ember::fn::GeluHalf{}(v);  // the 16-bit types' form, as their gelu kernels
-    if (a.residual) v += res[m];
-    static_cast<T*>(a.out)[m * a.N + n] = narrow<T>(v);
+  if (ends) store_column<T, M>(a, n, acc, b, res);
+}
+
+// Whether a launch may take its columns in turn (columns_kernel): one row, a warp a column,
+// 16-byte vectors, a lane's share of a weight row one set of loads, no layer_norm.
+inline bool columns_in_turn_fit(const Args& a, size_t t_size) {
+  return a.M == 1 && a.split == 1 && a.vectors && a.ln_threads == 0 &&
+         a.K <= int64_t(32) * int64_t(16 / t_size) * kLoads;
+}
+
+// A product of many columns (the logits' projection: tens of thousands) in one wave of blocks:
+// warp w of the grid takes columns w, w + W, w + 2W ... (W the grid's warps), loading the next
+// column's weights (and bias and residual) before it sums the current one, so that each warp
+// keeps two columns' loads in flight instead of the launch waiting on a round of memory latency
+// per wave of blocks. x's vectors are loaded once for all the warp's columns. Each column sums
+// in gemv_kernel's order: the same bits. Launched with at most as many blocks as are resident
+// (two a multiprocessor: the second column's loads take registers a third block would need).
+template <class T>
+EMBER_ATTN_KERNEL_BLOCKS(2) void columns_kernel(Args a) {
+  using Raw = attn::Raw<T>;
+  constexpr int V = 16 / int(sizeof(T));
+  const int lane = attn::thread_index() % 32, warp = attn::thread_index() / 32;
+  const int64_t W = attn::grid_blocks() * kWarps, step = int64_t(32) * V, first = int64_t(lane) * V;
+  if (a.early) attn::allow_dependent_grids();  // its reads still wait for this grid's end
+  const T* w = static_cast<const T*>(a.w);
+  const T* bias = static_cast<const T*>(a.bias);
+  const T* residual = static_cast<const T*>(a.residual);
+  // Column n0 + warp of the block's rounds n0 (the same rounds for all its warps, so that they
+  // reach the exchanges together; a warp past the last column idles through them).
+  const int64_t n_first = attn::block_index() * kWarps;
+  Raw wv[kLoads], wn[kLoads];
+  float b = 0, bn = 0, r = 0, rn = 0;
+  auto load = [&](int64_t n, Raw* wr, float* bb) {  // a column's weights and bias
+    if (n >= a.N) return;
+    EMBER_UNROLL
+    for (int g = 0; g < kLoads; ++g)
+      if (first + g * step < a.K) wr[g] = attn::load16<Raw>(w + n * a.ldw + first + g * step);
+    if (lane == 0 && bias) *bb = widen<float>(bias[n]);
+  };
+  load(n_first + warp, wv, &b);  // no kernel writes them: before the wait
+  attn::wait_for_prior_grids();
+  const T* x = static_cast<const T*>(a.x);
+  Raw xv[kLoads];
+  EMBER_UNROLL
+  for (int g = 0; g < kLoads; ++g)
+    if (first + g * step < a.K) xv[g] = attn::load16<Raw>(x + first + g * step);
+  if (n_first + warp < a.N && lane == 0 && residual) r = widen<float>(residual[n_first + warp]);
+  for (int64_t n0 = n_first; n0 < a.N; n0 += W) {
+    const int64_t n = n0 + warp, next = n + W;
+    load(next, wn, &bn);  // in flight while this column sums
+    if (next < a.N && lane == 0 && residual) rn = widen<float>(residual[next]);
+    float acc[kMaxRows] = {};
+    if (n < a.N) {
+      EMBER_UNROLL
+      for (int g = 0; g < kLoads; ++g)
+        if (first + g * step < a.K)
+          for (int e = 0; e < V; ++e)
+            acc[0] += widen<float>(xv[g].v[e]) * widen<float>(wv[g].v[e]);
+    }
+    for (int s = 16; s > 0; s >>= 1) acc[0] += attn::shfl_xor(acc[0], s);
+    if (n < a.N && lane == 0) store_column<T, 1>(a, n, acc, b, &r);
+    EMBER_UNROLL
+    for (int g = 0; g < kLoads; ++g) wv[g] = wn[g];
+    b = bn;
+    r = rn;
   }
+  if (!a.early) attn::allow_dependent_grids();
 }
 
 }  // namespace ember::cuda::gemv
