@@ -583,6 +583,19 @@ void gemv_block(const cuda::gemv::Args& a) {
   }
 }
 
+// The gemv's operands: x's rows (ldx apart) times w ([N, K], rows K apart).
+cuda::gemv::Args gemv_args(const Tensor& x, const Tensor& w, int64_t ldx) {
+  cuda::gemv::Args a;
+  a.x = x.impl()->data();
+  a.w = w.impl()->data();
+  a.M = x.size(0);
+  a.N = w.size(0);
+  a.K = w.size(1);
+  a.ldx = ldx;
+  a.ldw = a.K;
+  return a;
+}
+
 // a's product in `got` by the emulated blocks, for one, two and four warps a column, each run
 // judged by `check(split)`. smem: the launch's shared memory.
 template <class Check>
@@ -642,17 +655,10 @@ TEST(GemvEmulation, FewRowProductsMatchFloat64Sums) {
     if (c.gelu) want = gelu(want);
     if (c.residual) want = want + res.to(DType::Float64);
     Tensor got = make_tensor({c.M, c.N}, c.dtype);
-    cuda::gemv::Args a;
-    a.x = x.impl()->data();
-    a.w = w.impl()->data();
+    cuda::gemv::Args a = gemv_args(x, w, c.K + c.x_pad);
     a.bias = c.bias ? bias.impl()->data() : nullptr;
     a.residual = c.residual ? res.impl()->data() : nullptr;
     a.out = got.impl()->data();
-    a.M = c.M;
-    a.N = c.N;
-    a.K = c.K;
-    a.ldx = c.K + c.x_pad;
-    a.ldw = c.K;
     a.round_product = c.round_product;
     a.gelu = c.gelu;
     const int64_t v = 16 / int64_t(dtype_size(c.dtype));
@@ -685,16 +691,9 @@ TEST(GemvEmulation, ColumnsInTurnGiveTheGemvKernelsBits) {
                              std::string(dtype_name(c.dtype));
     auto draw = [&](const Shape& s) { return (rand(s, DType::Float64) * 2.0 - 1.0).to(c.dtype); };
     const Tensor x = draw({1, c.K}), w = draw({c.N, c.K}), bias = draw({c.N}), res = draw({1, c.N});
-    cuda::gemv::Args a;
-    a.x = x.impl()->data();
-    a.w = w.impl()->data();
+    cuda::gemv::Args a = gemv_args(x, w, c.K);
     a.bias = c.bias ? bias.impl()->data() : nullptr;
     a.residual = c.residual ? res.impl()->data() : nullptr;
-    a.M = 1;
-    a.N = c.N;
-    a.K = c.K;
-    a.ldx = c.K;
-    a.ldw = c.K;
     a.round_product = c.round_product;
     a.gelu = c.gelu;
     a.vectors = true;
@@ -759,16 +758,9 @@ TEST(GemvEmulation, LayerNormedRowsThenTheProductMatchTheOps) {
                             .to(DType::Float64) +
                         bias.to(DType::Float64);
     Tensor got = make_tensor({c.M, c.N}, c.dtype);
-    cuda::gemv::Args a;
-    a.x = x.impl()->data();
-    a.w = w.impl()->data();
+    cuda::gemv::Args a = gemv_args(x, w, c.K);
     a.bias = bias.impl()->data();
     a.out = got.impl()->data();
-    a.M = c.M;
-    a.N = c.N;
-    a.K = c.K;
-    a.ldx = c.K;
-    a.ldw = c.K;
     a.round_product = true;
     a.vectors = c.K % 8 == 0;
     a.ln_threads = cuda::gemv::layer_norm_threads(c.K);
