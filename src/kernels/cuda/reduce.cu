@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 
 #include "core/make_tensor.h"
 #include "kernels/cuda/attention_tiles.cuh"
@@ -487,6 +489,75 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+// A row of contiguous elements a block (a decode step's logits), read in 16-byte vectors:
+// each thread loads its up to kArgVectorLoads vectors at once (one round of memory latency for
+// a row of up to kArgVectorLoads * 1024 vectors), folds their elements, then the block folds
+// the threads' (block_fold_arg: `better` is a total order, so the result is the split kernel's).
+// Rows start on 16 bytes; the elements past the last whole vector are read one at a time.
+constexpr int kArgVectorLoads = 8;
+// Element e of a 16-byte vector of floating-point T, widened to A (by value from registers: an
+// element pointer into the vector would put it in local memory).
+template <class T, class A>
+__device__ __forceinline__ A vector_element(const uint4& q, int e) {
+  const unsigned w[4] = {q.x, q.y, q.z, q.w};
+  if constexpr (sizeof(T) == 2) {
+    const unsigned bits = (w[e / 2] >> (16 * (e % 2))) & 0xFFFFu;
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) return A(__uint_as_float(bits << 16));
+    else return A(__half2float(__ushort_as_half(static_cast<unsigned short>(bits))));
+  } else if constexpr (sizeof(T) == 4) {
+    return A(__uint_as_float(w[e]));
+  } else {
+    return A(__longlong_as_double(static_cast<long long>(
+        (static_cast<unsigned long long>(w[2 * e + 1]) << 32) | w[2 * e])));
+  }
+}
+template <class T, class A, bool Max>
+__global__ void __launch_bounds__(1024) arg_vector_kernel(const T* in, int64_t* out, ReducePlan p) {
+  __shared__ A sv[32];
+  __shared__ int64_t si[32];
+  constexpr int V = 16 / int(sizeof(T));
+  const int64_t o = blockIdx.x, n = p.reduced, vecs = n / V, step = blockDim.x;
+  const T* x = in + offset_of(o, p.kept_ndim, p.kept_sizes, p.kept_strides);
+  attn::wait_for_prior_grids();
+  uint4 buf[kArgVectorLoads];
+#pragma unroll
+  for (int u = 0; u < kArgVectorLoads; ++u) {
+    const int64_t i = threadIdx.x + u * step;
+    if (i < vecs) buf[u] = reinterpret_cast<const uint4*>(x)[i];
+  }
+  A bv = 0;
+  int64_t bi = INT64_MAX;
+  auto take = [&](A v, int64_t r) {
+    if (bi == INT64_MAX || better<Max>(v, r, bv, bi)) {
+      bv = v;
+      bi = r;
+    }
+  };
+#pragma unroll
+  for (int u = 0; u < kArgVectorLoads; ++u) {
+    const int64_t i = threadIdx.x + u * step;
+    if (i < vecs)
+#pragma unroll
+      for (int e = 0; e < V; ++e) take(vector_element<T, A>(buf[u], e), i * V + e);
+  }
+  for (int64_t r = vecs * V + threadIdx.x; r < n; r += step) take(A(load(x + r)), r);
+  A v;
+  int64_t i;
+  block_fold_arg<A, Max>(bv, bi, sv, si, &v, &i);
+  if (threadIdx.x == 0) out[o] = i;
+}
+
+// EMBER_ARGMAX_VECTOR=1: contiguous floating-point rows of up to kArgVectorLoads * 1024 vectors take
+// arg_vector_kernel, a block a row, instead of the split kernel or the strided one. Off by
+// default until measured. Read once.
+bool arg_vectors() {
+  static const bool on = [] {
+    const char* e = std::getenv("EMBER_ARGMAX_VECTOR");
+    return e && e[0] == '1' && e[1] == 0;
+  }();
+  return on;
+}
+
 template <bool Max>
 void arg_extreme(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a,
                  const char* name) {
@@ -499,6 +570,19 @@ void arg_extreme(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
     int64_t* op = reinterpret_cast<int64_t*>(out[0].impl()->data());
     using A = std::conditional_t<std::is_same_v<T, double>, double,
                                  std::conditional_t<std::is_integral_v<T>, int64_t, float>>;
+    if constexpr (std::is_floating_point_v<A>) {
+      // Contiguous rows starting on 16 bytes, one round of vector loads each.
+      constexpr int64_t V = 16 / int64_t(sizeof(T));
+      bool rows_aligned = reinterpret_cast<uintptr_t>(xp) % 16 == 0;
+      for (int d = 0; d < p.kept_ndim; ++d)
+        rows_aligned = rows_aligned && (p.kept_strides[d] * int64_t(sizeof(T))) % 16 == 0;
+      if (arg_vectors() && p.red_ndim == 1 && p.red_strides[0] == 1 && rows_aligned &&
+          p.reduced <= 1024 * kArgVectorLoads * V && p.outputs <= 65535) {
+        detail::launch_after(arg_vector_kernel<T, A, Max>, dim3(unsigned(p.outputs)), dim3(1024),
+                             0, detail::stream(device), name, xp, op, p);
+        return;
+      }
+    }
     // Few rows much longer than a block takes well: split each over blocks of kChunk
     // positions, so that the row is read by many multiprocessors instead of one.
     constexpr int64_t kChunk = 2048, kMaxSplits = 128;  // 2048: 8 loads a thread of 256
