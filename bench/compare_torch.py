@@ -14,7 +14,10 @@ step compiles the model and the AdamW step, as ember compiles model.loss and
 AdamW::set_compiled). compile_s is torch.compile's first call, cold: dynamo reset, and
 Inductor's and Triton's disk caches in a new directory for the run. The ratio rows then give
 eager over eager (ember_over_torch) and compiled over compiled (compiled_ember_over_torch).
---no-torch-compile skips torch.compile (its compiled fields are null). --profile prints, for
+--no-torch-compile skips torch.compile (its compiled fields are null). --variant NAME:VAR=VALUE
+(repeatable) measures ember's rows again with those environment variables set (the switches of
+docs/architecture.md, EMBER_GEMV_SPLIT=fewest and the like): its rows and ratio rows carry
+"variant": NAME, against the same torch rows. --profile prints, for
 each compiled GPT step, torch.profiler's table of its kernels by GPU time to stderr (ember's
 side of that: EMBER_BENCH_COMPILED_ONLY=1 EMBER_PROFILE_OPS=shapes ember-bench --filter ROW).
 
@@ -758,11 +761,12 @@ def torch_rows(quick, repeat, wants, use_compile):
         yield gpt_decode_row("cuda/gpt_decode_gpt2_bf16", quick, use_compile)
 
 
-def ember_rows(path, quick, repeat, only):
+def ember_rows(path, quick, repeat, only, env=None):
     cmd = [path, "--filter", only or "cuda/", "--repeat", str(repeat)]
     if quick:
         cmd.append("--quick")
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    res = subprocess.run(cmd, capture_output=True, text=True,
+                         env=dict(os.environ, **env) if env else None)
     if res.returncode != 0:
         sys.stderr.write(res.stderr)
         raise SystemExit(f"compare_torch: {' '.join(cmd)} failed with status {res.returncode}")
@@ -782,6 +786,8 @@ def ratios(ember, torch_):
         r = {"name": e["name"], "device": DEV, "framework": "ratio",
              "ember_ms": e["eager_ms"], "torch_ms": t["eager_ms"],
              "ember_over_torch": e["eager_ms"] / t["eager_ms"]}
+        if e.get("variant"):
+            r["variant"] = e["variant"]
         if e.get("compiled_ms") and t.get("compiled_ms"):
             r.update(ember_compiled_ms=e["compiled_ms"], torch_compiled_ms=t["compiled_ms"],
                      compiled_ember_over_torch=e["compiled_ms"] / t["compiled_ms"])
@@ -821,6 +827,8 @@ def main():
                     help="--train-run: ember trains with --compile true (--no-ember-compile: eager)")
     ap.add_argument("--profile", action="store_true",
                     help="print torch.profiler's kernel table of each compiled GPT step (stderr)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
+                    help="ember's rows again with these environment variables set (repeatable)")
     ap.add_argument("--gpt", default="build-gpu/apps/ember-gpt")
     ap.add_argument("--data", default="data/tinyshakespeare.txt")
     a = ap.parse_args()
@@ -841,6 +849,13 @@ def main():
     wants = lambda name: re.search(a.only, name) is not None if a.only else True
     t0 = time.perf_counter()
     ember = ember_rows(a.ember, a.quick, a.repeat, a.only)
+    for v in a.variant:
+        name, _, assigns = v.partition(":")
+        env = dict(kv.split("=", 1) for kv in assigns.split(",") if "=" in kv)
+        if not name or not env:
+            raise SystemExit(f"compare_torch: --variant {v!r}: want NAME:VAR=VALUE[,VAR=VALUE]")
+        ember += [dict(r, variant=name, variant_env=env)
+                  for r in ember_rows(a.ember, a.quick, a.repeat, a.only, env)]
     print(f"[compare_torch] {len(ember)} ember rows measured in {time.perf_counter() - t0:.0f} s",
           file=sys.stderr, flush=True)
     torch.cuda.empty_cache()
