@@ -115,7 +115,10 @@ TEST(CudaOps, FewRowProductsMatchTheFloat64Product) {
   NoGradGuard no_grad;
   for (DType t : {DType::Float32, DType::BFloat16, DType::Float16})
     for (auto [rows, k, n, pad] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 768, 2304, 0},
-                                   {4, 3072, 768, 0}, {3, 37, 50, 0}, {2, 64, 300, 5}})
+                                   {4, 3072, 768, 0}, {3, 37, 50, 0}, {2, 64, 300, 5},
+                                   // a projection back to the width; the logits' (more columns
+                                   // than a wave of blocks: EMBER_GEMV_COLUMNS=1's kernel)
+                                   {1, 768, 768, 0}, {1, 768, 50304, 0}})
       for (bool batched : {false, true}) {
         manual_seed(uint64_t(rows * 7 + k + n + pad));
         const Tensor wide = randn({rows, k + pad}).to(t).to(kGpu);
