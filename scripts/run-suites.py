@@ -49,7 +49,7 @@ def main():
         first = re.compile(a.first)
         suites = [s for s in suites if first.search(s)] + [s for s in suites if not first.search(s)]
     merged = {"tests": 0, "failures": 0, "errors": 0, "time": "0s", "testsuites": []}
-    bad, total_s = [], 0.0
+    bad, all_skipped, total_s = [], [], 0.0
     with tempfile.TemporaryDirectory() as tmp:
         for i, suite in enumerate(suites):
             report = os.path.join(tmp, f"{i}.json")
@@ -84,6 +84,9 @@ def main():
                 state = f"{failed} of {ran} failed"
             elif ran == 0:
                 state = "ran no test"
+            elif skipped == ran:
+                state = f"all {ran} skipped"
+                all_skipped.append(suite)
             else:
                 state = f"{ran - skipped} passed" + (f", {skipped} skipped" if skipped else "")
             print(f"[suites] {suite}: {state} ({seconds:.1f} s)", flush=True)
@@ -95,8 +98,10 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(merged, f, indent=1)
-    print(f"[suites] {len(suites) - len(bad)} of {len(suites)} suites passed, {merged['tests']} tests "
+    print(f"[suites] {len(suites) - len(bad) - len(all_skipped)} of {len(suites)} suites passed"
+          f" ({len(all_skipped)} skipped whole), {merged['tests']} tests "
           f"({merged.get('skipped', 0)} skipped) in {total_s:.0f} s" +
+          (f"; skipped whole: {', '.join(all_skipped)}" if all_skipped else "") +
           (f"; not passed: {', '.join(bad)}" if bad else ""))
     return 1 if bad else 0
 
