@@ -143,9 +143,17 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   std::vector<char> in_gemv(nodes.size(), 0);
   for (const BiasFold& f : bias_folds_)
     if (f.ln_node >= 0) in_gemv[size_t(f.ln_node)] = 1;
+  // Nodes whose value is the same at every run: made here, once (a decode step's slot indices).
+  std::vector<char> once(nodes.size(), 0);
+  for (int i : made_once(*g_)) once[size_t(i)] = 1;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const int k = plan_.group_of_node[i];
-    if (k < 0) {
+    if (k < 0 && once[i]) {
+      std::vector<Tensor> env(g_->values().size());
+      run_node(*nodes[i], env);
+      const int id = nodes[i]->outputs[0]->id;
+      constants_.emplace_back(id, env[size_t(id)]);
+    } else if (k < 0) {
       if (std::find(tail_views_.begin(), tail_views_.end(), int(i)) == tail_views_.end() &&
           !in_gemv[i])
         steps_.push_back({-1, nodes[i].get(), int(i)});
@@ -202,7 +210,8 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
                std::to_string(std::count_if(bias_folds_.begin(), bias_folds_.end(),
                                             [](const BiasFold& f) { return f.gelu; })) +
                " with a gelu) in the gemm, " +
-               std::to_string(ce_folds_.size()) + " cross_entropy grad(s) by their own kernel)");
+               std::to_string(ce_folds_.size()) + " cross_entropy grad(s) by their own kernel), " +
+               std::to_string(constants_.size()) + " value(s) made once, not at each run");
   if (plan_.groups.empty()) return;
   lowered_.reserve(plan_.groups.size());
   for (size_t k = 0; k < plan_.groups.size(); ++k) {
@@ -646,6 +655,7 @@ std::vector<Tensor> CudaCompiledGraph::execute(const std::vector<Tensor>& inputs
     return g_->interpret(inputs);
   }
   std::vector<Tensor> env = bind_inputs(*g_, inputs);
+  for (const auto& [id, t] : constants_) env[size_t(id)] = t;
   if (owned) owned->clear();
   const std::vector<RandomRange> draws = draws_ ? g_->reserve_draws() : std::vector<RandomRange>();
   for (size_t s = 0; s < steps_.size(); ++s) {

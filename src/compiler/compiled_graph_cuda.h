@@ -110,6 +110,9 @@ class CudaCompiledGraph : public capture::Runnable {
   std::vector<int> append_fold_of_group_;  // per plan group: the fold making its write, or -1
   std::vector<Step> steps_;
   std::vector<std::vector<int>> release_after_;  // per step: value ids read for the last time
+  // Values made once, when the graph is built, instead of by a step of every run (made_once):
+  // (value id, its tensor), bound into each run's environment.
+  std::vector<std::pair<int, Tensor>> constants_;
 };
 
 // Whether the graph's tensors are on one CUDA device that NVRTC can build for (else the

@@ -76,4 +76,21 @@ std::vector<Tensor> finish_run(const graph::Graph& g, const std::vector<Tensor>&
   return results;
 }
 
+std::vector<int> made_once(const graph::Graph& g) {
+  std::vector<int> once;
+  if (g.dynamic_sizes()) return once;
+  const auto& nodes = g.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const graph::Node& n = *nodes[i];
+    if (n.op != OpId::arange || !n.inputs.empty() || n.outputs.size() != 1) continue;
+    const graph::Value* v = n.outputs[0];
+    bool out = false;
+    for (const graph::Value* o : g.outputs()) out |= graph::view_root(o) == v;
+    for (const graph::Mutation& m : g.mutations())
+      out |= graph::view_root(m.target) == v || graph::view_root(m.value) == v;
+    if (!out) once.push_back(int(i));
+  }
+  return once;
+}
+
 }  // namespace ember::compiler

@@ -54,6 +54,12 @@ std::vector<Tensor> bind_inputs(const graph::Graph& g, const std::vector<Tensor>
 // the dispatcher's shape rules (a backward graph has a hundred views, ~2 us each otherwise).
 // False when n is not such a view.
 bool run_captured_view(const graph::Node& n, std::vector<Tensor>& env);
+// Nodes a compiled graph may run once, when it is built, and reuse the value of at every run:
+// an arange (no inputs; its sizes fixed, as the graph is not shared across sizes) whose value
+// is no graph output, nor viewed by one, and which no group of a fused plan needs written
+// (intermediates are never written in place). Node indices, in graph order. A backend that
+// reuses dead intermediates' memory must keep these values out of that reuse.
+std::vector<int> made_once(const graph::Graph& g);
 // The graph's outputs, after the write-backs into the inputs.
 std::vector<Tensor> finish_run(const graph::Graph& g, const std::vector<Tensor>& inputs,
                                const std::vector<Tensor>& env);

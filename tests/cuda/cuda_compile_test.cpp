@@ -207,6 +207,27 @@ TEST_F(CudaCompile, ResultsWrittenIntoInputsMatchEager) {
   }
 }
 
+// An arange only other nodes read is made once, when the graph is built (made_once), and its
+// value serves every call: a decode step's slot mask against a position that changes each
+// call, and the slots added to the result (read as a buffer, not only as an iota), match eager.
+TEST_F(CudaCompile, AnArangeMadeOnceServesEveryCall) {
+  manual_seed(12);
+  TensorOptions o;
+  o.device = kGpu;
+  TensorOptions ids(DType::Int64);
+  ids.device = kGpu;
+  auto fn = [ids](const Tensor& x, const Tensor& pos) {
+    const Tensor slots = arange(16, ids);
+    return where(slots.eq(pos).view({16, 1}), x, -x) + slots.to(DType::Float32).view({16, 1}).exp();
+  };
+  auto f = compile(std::function<Tensor(const Tensor&, const Tensor&)>(fn), compiler_opts());
+  for (int call = 0; call < 4; ++call) {
+    const Tensor x = randn({16, 8}, o);
+    const Tensor pos = full({1}, double(3 * call + 1), ids);
+    EXPECT_EQ(mismatch(f(x, pos), fn(x, pos)), "") << "call " << call;
+  }
+}
+
 TEST_F(CudaCompile, KernelsAreCachedOnDiskAcrossProcesses) {
   const std::string fresh = std::filesystem::temp_directory_path() / "ember-cuda-cache-test";
   std::filesystem::remove_all(fresh);
