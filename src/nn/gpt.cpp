@@ -293,16 +293,22 @@ Tensor GPT::generate(const Tensor& idx, int64_t max_new_tokens, double temperatu
   // The position decode reads: one tensor refilled each step, so a recorded step (a CUDA graph)
   // reads it where it lies instead of copying a new one in.
   Tensor pos = zeros({1}, pos_opts);
+  // The newest token, also one tensor refilled each step (a tensor of its own layout: a slice
+  // of seq would carry seq's strides, which change each step, and a compiled step guards on
+  // them), so that a recorded step reads it in place rather than copying it in.
+  Tensor last;
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     int64_t T = seq.size(1);
     const bool fits = T <= config.block_size;
     Tensor cond = fits ? seq : seq.slice(1, T - config.block_size, T);
     Tensor logits;
     if (decode && fits && cache.length == T - 1) {
-      // The newest token as a tensor of its own layout (a slice of seq would carry seq's
-      // strides, which change each step, and a compiled step guards on them).
       pos.fill_(double(T - 1));
-      logits = decode(seq.slice(1, T - 1, T).clone(), pos, cache.k, cache.v);
+      if (last.defined() && last.sizes() == Shape{seq.size(0), 1} && last.dtype() == seq.dtype())
+        last.copy_(seq.slice(1, T - 1, T));
+      else
+        last = seq.slice(1, T - 1, T).clone();
+      logits = decode(last, pos, cache.k, cache.v);
       cache.length = T;
     } else if (decode && fits) {
       // The prompt: its keys and values into the preallocated cache.
