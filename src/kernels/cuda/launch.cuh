@@ -4,7 +4,8 @@
 // reads what earlier kernels wrote; its blocks' setup and their prefetches and loads of what no
 // kernel writes (weights) overlap the earlier kernel's tail (or, with early_dependents, as much
 // of the earlier kernel as the free slots allow). Only kernels that wait so may be
-// launched this way (gemv.cuh, cached_attention.cuh, reduce.cu's arg_split_kernel).
+// launched this way (gemv.cuh's two kernels, cached_attention.cuh, reduce.cu's
+// arg_split_kernel and arg_vector_kernel).
 #pragma once
 #include <cuda_runtime.h>
 
