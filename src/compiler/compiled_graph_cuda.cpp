@@ -28,6 +28,7 @@
 #include "graph/graph_util.h"
 #include "kernels/cached_attention_append.h"
 #include "kernels/cross_entropy_grad.h"
+#include "kernels/embedding_add.h"
 #include "kernels/gemm_bias.h"
 #include "kernels/layer_norm_grad.h"
 #include "kernels/multi_tensor.h"
@@ -35,6 +36,13 @@
 namespace ember::compiler {
 
 namespace {
+
+// EMBER_EMBEDDING_FOLD=1: two embedding lookups summed run as one kernel (EmbeddingFold). Off
+// by default until measured on a GPU. Read as each graph is compiled.
+bool embedding_fold_on() {
+  const char* e = std::getenv("EMBER_EMBEDDING_FOLD");
+  return e && std::string(e) == "1";
+}
 
 void log_decision(const std::string& text) {
   static const bool on = log_category_enabled("compiler");
@@ -143,6 +151,15 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   std::vector<char> in_gemv(nodes.size(), 0);
   for (const BiasFold& f : bias_folds_)
     if (f.ln_node >= 0) in_gemv[size_t(f.ln_node)] = 1;
+  // Embedding lookups summed in one launch (EMBER_EMBEDDING_FOLD=1, until measured): the
+  // lookups' nodes take no step of their own.
+  embedding_fold_of_group_.assign(plan_.groups.size(), -1);
+  std::vector<char> in_embedding(nodes.size(), 0);
+  if (embedding_fold_on()) embedding_folds_ = embedding_folds(*g_, plan_);
+  for (size_t f = 0; f < embedding_folds_.size(); ++f) {
+    embedding_fold_of_group_[size_t(embedding_folds_[f].group)] = int(f);
+    for (int i : embedding_folds_[f].nodes) in_embedding[size_t(i)] = 1;
+  }
   // Nodes whose value is the same at every run: made here, once (a decode step's slot indices).
   std::vector<char> once(nodes.size(), 0);
   for (int i : made_once(*g_)) once[size_t(i)] = 1;
@@ -155,7 +172,7 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
       constants_.emplace_back(id, env[size_t(id)]);
     } else if (k < 0) {
       if (std::find(tail_views_.begin(), tail_views_.end(), int(i)) == tail_views_.end() &&
-          !in_gemv[i])
+          !in_gemv[i] && !in_embedding[i])
         steps_.push_back({-1, nodes[i].get(), int(i)});
     }
     else if (nodes[i]->outputs[0] == plan_.groups[size_t(k)].output && !batched(k))
@@ -172,9 +189,15 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
       for (int i : tail_views_)
         for (const graph::Value* v : nodes[size_t(i)]->inputs) last[size_t(v->id)] = int(s);
     }
-    else if (steps_[s].kernel >= 0)
+    else if (steps_[s].kernel >= 0) {
       for (const graph::Value* v : plan_.groups[size_t(steps_[s].kernel)].inputs)
         last[size_t(v->id)] = int(s);
+      if (const int e = embedding_fold_of_group_[size_t(steps_[s].kernel)]; e >= 0) {
+        const EmbeddingFold& f = embedding_folds_[size_t(e)];
+        for (const graph::Value* v : {f.a_weight, f.a_index, f.b_weight, f.b_index})
+          last[size_t(v->id)] = int(s);
+      }
+    }
     else if (const int f = fold_of_node_[size_t(steps_[s].index)]; f >= 0)
       for (const graph::Value* v : fold_reads(folds_[size_t(f)])) last[size_t(v->id)] = int(s);
     else if (const int b = bias_fold_of_node_[size_t(steps_[s].index)]; b >= 0) {
@@ -507,6 +530,31 @@ void CudaCompiledGraph::run_append_fold(const AppendFold& f, std::vector<Tensor>
   run_node(n, env);
 }
 
+void CudaCompiledGraph::run_embedding_fold(const EmbeddingFold& f,
+                                           std::vector<Tensor>& env) const {
+  auto at = [&](const graph::Value* v) -> const Tensor& { return env[size_t(v->id)]; };
+  const graph::Value* sum = plan_.groups[size_t(f.group)].output;
+  TensorOptions o(sum->meta.dtype);
+  o.device = device_;
+  Tensor out = empty(sum->meta.sizes, o);
+  const bool done = profiled(
+      device_,
+      [&] {
+        return embedding_add::run(at(f.a_weight), at(f.a_index), at(f.b_weight), at(f.b_index),
+                                  out);
+      },
+      [&] { return std::string("index_select x2 + add ") + out.shape_str(); });
+  if (done) {
+    env[size_t(sum->id)] = std::move(out);
+    return;
+  }
+  // The plan's steps: the lookups (and their views), in graph order, then the add's kernel.
+  std::vector<int> nodes = f.nodes;
+  std::sort(nodes.begin(), nodes.end());
+  for (int i : nodes) run_node(*g_->nodes()[size_t(i)], env);
+  run_kernel(f.group, env);
+}
+
 void CudaCompiledGraph::run_kernel(int kernel, std::vector<Tensor>& env) const {
   if (append_fold_of_group_[size_t(kernel)] >= 0) {
     // The write is the fold's attention's: the result is the input it would be written into.
@@ -666,6 +714,8 @@ std::vector<Tensor> CudaCompiledGraph::execute(const std::vector<Tensor>& inputs
       run_casts(last_casts_, last_sources_, env);
       for (int i : tail_views_) run_node(*g_->nodes()[size_t(i)], env);
     }
+    else if (st.kernel >= 0 && embedding_fold_of_group_[size_t(st.kernel)] >= 0)
+      run_embedding_fold(embedding_folds_[size_t(embedding_fold_of_group_[size_t(st.kernel)])], env);
     else if (st.kernel >= 0)
       run_kernel(st.kernel, env);
     else if (const int f = fold_of_node_[size_t(st.index)]; f >= 0)

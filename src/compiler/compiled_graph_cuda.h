@@ -64,6 +64,9 @@ class CudaCompiledGraph : public capture::Runnable {
   // Finds the AppendFolds (after lowering: they need changes_only_) and keeps the values they
   // read alive until their attention's step.
   void plan_append_folds();
+  // Two embedding lookups and their add in one launch (the lookups and the add's kernel, where
+  // the kernel does not take the tensors).
+  void run_embedding_fold(const EmbeddingFold& f, std::vector<Tensor>& env) const;
   void run_group_eagerly(const FusionGroup& grp, std::vector<Tensor>& env) const;
   void run_node(const graph::Node& n, std::vector<Tensor>& env,
                 const RandomRange* draws = nullptr) const;
@@ -108,6 +111,8 @@ class CudaCompiledGraph : public capture::Runnable {
   std::vector<AppendFold> append_folds_;
   std::vector<int> append_fold_of_node_;   // per graph node: its fold in append_folds_, or -1
   std::vector<int> append_fold_of_group_;  // per plan group: the fold making its write, or -1
+  std::vector<EmbeddingFold> embedding_folds_;
+  std::vector<int> embedding_fold_of_group_;  // per plan group: its fold, or -1
   std::vector<Step> steps_;
   std::vector<std::vector<int>> release_after_;  // per step: value ids read for the last time
   // Values made once, when the graph is built, instead of by a step of every run (made_once):

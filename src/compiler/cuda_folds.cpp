@@ -360,4 +360,70 @@ std::vector<AppendFold> append_folds(const graph::Graph& g, const FusionPlan& pl
   return folds;
 }
 
+std::vector<EmbeddingFold> embedding_folds(const graph::Graph& g, const FusionPlan& plan) {
+  std::vector<EmbeddingFold> folds;
+  const Readers readers(g);
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    const FusionGroup& grp = plan.groups[k];
+    if (!lone(grp, OpId::add) || grp.row || grp.gemm || grp.col || !grp.extra_outputs.empty())
+      continue;
+    const graph::Node* add = grp.nodes[0];
+    const graph::Value* sum = add->outputs[0];
+    if (add->inputs.size() != 2 || add->inputs[0] == add->inputs[1] || !contiguous(*sum) ||
+        sum->meta.sizes.empty())
+      continue;
+    const int64_t C = sum->meta.sizes.back(), rows = C > 0 ? shape_numel(sum->meta.sizes) / C : 0;
+    // The lookup behind one operand of the add: its weight, index and row count, and the nodes
+    // it takes (the index_select, and the view after it, if any).
+    struct Lookup {
+      const graph::Value *weight = nullptr, *index = nullptr;
+      int64_t n = 0;
+      std::vector<int> nodes;
+    };
+    auto lookup = [&](const graph::Value* v, Lookup* l) {
+      if (readers.sole(v) != add || !v->producer) return false;
+      const graph::Node* p = v->producer;
+      if (p->op == OpId::view) {  // the lookup's rows reshaped: nothing but the add reads them
+        const graph::Value* src = p->inputs[0];
+        if (plan.group_of_node[size_t(readers.index.at(p))] >= 0 || readers.sole(src) != p ||
+            !src->producer)
+          return false;
+        l->nodes.push_back(readers.index.at(p));
+        v = src;
+        p = v->producer;
+      }
+      if (p->op != OpId::index_select || p->attrs.dim != 0 || p->inputs.size() != 2 ||
+          plan.group_of_node[size_t(readers.index.at(p))] >= 0)
+        return false;
+      const graph::Value *w = p->inputs[0], *i = p->inputs[1];
+      if (w->meta.dtype != sum->meta.dtype || w->meta.sizes.size() != 2 || w->meta.sizes[1] != C ||
+          !contiguous(*w) || i->meta.sizes.size() != 1 || !contiguous(*i) ||
+          (i->meta.dtype != DType::Int64 && i->meta.dtype != DType::Int32) || !contiguous(*v))
+        return false;
+      l->nodes.push_back(readers.index.at(p));
+      l->weight = w;
+      l->index = i;
+      l->n = i->meta.sizes[0];
+      return true;
+    };
+    Lookup a, b;
+    if (!lookup(add->inputs[0], &a) || !lookup(add->inputs[1], &b)) continue;
+    // One operand has the sum's rows, laid out as the sum; the other those or one row.
+    const graph::Value* in_a = add->inputs[0];
+    const graph::Value* in_b = add->inputs[1];
+    if (a.n != rows || in_a->meta.sizes != sum->meta.sizes) {
+      std::swap(a, b);
+      std::swap(in_a, in_b);
+    }
+    if (a.n != rows || in_a->meta.sizes != sum->meta.sizes ||
+        !(b.n == 1 || (b.n == rows && in_b->meta.sizes == sum->meta.sizes)))
+      continue;
+    EmbeddingFold f{int(k), a.weight, a.index, b.weight, b.index, {}};
+    f.nodes = a.nodes;
+    f.nodes.insert(f.nodes.end(), b.nodes.begin(), b.nodes.end());
+    folds.push_back(std::move(f));
+  }
+  return folds;
+}
+
 }  // namespace ember::compiler

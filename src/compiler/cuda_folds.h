@@ -4,8 +4,9 @@
 // the cast of its incoming grad and the residual add of its dx folded into its kernel
 // (kernels/layer_norm_grad.h); and a matmul with the bias add after it in its gemm's epilogue
 // (kernels/gemm_bias.h); and cross_entropy's grad over 16-bit logits, one kernel of the plan,
-// run by a hand-written one (kernels/cross_entropy_grad.h). compiled_graph_cuda.cpp schedules
-// and runs them.
+// run by a hand-written one (kernels/cross_entropy_grad.h); and a decode step's cache writes
+// with its attention, and two embedding lookups with their add. compiled_graph_cuda.cpp
+// schedules and runs them.
 #pragma once
 #include <vector>
 
@@ -94,5 +95,20 @@ struct AppendFold {
 std::vector<AppendFold> append_folds(const graph::Graph& g, const FusionPlan& plan,
                                      const std::vector<int>& write_into,
                                      const std::vector<char>& changes_only);
+// A lone add group (`group`) of two embedding lookups, index_select(weight, 0, index) each
+// (through a view, or not), as a GPT's token and position embeddings are summed: one kernel
+// gathers both rows and adds them (kernels/embedding_add.h), so the two index_selects and the
+// views between them and the add (`nodes`, graph node indices) launch nothing. Weights are
+// 2-D [*, C] of the add's dtype, indices 1-D integers; `a` gives a row for each of the sum's
+// rows, `b` one for each or one for all (broadcast).
+struct EmbeddingFold {
+  int group = -1;
+  const graph::Value* a_weight = nullptr;
+  const graph::Value* a_index = nullptr;
+  const graph::Value* b_weight = nullptr;
+  const graph::Value* b_index = nullptr;
+  std::vector<int> nodes;
+};
+std::vector<EmbeddingFold> embedding_folds(const graph::Graph& g, const FusionPlan& plan);
 
 }  // namespace ember::compiler

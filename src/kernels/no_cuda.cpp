@@ -4,6 +4,7 @@
 #include "ember/error.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cached_attention_append.h"
+#include "kernels/embedding_add.h"
 #include "kernels/cross_entropy_grad.h"
 #include "kernels/cuda_graph.h"
 #include "kernels/device_code.h"
@@ -112,6 +113,10 @@ bool run(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tenso
   return false;
 }
 }  // namespace ember::cached_attention_append
+
+namespace ember::embedding_add {
+bool run(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&) { return false; }
+}  // namespace ember::embedding_add
 
 namespace ember::cross_entropy_grad {
 bool run(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {

@@ -377,6 +377,70 @@ TEST(CudaFolds, AGptDecodeStepsCacheWritesJoinItsAttentions) {
     EXPECT_EQ(f.residual, nullptr);
   }
   EXPECT_EQ(with_ln, 2 * layers);
+  // The token and position embeddings and their add: one fold of two lookups.
+  const std::vector<EmbeddingFold> embeddings = embedding_folds(g, plan);
+  ASSERT_EQ(embeddings.size(), 1u);
+  EXPECT_EQ(embeddings[0].nodes.size(), 3u);  // two index_selects and the token rows' view
+}
+
+// A GPT's embeddings as captured: index_select(wpe, pos), index_select(wte, view(idx)) viewed as
+// [1, 1, C], and their add. The fold takes both lookups (and the view after one) where nothing
+// else reads them; not where a lookup is read elsewhere, nor for a lookup along dim 1.
+TEST(CudaFolds, EmbeddingLookupsSummedAreOneFold) {
+  for (const int variant : {0, 1, 2}) {  // 0: the fold; 1: a lookup read elsewhere; 2: dim 1
+    graph::Graph g;
+    graph::Value* idx = input(g, {1, 1}, DType::Int64);
+    graph::Value* pos = input(g, {1}, DType::Int64);
+    graph::Value* wte = input(g, {65, 64}, DType::BFloat16);
+    graph::Value* wpe = input(g, {32, 64}, DType::BFloat16);
+    Attrs rows;
+    rows.dim = 0;
+    graph::Node* pe = g.add_node(OpId::index_select, {wpe, pos}, rows, {});
+    Attrs flat;
+    flat.shape = Shape{1};
+    graph::Value* ids = g.add_node(OpId::view, {idx}, flat, {})->outputs[0];
+    Attrs te_dim;
+    te_dim.dim = variant == 2 ? 1 : 0;
+    graph::Value* te_src = variant == 2 ? input(g, {64, 65}, DType::BFloat16) : wte;
+    graph::Node* te = g.add_node(OpId::index_select, {te_src, ids}, te_dim, {});
+    Attrs shaped;
+    shaped.shape = variant == 2 ? Shape{1, 64, 1} : Shape{1, 1, 64};
+    graph::Node* tv = g.add_node(OpId::view, {te->outputs[0]}, shaped, {});
+    graph::Node* sum = g.add_node(OpId::add, {tv->outputs[0], pe->outputs[0]}, {}, {});
+    // Read as the decode step reads it: by a layer_norm, and kept (the residual stream).
+    Attrs ln;
+    ln.shape = Shape{64};
+    ln.value = 1e-5;
+    graph::Value* lw = input(g, {64}, DType::BFloat16);
+    graph::Value* lb = input(g, {64}, DType::BFloat16);
+    std::vector<graph::Value*> outs = {
+        g.add_node(OpId::layer_norm, {sum->outputs[0], lw, lb}, ln, {})->outputs[0],
+        sum->outputs[0]};
+    if (variant == 1) outs.push_back(g.add_node(OpId::exp, {pe->outputs[0]}, {}, {})->outputs[0]);
+    g.set_outputs(outs);
+    const FusionPlan plan = plan_fusion(g, kGpu);
+    const std::vector<EmbeddingFold> folds = embedding_folds(g, plan);
+    if (variant != 0) {
+      EXPECT_TRUE(folds.empty()) << "variant " << variant;
+      continue;
+    }
+    ASSERT_EQ(folds.size(), 1u);
+    const EmbeddingFold& f = folds[0];
+    EXPECT_EQ(f.a_weight, wte);
+    EXPECT_EQ(f.a_index, ids);
+    EXPECT_EQ(f.b_weight, wpe);
+    EXPECT_EQ(f.b_index, pos);
+    std::vector<int> nodes = f.nodes;
+    std::sort(nodes.begin(), nodes.end());
+    const auto at = [&](const graph::Node* n) {
+      for (size_t i = 0; i < g.nodes().size(); ++i)
+        if (g.nodes()[i].get() == n) return int(i);
+      return -1;
+    };
+    std::vector<int> want = {at(pe), at(te), at(tv)};
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(nodes, want);
+  }
 }
 
 }  // namespace

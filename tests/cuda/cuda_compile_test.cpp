@@ -17,6 +17,7 @@
 #include "ember/ember.h"
 #include "ember/nn.h"
 #include "ember/autocast.h"
+#include "support/expect_error.h"
 #include "support/op_cases.h"
 #include "support/program_check.h"
 #include "support/program_gen.h"
@@ -225,6 +226,34 @@ TEST_F(CudaCompile, AnArangeMadeOnceServesEveryCall) {
     const Tensor x = randn({16, 8}, o);
     const Tensor pos = full({1}, double(3 * call + 1), ids);
     EXPECT_EQ(mismatch(f(x, pos), fn(x, pos)), "") << "call " << call;
+  }
+}
+
+// EMBER_EMBEDDING_FOLD=1: a GPT's token and position embeddings, index_select twice and summed,
+// in one kernel: eager's sums in float32 and bfloat16, for one token a row (a decode step) and
+// several; an index past the table is index_select's error at the next sync.
+TEST_F(CudaCompile, EmbeddingLookupsSummedInOneKernelMatchEager) {
+  ScopedEnv fold("EMBER_EMBEDDING_FOLD", "1");
+  manual_seed(13);
+  TensorOptions ids(DType::Int64);
+  ids.device = kGpu;
+  for (const DType t : {DType::Float32, DType::BFloat16}) {
+    const Tensor wte = randn({65, 48}).to(t).to(kGpu), wpe = randn({32, 48}).to(t).to(kGpu);
+    auto fn = [&](const Tensor& idx, const Tensor& pos) {
+      return embedding(wte, idx) + embedding(wpe, pos);
+    };
+    auto f = compile(std::function<Tensor(const Tensor&, const Tensor&)>(fn), compiler_opts());
+    for (int call = 0; call < 3; ++call) {
+      const Tensor idx = randint(0, 65, {1, 1}, ids), pos = full({1}, double(call * 7), ids);
+      EXPECT_EQ(mismatch(f(idx, pos), fn(idx, pos)), "") << dtype_name(t) << " call " << call;
+    }
+    auto g = compile(std::function<Tensor(const Tensor&, const Tensor&)>(fn), compiler_opts());
+    const Tensor idx = randint(0, 65, {2, 5}, ids), pos = arange(5, ids);
+    EXPECT_EQ(mismatch(g(idx, pos), fn(idx, pos)), "") << dtype_name(t) << " [2, 5] tokens";
+    const Tensor bad = full({1, 1}, 70.0, ids), pos0 = zeros({1}, ids);
+    f(randint(0, 65, {1, 1}, ids), pos0);  // the compiled entry, before the bad call
+    expect_error([&] { f(bad, pos0).cpu(); }, {"index_select", "index 70", "out of range"});
+    cuda::synchronize();
   }
 }
 

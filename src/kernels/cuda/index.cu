@@ -18,6 +18,7 @@
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/kernel_table.h"
 #include "kernels/device_kernels.h"
+#include "kernels/embedding_add.h"
 
 namespace ember::cuda {
 
@@ -288,3 +289,80 @@ void register_index(KernelTable& t) {
 }
 
 }  // namespace ember::cuda
+
+namespace ember::embedding_add {
+
+namespace {
+
+// Thread i takes element i of out: row r = i / C gathers a's row a_index[r] and b's row
+// b_index[r] (b_index[0] where b has one), summed in the compute type, rounded once.
+template <class T, class I>
+__global__ void embedding_add_kernel(const T* a, const I* ai, int64_t a_rows, const T* b,
+                                     const I* bi, int64_t b_rows, bool b_one, T* out,
+                                     int64_t n, int64_t C, cuda::Fault* slot) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    const int64_t r = i / C, c = i - r * C;
+    const int64_t ja = int64_t(ai[r]), jb = int64_t(bi[b_one ? 0 : r]);
+    if (ja < 0 || ja >= a_rows) {
+      cuda::report_fault(slot, cuda::FaultKind::IndexOutOfRange, int32_t(OpId::index_select), ja,
+                         a_rows, 0);
+      continue;
+    }
+    if (jb < 0 || jb >= b_rows) {
+      cuda::report_fault(slot, cuda::FaultKind::IndexOutOfRange, int32_t(OpId::index_select), jb,
+                         b_rows, 0);
+      continue;
+    }
+    cuda::store(out + i, cuda::load(a + ja * C + c) + cuda::load(b + jb * C + c));
+  }
+}
+
+}  // namespace
+
+bool run(const Tensor& a_weight, const Tensor& a_index, const Tensor& b_weight,
+         const Tensor& b_index, Tensor& out) {
+  const DType t = out.dtype();
+  if (a_weight.dim() != 2 || b_weight.dim() != 2 || a_index.dim() != 1 || b_index.dim() != 1)
+    return false;
+  const int64_t C = a_weight.size(1);
+  if (C < 1 || b_weight.size(1) != C || out.numel() != a_index.numel() * C ||
+      (b_index.numel() != 1 && b_index.numel() != a_index.numel()) || a_weight.dtype() != t ||
+      b_weight.dtype() != t || a_index.dtype() != b_index.dtype() ||
+      (a_index.dtype() != DType::Int64 && a_index.dtype() != DType::Int32) ||
+      !a_weight.is_contiguous() || !b_weight.is_contiguous() || !a_index.is_contiguous() ||
+      !b_index.is_contiguous() || !out.is_contiguous() ||
+      (t != DType::Float32 && t != DType::Float64 && t != DType::Float16 && t != DType::BFloat16))
+    return false;
+  const Device d = out.device();
+  for (const Tensor* x : {&a_weight, &a_index, &b_weight, &b_index})
+    if (x->device() != d) return false;
+  const int64_t n = out.numel();
+  if (n == 0) return true;
+  const int device = d.index;
+  cuda::detail::use_device(device);
+  cuda::Fault* slot = cuda::detail::fault_slot(device);
+  auto go = [&]<class T, class I>() {
+    embedding_add_kernel<T, I><<<cuda::blocks_for(n), cuda::kThreads, 0,
+                                 cuda::detail::stream(device)>>>(
+        static_cast<const T*>(a_weight.impl()->data()),
+        static_cast<const I*>(a_index.impl()->data()), a_weight.size(0),
+        static_cast<const T*>(b_weight.impl()->data()),
+        static_cast<const I*>(b_index.impl()->data()), b_weight.size(0), b_index.numel() == 1,
+        static_cast<T*>(out.impl()->data()), n, C, slot);
+  };
+  auto with_index = [&]<class T>() {
+    if (a_index.dtype() == DType::Int64) go.template operator()<T, int64_t>();
+    else go.template operator()<T, int32_t>();
+  };
+  switch (t) {
+    case DType::Float32: with_index.template operator()<float>(); break;
+    case DType::Float64: with_index.template operator()<double>(); break;
+    case DType::Float16: with_index.template operator()<__half>(); break;
+    default: with_index.template operator()<__nv_bfloat16>(); break;
+  }
+  cuda::detail::check(cudaGetLastError(), "index_select + add (embeddings)");
+  return true;
+}
+
+}  // namespace ember::embedding_add
