@@ -86,9 +86,9 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
   detail::use_device(device);
   unsigned grid = unsigned(blocks(n, split));
   // Columns in turn: one wave of blocks, two a multiprocessor (columns_kernel's bound).
-  const int64_t wave = 2 * int64_t(device_code::multiprocessors(device));
-  const bool in_turn = columns_in_turn() && columns_in_turn_fit(a, dtype_size(dt)) && grid > wave;
-  if (in_turn) grid = unsigned(wave);
+  const bool in_turn = columns_in_turn() && columns_in_turn_fit(a, dtype_size(dt)) &&
+                       grid > 2 * int64_t(device_code::multiprocessors(device));
+  if (in_turn) grid = unsigned(2 * device_code::multiprocessors(device));
   cudaStream_t s = detail::stream(device);
   auto launch = [&]<class T>() {
     auto go = [&](void (*kernel)(Args)) {
