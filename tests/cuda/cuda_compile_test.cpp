@@ -208,9 +208,10 @@ TEST_F(CudaCompile, ResultsWrittenIntoInputsMatchEager) {
   }
 }
 
-// An arange only other nodes read is made once, when the graph is built (made_once), and its
-// value serves every call: a decode step's slot mask against a position that changes each
-// call, and the slots added to the result (read as a buffer, not only as an iota), match eager.
+// An arange only other nodes read, which the compiled graph makes once when it is built where
+// its plan leaves it an eager node (made_once), serves every call: a decode step's slot mask
+// against a position that changes each call, and the slots added to the result, match eager
+// at each call.
 TEST_F(CudaCompile, AnArangeMadeOnceServesEveryCall) {
   manual_seed(12);
   TensorOptions o;

@@ -353,20 +353,31 @@ __device__ __forceinline__ bool better(A v, int64_t i, A bv, int64_t bi) {
   if (v == bv) return i < bi;
   return Max ? v > bv : v < bv;
 }
+// A thread's extreme so far, (value, position): position INT64_MAX before it has one. take()
+// keeps the better of it and (v, r), where r is a position (INT64_MAX: none, nothing taken).
+template <class A, bool Max>
+struct ArgBest {
+  A v = 0;
+  int64_t i = INT64_MAX;
+  __device__ __forceinline__ void take(A value, int64_t r) {
+    if (r != INT64_MAX && (i == INT64_MAX || better<Max>(value, r, v, i))) {
+      v = value;
+      i = r;
+    }
+  }
+};
+
 // Folds each thread's (value, position) over the block: the extreme in thread 0's *v_out and
 // *i_out (position INT64_MAX where no thread had one). sv and si hold 32 entries in shared
 // memory. `better` is a total order, so the fold's shape does not change the result.
 template <class A, bool Max>
 __device__ void block_fold_arg(A bv, int64_t bi, A* sv, int64_t* si, A* v_out, int64_t* i_out) {
   auto fold = [&]() {
-    for (int s = 16; s > 0; s >>= 1) {
-      const A v = __shfl_down_sync(0xffffffffu, bv, s);
-      const int64_t i = __shfl_down_sync(0xffffffffu, bi, s);
-      if (i != INT64_MAX && (bi == INT64_MAX || better<Max>(v, i, bv, bi))) {
-        bv = v;
-        bi = i;
-      }
-    }
+    ArgBest<A, Max> best{bv, bi};
+    for (int s = 16; s > 0; s >>= 1)
+      best.take(__shfl_down_sync(0xffffffffu, best.v, s), __shfl_down_sync(0xffffffffu, best.i, s));
+    bv = best.v;
+    bi = best.i;
   };
   fold();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -393,14 +404,7 @@ __device__ void block_fold_arg(A bv, int64_t bi, A* sv, int64_t* si, A* v_out, i
 template <class T, class A, bool Max>
 __device__ void block_arg(const T* x, const ReducePlan& p, int64_t begin, int64_t end, A* sv,
                           int64_t* si, A* v_out, int64_t* i_out) {
-  A bv = 0;
-  int64_t bi = INT64_MAX;
-  auto take = [&](A v, int64_t r) {
-    if (bi == INT64_MAX || better<Max>(v, r, bv, bi)) {
-      bv = v;
-      bi = r;
-    }
-  };
+  ArgBest<A, Max> best;
   // kUnroll loads in flight a thread before their compares: a long row (a vocabulary's
   // logits) would otherwise wait on one load at a time. The last pass is predicated, so it
   // too is one round of loads.
@@ -415,9 +419,9 @@ __device__ void block_arg(const T* x, const ReducePlan& p, int64_t begin, int64_
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (r + u * step < end) take(v[u], r + u * step);
+      if (r + u * step < end) best.take(v[u], r + u * step);
   }
-  block_fold_arg<A, Max>(bv, bi, sv, si, v_out, i_out);
+  block_fold_arg<A, Max>(best.v, best.i, sv, si, v_out, i_out);
 }
 
 template <class T, class A, bool Max>
@@ -472,17 +476,10 @@ __global__ void __launch_bounds__(1024)
   __threadfence();
   // The row's splits, a thread each, folded over the block (they were written by other
   // blocks of this launch: read past the SM's cache).
-  A bv = 0;
-  int64_t bi = INT64_MAX;
-  for (int k = threadIdx.x; k < splits; k += blockDim.x) {
-    const A kv = ld_past_l1(pv + o * splits + k);
-    const int64_t ki = ld_past_l1(pi + o * splits + k);
-    if (ki != INT64_MAX && (bi == INT64_MAX || better<Max>(kv, ki, bv, bi))) {
-      bv = kv;
-      bi = ki;
-    }
-  }
-  block_fold_arg<A, Max>(bv, bi, sv, si, &v, &i);
+  ArgBest<A, Max> best;
+  for (int k = threadIdx.x; k < splits; k += blockDim.x)
+    best.take(ld_past_l1(pv + o * splits + k), ld_past_l1(pi + o * splits + k));
+  block_fold_arg<A, Max>(best.v, best.i, sv, si, &v, &i);
   if (threadIdx.x == 0) {
     out[o] = i;
     counters[o] = 0;  // zero at rest, for the next launch
@@ -525,25 +522,18 @@ __global__ void __launch_bounds__(1024) arg_vector_kernel(const T* in, int64_t* 
     const int64_t i = threadIdx.x + u * step;
     if (i < vecs) buf[u] = reinterpret_cast<const uint4*>(x)[i];
   }
-  A bv = 0;
-  int64_t bi = INT64_MAX;
-  auto take = [&](A v, int64_t r) {
-    if (bi == INT64_MAX || better<Max>(v, r, bv, bi)) {
-      bv = v;
-      bi = r;
-    }
-  };
+  ArgBest<A, Max> best;
 #pragma unroll
   for (int u = 0; u < kArgVectorLoads; ++u) {
     const int64_t i = threadIdx.x + u * step;
     if (i < vecs)
 #pragma unroll
-      for (int e = 0; e < V; ++e) take(vector_element<T, A>(buf[u], e), i * V + e);
+      for (int e = 0; e < V; ++e) best.take(vector_element<T, A>(buf[u], e), i * V + e);
   }
-  for (int64_t r = vecs * V + threadIdx.x; r < n; r += step) take(A(load(x + r)), r);
+  for (int64_t r = vecs * V + threadIdx.x; r < n; r += step) best.take(A(load(x + r)), r);
   A v;
   int64_t i;
-  block_fold_arg<A, Max>(bv, bi, sv, si, &v, &i);
+  block_fold_arg<A, Max>(best.v, best.i, sv, si, &v, &i);
   if (threadIdx.x == 0) out[o] = i;
 }
 
@@ -573,10 +563,10 @@ void arg_extreme(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
     if constexpr (std::is_floating_point_v<A>) {
       // Contiguous rows starting on 16 bytes, one round of vector loads each.
       constexpr int64_t V = 16 / int64_t(sizeof(T));
-      bool rows_aligned = reinterpret_cast<uintptr_t>(xp) % 16 == 0;
-      for (int d = 0; d < p.kept_ndim; ++d)
-        rows_aligned = rows_aligned && (p.kept_strides[d] * int64_t(sizeof(T))) % 16 == 0;
-      if (arg_vectors() && p.red_ndim == 1 && p.red_strides[0] == 1 && rows_aligned &&
+      bool rows_aligned = arg_vectors() && reinterpret_cast<uintptr_t>(xp) % 16 == 0;
+      for (int d = 0; rows_aligned && d < p.kept_ndim; ++d)
+        rows_aligned = (p.kept_strides[d] * int64_t(sizeof(T))) % 16 == 0;
+      if (rows_aligned && p.red_ndim == 1 && p.red_strides[0] == 1 && rows_aligned &&
           p.reduced <= 1024 * kArgVectorLoads * V && p.outputs <= 65535) {
         detail::launch_after(arg_vector_kernel<T, A, Max>, dim3(unsigned(p.outputs)), dim3(1024),
                              0, detail::stream(device), name, xp, op, p);
