@@ -8,6 +8,7 @@
 
 #include "capture/capture.h"
 #include "capture/joint.h"
+#include "dispatch/dispatcher.h"
 #include "ember/autograd.h"
 
 namespace ember::capture {
@@ -62,6 +63,10 @@ std::shared_ptr<const Runnable> lookup_or_compile(Backend& be,
   // Compile outside the lock (a real compiler takes a while); two threads racing on one graph
   // both compile it and the first one stored wins.
   g->validate();
+  // A backend's own work is never captured: a compile met at a graph break runs while the
+  // tracer still holds this thread's dispatches, and whatever the backend computes when it
+  // builds (values it makes once, say) must be real tensors, not nodes of the next segment.
+  HookScope untraced(nullptr);
   std::shared_ptr<const Runnable> r;
   if (training) {
     std::string why;

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <sstream>
 
+#include "capture/capture.h"
 #include "capture/capture_test_util.h"
+#include "dispatch/dispatcher.h"
 
 namespace ember::test {
 namespace {
@@ -51,6 +53,34 @@ TEST_F(Breaks, ItemBranchMatchesEagerOnBothBranchesAndCompilesEachSegmentOnce) {
   EXPECT_EQ(r.graph_count, 2);
   EXPECT_NE(r.str().find("breaks_test.cpp:" + std::to_string(g_item_line)), std::string::npos)
       << r.str();
+}
+
+// A backend computes while it builds (the CUDA compiler makes an arange once): that work runs
+// as eager code, never captured into the next segment, also when the compile is met at a break
+// in the middle of a trace.
+TEST_F(Breaks, ABackendsOwnOpsRunEagerlyWhenItCompilesAtABreak) {
+  struct Probe : capture::Backend {
+    int compiles = 0, traced = 0, symbolic = 0;
+    std::string name() const override { return "probe-builds-a-value"; }
+    std::shared_ptr<const capture::Runnable> compile(
+        std::shared_ptr<const graph::Graph> g) override {
+      ++compiles;
+      traced += capture_hook() != nullptr;
+      symbolic += arange(4).is_symbolic();
+      return capture::backend("eager").compile(std::move(g));
+    }
+  };
+  auto owned = std::make_unique<Probe>();
+  Probe* probe = owned.get();
+  capture::register_backend(std::move(owned));
+  CompileOptions o;
+  o.backend = probe->name();
+  auto f = compile(branchy, o);
+  const Tensor x = rand({8}) + 0.1;
+  EXPECT_TRUE(bits_equal(f(x), branchy(x)));
+  EXPECT_EQ(probe->compiles, 2);  // sum | mul, exp: the first at the break
+  EXPECT_EQ(probe->traced, 0);
+  EXPECT_EQ(probe->symbolic, 0);
 }
 
 TEST_F(Breaks, AFrontEndsSourcePositionIsWhereBreaksAreReported) {
