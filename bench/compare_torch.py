@@ -16,7 +16,7 @@ Inductor's and Triton's disk caches in a new directory for the run. The ratio ro
 eager over eager (ember_over_torch) and compiled over compiled (compiled_ember_over_torch).
 --no-torch-compile skips torch.compile (its compiled fields are null). --variant NAME:VAR=VALUE
 (repeatable) measures ember's rows again with those environment variables set (the switches of
-docs/architecture.md, EMBER_GEMV_SPLIT=fewest and the like): its rows and ratio rows carry
+docs/architecture.md, EMBER_GEMV_COLUMNS=0 and the like): its rows and ratio rows carry
 "variant": NAME, against the same torch rows. --profile prints, for
 each compiled GPT step, torch.profiler's table of its kernels by GPU time to stderr (ember's
 side of that: EMBER_BENCH_COMPILED_ONLY=1 EMBER_PROFILE_OPS=shapes ember-bench --filter ROW).

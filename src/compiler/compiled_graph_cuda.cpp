@@ -37,12 +37,20 @@ namespace ember::compiler {
 
 namespace {
 
-// EMBER_EMBEDDING_FOLD=1: two embedding lookups summed run as one kernel (EmbeddingFold). Off
-// by default until measured on a GPU. Read as each graph is compiled.
-bool embedding_fold_on() {
-  const char* e = std::getenv("EMBER_EMBEDDING_FOLD");
-  return e && std::string(e) == "1";
+// Whether the environment variable `name` is unset or other than "0". Read as each graph is
+// compiled.
+bool unless_zero(const char* name) {
+  const char* e = std::getenv(name);
+  return !(e && std::string(e) == "0");
 }
+// Two embedding lookups summed run as one kernel (EmbeddingFold), unless EMBER_EMBEDDING_FOLD=0.
+bool embedding_fold_on() { return unless_zero("EMBER_EMBEDDING_FOLD"); }
+// A layer_norm joins the gemv of a product without a bias (a GPT's ln_f and logits: a BiasFold
+// with no bias), unless EMBER_LN_LOGITS_FOLD=0.
+bool plain_layer_norm_fold_on() { return unless_zero("EMBER_LN_LOGITS_FOLD"); }
+// A decode step's attentions take the appended slot from the position rather than from the
+// slot mask (AppendFold::put_at), so that the mask need not be made, unless EMBER_SLOT_FOLD=0.
+bool slot_fold_on() { return unless_zero("EMBER_SLOT_FOLD"); }
 
 void log_decision(const std::string& text) {
   static const bool on = log_category_enabled("compiler");
@@ -130,6 +138,8 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   ce_fold_of_group_.assign(plan_.groups.size(), -1);
   for (size_t f = 0; f < ce_folds_.size(); ++f) ce_fold_of_group_[size_t(ce_folds_[f].group)] = int(f);
   bias_folds_ = bias_folds(*g_, plan_, first_casts_);
+  if (!plain_layer_norm_fold_on())
+    std::erase_if(bias_folds_, [](const BiasFold& f) { return !f.bias; });
   bias_fold_of_node_.assign(g_->nodes().size(), -1);
   for (size_t f = 0; f < bias_folds_.size(); ++f)
     bias_fold_of_node_[size_t(bias_folds_[f].node)] = int(f);
@@ -151,8 +161,7 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   std::vector<char> in_gemv(nodes.size(), 0);
   for (const BiasFold& f : bias_folds_)
     if (f.ln_node >= 0) in_gemv[size_t(f.ln_node)] = 1;
-  // Embedding lookups summed in one launch (EMBER_EMBEDDING_FOLD=1, until measured): the
-  // lookups' nodes take no step of their own.
+  // Embedding lookups summed in one launch: the lookups' nodes take no step of their own.
   embedding_fold_of_group_.assign(plan_.groups.size(), -1);
   std::vector<char> in_embedding(nodes.size(), 0);
   if (embedding_fold_on()) embedding_folds_ = embedding_folds(*g_, plan_);
@@ -203,7 +212,7 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
     else if (const int b = bias_fold_of_node_[size_t(steps_[s].index)]; b >= 0) {
       for (const graph::Value* v : steps_[s].node->inputs) last[size_t(v->id)] = int(s);
       const BiasFold& f = bias_folds_[size_t(b)];
-      last[size_t(f.bias->id)] = int(s);
+      if (f.bias) last[size_t(f.bias->id)] = int(s);
       if (const graph::Value* r = f.residual) last[size_t(r->id)] = int(s);
       if (f.ln_node >= 0)  // the layer_norm's operands, read by the gemv
         for (const graph::Value* v : g_->nodes()[size_t(f.ln_node)]->inputs) last[size_t(v->id)] = int(s);
@@ -221,18 +230,20 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
     if (last[id] >= 0 && last[id] != INT_MAX) release_after_[size_t(last[id])].push_back(int(id));
   const auto eager = std::count_if(steps_.begin(), steps_.end(),
                                    [](const Step& st) { return st.node != nullptr; });
+  auto folds_with = [&](auto pred) {
+    return std::to_string(std::count_if(bias_folds_.begin(), bias_folds_.end(), pred));
+  };
   log_decision(std::to_string(plan_.groups.size()) + " fused CUDA kernel(s) (" +
                std::to_string(first_casts_.size() + last_casts_.size()) +
                " parameter and grad casts batched), " + std::to_string(eager) +
                " eager node(s) (" + std::to_string(folds_.size()) +
                " layer_norm_backward with a cast or add folded in, " +
-               std::to_string(bias_folds_.size()) + " matmul(s) with the bias add (and " +
-               std::to_string(std::count_if(bias_folds_.begin(), bias_folds_.end(),
-                                            [](const BiasFold& f) { return f.residual; })) +
-               " with a residual add, " +
-               std::to_string(std::count_if(bias_folds_.begin(), bias_folds_.end(),
-                                            [](const BiasFold& f) { return f.gelu; })) +
-               " with a gelu) in the gemm, " +
+               folds_with([](const BiasFold& f) { return f.bias; }) +
+               " matmul(s) with the bias add (and " +
+               folds_with([](const BiasFold& f) { return f.residual; }) + " with a residual add, " +
+               folds_with([](const BiasFold& f) { return f.gelu; }) + " with a gelu) in the gemm, " +
+               folds_with([](const BiasFold& f) { return f.ln_node >= 0; }) +
+               " layer_norm(s) in a gemv, " +
                std::to_string(ce_folds_.size()) + " cross_entropy grad(s) by their own kernel), " +
                std::to_string(constants_.size()) + " value(s) made once, not at each run");
   if (plan_.groups.empty()) return;
@@ -427,12 +438,16 @@ void CudaCompiledGraph::run_bias_fold(const BiasFold& f, std::vector<Tensor>& en
     Tensor out = empty(sizes, o);
     const bool done = profiled(
         device_,
-        [&] { return gemm_bias::run(a, b, env[size_t(f.bias->id)], out, residual, f.gelu, ln); },
+        [&] {
+          return gemm_bias::run(a, b, f.bias ? env[size_t(f.bias->id)] : Tensor(), out, residual,
+                                f.gelu, ln);
+        },
         [&] {
           return std::string(ln ? "layer_norm + " : "") +
                  (f.residual ? "matmul + bias + residual "
                   : f.gelu   ? "matmul + bias + gelu "
-                             : "matmul + bias ") +
+                  : f.bias   ? "matmul + bias "
+                             : "matmul ") +
                  a.shape_str() + ", " + b.shape_str();
         });
     if (done) env[size_t(f.sum->id)] = std::move(out);
@@ -447,7 +462,7 @@ void CudaCompiledGraph::run_bias_fold(const BiasFold& f, std::vector<Tensor>& en
   }
   if (!gemm(env[size_t(n.inputs[0]->id)], nullptr)) {  // the plan's steps
     run_node(n, env);
-    run_kernel(f.add_group, env);
+    if (f.add_group >= 0) run_kernel(f.add_group, env);
   }
 }
 
@@ -471,6 +486,8 @@ bool CudaCompiledGraph::run_cross_entropy_grad(const CrossEntropyGradFold& f,
 void CudaCompiledGraph::plan_append_folds() {
   // The tables it fills were sized, all -1, with the other folds' (the constructor).
   std::vector<AppendFold> found = append_folds(*g_, plan_, write_into_, changes_only_);
+  if (!slot_fold_on())
+    for (AppendFold& a : found) a.put_at = nullptr;
   for (const AppendFold& a : found) {
     // The attention's step: what the writes read is read there now, and released after it.
     size_t at = 0;
@@ -481,8 +498,8 @@ void CudaCompiledGraph::plan_append_folds() {
     append_fold_of_node_[size_t(a.node)] = f;
     append_fold_of_group_[size_t(a.k_group)] = f;
     append_fold_of_group_[size_t(a.v_group)] = f;
-    for (const graph::Value* v : {a.put, a.k_new, a.v_new})
-      for (size_t s = 0; s < at && s < release_after_.size(); ++s) {
+    for (const graph::Value* v : {a.put, a.put_at, a.k_new, a.v_new})
+      for (size_t s = 0; v && s < at && s < release_after_.size(); ++s) {
         auto& ids = release_after_[s];
         const auto it = std::find(ids.begin(), ids.end(), v->id);
         if (it == ids.end()) continue;
@@ -493,6 +510,54 @@ void CudaCompiledGraph::plan_append_folds() {
   if (!append_folds_.empty())
     log_decision(std::to_string(append_folds_.size()) +
                  " cached_attention(s) writing the cache slots of the two writes before them");
+  skip_slot_masks();
+}
+
+void CudaCompiledGraph::skip_slot_masks() {
+  // The write groups of folds that take the slot from the position.
+  std::vector<char> at_pos(plan_.groups.size(), 0);
+  for (const AppendFold& a : append_folds_)
+    if (a.put_at) at_pos[size_t(a.k_group)] = at_pos[size_t(a.v_group)] = 1;
+  const auto& nodes = g_->nodes();
+  auto kept = [&](const graph::Value* v) {
+    for (const graph::Value* o : g_->outputs())
+      if (o == v) return true;
+    for (const graph::Mutation& m : g_->mutations())
+      if (m.value == v || m.target == v) return true;
+    return false;
+  };
+  std::vector<int> groups, views;
+  for (const AppendFold& a : append_folds_) {
+    if (!a.put_at || std::find(groups.begin(), groups.end(), a.put_group) != groups.end()) continue;
+    const graph::Value* mask = plan_.groups[size_t(a.put_group)].output;
+    // Nothing but the view (if any) reads the mask, and nothing but those folds' writes the put.
+    bool only_folds = !kept(mask) && !kept(a.put);
+    for (size_t i = 0; i < nodes.size() && only_folds; ++i) {
+      const graph::Node& n = *nodes[i];
+      const bool reads_mask = std::find(n.inputs.begin(), n.inputs.end(), mask) != n.inputs.end();
+      const bool reads_put = std::find(n.inputs.begin(), n.inputs.end(), a.put) != n.inputs.end();
+      if (reads_mask && int(i) != a.put_view && a.put != mask) only_folds = false;
+      if (reads_put && (n.op != OpId::where || plan_.group_of_node[i] < 0 ||
+                        !at_pos[size_t(plan_.group_of_node[i])]))
+        only_folds = false;
+    }
+    if (!only_folds) continue;
+    groups.push_back(a.put_group);
+    if (a.put_view >= 0) views.push_back(a.put_view);
+  }
+  if (groups.empty()) return;
+  for (int k : groups)
+    for (const graph::Value* v : plan_.groups[size_t(k)].inputs)
+      for (auto& ids : release_after_) std::erase(ids, v->id);
+  skipped_.assign(steps_.size(), 0);
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const Step& st = steps_[s];
+    if ((st.kernel >= 0 && std::find(groups.begin(), groups.end(), st.kernel) != groups.end()) ||
+        (st.node && std::find(views.begin(), views.end(), st.index) != views.end()))
+      skipped_[s] = 1;
+  }
+  log_decision(std::to_string(groups.size()) +
+               " slot mask(s) not made: the attentions take the slot from the position");
 }
 
 void CudaCompiledGraph::run_append_fold(const AppendFold& f, std::vector<Tensor>& env) const {
@@ -513,10 +578,11 @@ void CudaCompiledGraph::run_append_fold(const AppendFold& f, std::vector<Tensor>
     o.device = device_;
     out = empty(n.outputs[0]->meta.sizes, o);
   }
-  const bool done = out.defined() && profiled(
+  const Tensor& put = at(f.put_at ? f.put_at : f.put);
+  const bool done = out.defined() && put.defined() && profiled(
       device_,
       [&] {
-        return cached_attention_append::run(at(n.inputs[0]), kc, vc, at(n.inputs[3]), at(f.put),
+        return cached_attention_append::run(at(n.inputs[0]), kc, vc, at(n.inputs[3]), put,
                                             at(f.k_new), at(f.v_new), n.attrs.value2, out);
       },
       [&] { return std::string("cached_attention + cache writes ") + kc.shape_str(); });
@@ -524,7 +590,12 @@ void CudaCompiledGraph::run_append_fold(const AppendFold& f, std::vector<Tensor>
     env[size_t(n.outputs[0]->id)] = std::move(out);
     return;
   }
-  // The plan's steps: the two writes, then the op.
+  // The plan's steps: the slot mask where it was not made (skip_slot_masks), the two writes,
+  // then the op.
+  if (f.put_at && !at(f.put).defined()) {
+    launch_group(f.put_group, env);
+    if (f.put_view >= 0) run_node(*g_->nodes()[size_t(f.put_view)], env);
+  }
   launch_group(f.k_group, env);
   launch_group(f.v_group, env);
   run_node(n, env);
@@ -708,7 +779,8 @@ std::vector<Tensor> CudaCompiledGraph::execute(const std::vector<Tensor>& inputs
   const std::vector<RandomRange> draws = draws_ ? g_->reserve_draws() : std::vector<RandomRange>();
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& st = steps_[s];
-    if (st.casts == 1) {
+    if (!skipped_.empty() && skipped_[s]) {
+    } else if (st.casts == 1) {
       run_casts(first_casts_, first_sources_, env);
     } else if (st.casts == 2) {
       run_casts(last_casts_, last_sources_, env);

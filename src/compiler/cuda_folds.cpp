@@ -142,7 +142,39 @@ std::vector<BiasFold> bias_folds(const graph::Graph& g, const FusionPlan& plan,
                                  const std::vector<int>& at_start) {
   const auto& nodes = g.nodes();
   const Readers readers(g);
+  // A layer_norm before a product the gemv kernel takes joins it: no launch of its own, and
+  // its result never goes through memory. Sets f's ln_node and ln_x where it does.
+  auto layer_norm_in = [&](BiasFold* f) {
+    const graph::Node& n = *nodes[size_t(f->node)];
+    const graph::Value* p = n.outputs[0];
+    const DType t = p->meta.dtype;
+    const graph::Value* a = n.inputs[0];
+    const graph::Node* l = a->producer;
+    if (!l || l->op != OpId::layer_norm || l->inputs.size() != 3 || l->outputs.size() != 3 ||
+        l->outputs[0] != a || readers.sole(a) != &n ||
+        plan.group_of_node[size_t(readers.index.at(l))] >= 0)
+      return false;
+    const int64_t K = a->meta.sizes.empty() ? 0 : a->meta.sizes.back();
+    const int64_t rows = K > 0 ? shape_numel(a->meta.sizes) / K : 0;
+    const graph::Value *x = l->inputs[0], *w = l->inputs[1], *b = l->inputs[2];
+    auto unread = [&](const graph::Value* v) {
+      return readers.of[size_t(v->id)].empty() && !readers.kept[size_t(v->id)];
+    };
+    auto vector_of_k = [&](const graph::Value* v) {
+      return v->meta.dtype == t && v->meta.sizes == Shape{K} && contiguous(*v);
+    };
+    if (!(l->attrs.shape == Shape{K} && K > 512 && K <= 4096 && x->meta.dtype == t &&
+          a->meta.dtype == t && contiguous(*x) && vector_of_k(w) && vector_of_k(b) &&
+          unread(l->outputs[1]) && unread(l->outputs[2]) &&
+          gemm_bias::rounds_product_first(rows, K, p->meta.sizes.back(),
+                                          n.inputs[1]->meta.strides)))
+      return false;
+    f->ln_node = readers.index.at(l);
+    f->ln_x = x;
+    return true;
+  };
   std::vector<BiasFold> folds;
+  std::vector<char> folded(nodes.size(), 0);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const graph::Node& n = *nodes[i];
     if (n.op != OpId::matmul || plan.group_of_node[i] >= 0 || n.inputs.size() != 2) continue;
@@ -207,32 +239,23 @@ std::vector<BiasFold> bias_folds(const graph::Graph& g, const FusionPlan& plan,
                      !contiguous(*residual) || !ready(residual)))
       continue;
     BiasFold f{int(i), k, bias, sum, residual, gelu};
-    // A layer_norm before a product the gemv kernel takes joins it: no launch of its own, and
-    // its result never goes through memory.
-    const graph::Value* a = n.inputs[0];
-    const graph::Node* l = a->producer;
-    if (l && l->op == OpId::layer_norm && l->inputs.size() == 3 && l->outputs.size() == 3 &&
-        l->outputs[0] == a && readers.sole(a) == &n &&
-        plan.group_of_node[size_t(readers.index.at(l))] < 0) {
-      const int64_t K = a->meta.sizes.empty() ? 0 : a->meta.sizes.back();
-      const int64_t rows = K > 0 ? shape_numel(a->meta.sizes) / K : 0;
-      const graph::Value *x = l->inputs[0], *w = l->inputs[1], *b = l->inputs[2];
-      auto unread = [&](const graph::Value* v) {
-        return readers.of[size_t(v->id)].empty() && !readers.kept[size_t(v->id)];
-      };
-      auto vector_of_k = [&](const graph::Value* v) {
-        return v->meta.dtype == t && v->meta.sizes == Shape{K} && contiguous(*v);
-      };
-      if (l->attrs.shape == Shape{K} && K > 512 && K <= 4096 && x->meta.dtype == t &&
-          a->meta.dtype == t && contiguous(*x) && vector_of_k(w) && vector_of_k(b) &&
-          unread(l->outputs[1]) && unread(l->outputs[2]) &&
-          gemm_bias::rounds_product_first(rows, K, p->meta.sizes.back(),
-                                          n.inputs[1]->meta.strides)) {
-        f.ln_node = readers.index.at(l);
-        f.ln_x = x;
-      }
-    }
+    layer_norm_in(&f);
     folds.push_back(f);
+    folded[i] = 1;
+  }
+  // A product without a bias (a GPT's logits after ln_f) is a fold only to take its layer_norm.
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const graph::Node& n = *nodes[i];
+    if (folded[i] || n.op != OpId::matmul || plan.group_of_node[i] >= 0 || n.inputs.size() != 2)
+      continue;
+    const graph::Value* p = n.outputs[0];
+    if (!is_16bit_float(p->meta.dtype) || n.inputs[1]->meta.sizes.size() != 2 ||
+        p->meta.sizes.empty() || !contiguous(*p))
+      continue;
+    BiasFold f;
+    f.node = int(i);
+    f.sum = p;
+    if (layer_norm_in(&f)) folds.push_back(f);
   }
   return folds;
 }
@@ -337,6 +360,36 @@ std::vector<AppendFold> append_folds(const graph::Graph& g, const FusionPlan& pl
     return Write{put, fresh, cache};
   };
   const auto& nodes = g.nodes();
+  // put as arange(S) == p (p one int64), by a lone eq group, through a view or not: sets f's
+  // put_at, put_group and put_view.
+  auto slot_of_put = [&](AppendFold* f) {
+    const graph::Value* mask = f->put;
+    int view = -1;
+    const graph::Node* prod = mask->producer;
+    if (prod && prod->op == OpId::view && plan.group_of_node[size_t(readers.index.at(prod))] < 0) {
+      view = readers.index.at(prod);
+      mask = prod->inputs[0];
+      prod = mask->producer;
+    }
+    if (!prod || prod->op != OpId::eq || prod->inputs.size() != 2) return;
+    const int k = plan.group_of_node[size_t(readers.index.at(prod))];
+    if (k < 0 || !lone(plan.groups[size_t(k)], OpId::eq) || plan.groups[size_t(k)].output != mask)
+      return;
+    const int64_t S = f->k_cache->meta.sizes[f->k_cache->meta.sizes.size() - 2];
+    for (size_t side = 0; side < 2; ++side) {
+      const graph::Value *r = prod->inputs[side], *p = prod->inputs[1 - side];
+      const graph::Node* ar = r->producer;
+      if (!ar || ar->op != OpId::arange || !ar->inputs.empty() || ar->attrs.value != 0 ||
+          ar->attrs.value2 != 1 || r->meta.sizes != Shape{S} || r->meta.dtype != DType::Int64 ||
+          p->meta.dtype != DType::Int64 || shape_numel(p->meta.sizes) != 1 || !contiguous(*p) ||
+          mask->meta.sizes != Shape{S})
+        continue;
+      f->put_at = p;
+      f->put_group = k;
+      f->put_view = view;
+      return;
+    }
+  };
   for (size_t i = 0; i < nodes.size(); ++i) {
     const graph::Node& n = *nodes[i];
     if (n.op != OpId::cached_attention || n.inputs.size() != 4) continue;
@@ -355,7 +408,9 @@ std::vector<AppendFold> append_folds(const graph::Graph& g, const FusionPlan& pl
       return std::all_of(r.begin(), r.end(), [&](const graph::Node* x) { return x == &n; });
     };
     if (!only_here(kv) || !only_here(vv)) continue;
-    folds.push_back({int(i), kg, vg, kw->put, kw->fresh, vw->fresh, kw->cache, vw->cache});
+    AppendFold f{int(i), kg, vg, kw->put, kw->fresh, vw->fresh, kw->cache, vw->cache};
+    slot_of_put(&f);
+    folds.push_back(f);
   }
   return folds;
 }

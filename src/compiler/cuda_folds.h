@@ -47,10 +47,12 @@ std::vector<LayerNormFold> layer_norm_folds(const graph::Graph& g, const FusionP
 // batched casts, run when the graph starts). Or the group's second node is the exact gelu of
 // the biased product (an MLP's first linear layer), where the gemm of a few rows takes it
 // (gemm_bias::rounds_product_first: the sum it takes the gelu of is the fused group's).
+// A matmul without a bias add (a GPT's logits) is a fold only where its layer_norm joins the
+// gemv (ln_node below): add_group -1, bias null, sum the product.
 struct BiasFold {
   int node = -1;
   int add_group = -1;
-  const graph::Value* bias = nullptr;
+  const graph::Value* bias = nullptr;  // null: no bias add (then no residual, no gelu)
   const graph::Value* sum = nullptr;
   const graph::Value* residual = nullptr;  // null: the bias alone
   bool gelu = false;  // the group's second node is the exact gelu of the biased product
@@ -91,6 +93,13 @@ struct AppendFold {
   const graph::Value* v_new = nullptr;
   const graph::Value* k_cache = nullptr;  // the graph inputs written
   const graph::Value* v_cache = nullptr;
+  // Where put is arange(S) == p (through a view, or not) for a one-element int64 p (a decode
+  // step's position): p, the group `put_group` of that eq alone, and the view's node (else -1).
+  // The attention then takes the slot from p; when every reader of put is such a fold's write,
+  // the eq's group and the view launch nothing.
+  const graph::Value* put_at = nullptr;
+  int put_group = -1;
+  int put_view = -1;
 };
 std::vector<AppendFold> append_folds(const graph::Graph& g, const FusionPlan& plan,
                                      const std::vector<int>& write_into,

@@ -21,7 +21,8 @@ namespace ember::gemm_bias {
 // rounds_product_first holds (cuBLASLt's gelu epilogue is the tanh form).
 // With ln (its weight and bias defined), a is the layer_norm's input and the product is of
 // layer_norm(a, [k], ln.weight, ln.bias, ln.eps) as the op computes it: taken by the gemv kernel
-// alone (16-bit rows of 513 to 4096 elements, rounds_product_first), else false.
+// alone (16-bit rows of 513 to 4096 elements, rounds_product_first), else false. With ln, the
+// bias may be undefined (a product without one, and then no residual and no gelu).
 struct LayerNormIn {
   Tensor weight, bias;
   double eps = 1e-5;

@@ -363,10 +363,20 @@ TEST(CudaFolds, AGptDecodeStepsCacheWritesJoinItsAttentions) {
     EXPECT_EQ(f.put->meta.dtype, DType::Bool);
     EXPECT_EQ(f.k_new->meta.sizes.size(), 4u);
     EXPECT_NE(f.k_cache, f.v_cache);
+    // The mask is arange(S) == pos, one eq group shared by every layer, through one view: the
+    // attentions take the slot from the position (the step's second argument).
+    EXPECT_EQ(f.put_at, g.inputs()[1]);
+    EXPECT_EQ(f.put_group, folds[0].put_group);
+    ASSERT_GE(f.put_group, 0);
+    EXPECT_EQ(plan.groups[size_t(f.put_group)].nodes.size(), 1u);
+    EXPECT_EQ(plan.groups[size_t(f.put_group)].nodes[0]->op, OpId::eq);
+    ASSERT_GE(f.put_view, 0);
+    EXPECT_EQ(g.nodes()[size_t(f.put_view)]->outputs[0], f.put);
   }
-  // Each layer's two layer_norms (and the final one before lm_head, which has no bias add)
-  // join the gemvs after them: the attention's input projection and the MLP's first layer.
-  int64_t with_ln = 0;
+  // Each layer's two layer_norms join the gemvs after them (the attention's input projection
+  // and the MLP's first layer), and ln_f the logits' product, a fold without a bias: the
+  // step's one graph output.
+  int64_t with_ln = 0, without_bias = 0;
   for (const BiasFold& f : bias_folds(g, plan, {})) {
     if (f.ln_node < 0) continue;
     ++with_ln;
@@ -375,8 +385,17 @@ TEST(CudaFolds, AGptDecodeStepsCacheWritesJoinItsAttentions) {
     EXPECT_EQ(l.outputs[0], g.nodes()[size_t(f.node)]->inputs[0]);
     EXPECT_EQ(f.ln_x, l.inputs[0]);
     EXPECT_EQ(f.residual, nullptr);
+    if (!f.bias) {
+      ++without_bias;
+      EXPECT_EQ(f.add_group, -1);
+      EXPECT_FALSE(f.gelu);
+      EXPECT_EQ(f.sum, g.nodes()[size_t(f.node)]->outputs[0]);
+      ASSERT_EQ(g.outputs().size(), 1u);
+      EXPECT_EQ(f.sum, g.outputs()[0]);
+    }
   }
-  EXPECT_EQ(with_ln, 2 * layers);
+  EXPECT_EQ(with_ln, 2 * layers + 1);
+  EXPECT_EQ(without_bias, 1);
   // The token and position embeddings and their add: one fold of two lookups.
   const std::vector<EmbeddingFold> embeddings = embedding_folds(g, plan);
   ASSERT_EQ(embeddings.size(), 1u);

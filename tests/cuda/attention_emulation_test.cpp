@@ -509,22 +509,27 @@ TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
 // the output is the op's over the written caches. The slot at the position, and slots past the
 // visible ones too (written, never read), in a split that sees none and in one that sees some;
 // two rows a batch entry; k_new and v_new read through the strides of a split of a wider tensor.
+// With put_at, the one slot at the position (a decode step's put, arange(S) == pos).
 TEST(AttentionEmulation, CachedAttentionWritesTheAppendedSlots) {
   struct Case {
     int64_t B, H, L, S, E, pos;
     std::vector<int64_t> put;
     DType dtype;
+    bool at_pos = false;
   };
   const Case cases[] = {
       {1, 3, 1, 200, 64, 150, {150, 195}, DType::BFloat16},
       {2, 2, 1, 130, 16, 64, {64, 100}, DType::Float32},
       {1, 2, 2, 70, 8, 10, {10, 11}, DType::Float64},
+      {1, 3, 1, 200, 64, 150, {150}, DType::BFloat16, true},
+      {2, 2, 1, 130, 16, 63, {63}, DType::Float32, true},
   };
   for (const Case& c : cases) {
     manual_seed(uint64_t(c.S + c.E));
     const std::string what = "B " + std::to_string(c.B) + " H " + std::to_string(c.H) + " L " +
                              std::to_string(c.L) + " S " + std::to_string(c.S) + " pos " +
-                             std::to_string(c.pos) + " " + std::string(dtype_name(c.dtype));
+                             std::to_string(c.pos) + " " + std::string(dtype_name(c.dtype)) +
+                             (c.at_pos ? " put_at" : "");
     auto draw = [&](const Shape& s) { return (rand(s, DType::Float64) * 4.0 - 2.0).to(c.dtype); };
     const Tensor q = draw({c.B, c.H, c.L, c.E});
     Tensor k = draw({c.B, c.H, c.S, c.E}), v = draw({c.B, c.H, c.S, c.E});
@@ -541,7 +546,10 @@ TEST(AttentionEmulation, CachedAttentionWritesTheAppendedSlots) {
     const Tensor want = cached_attention(q, k_want, v_want, pos);
     Tensor got = make_tensor(want.sizes(), c.dtype);
     cuda::attn::CachedArgs a = cached_args(q, k, v, pos, got);
-    a.put = static_cast<const unsigned char*>(put.impl()->data());
+    if (c.at_pos)
+      a.put_at = static_cast<const int64_t*>(pos.impl()->data());
+    else
+      a.put = static_cast<const unsigned char*>(put.impl()->data());
     a.k_new = k_new.impl()->data();
     a.v_new = v_new.impl()->data();
     a.kn0 = k_new.stride(0);
@@ -669,21 +677,25 @@ TEST(GemvEmulation, FewRowProductsMatchFloat64Sums) {
   }
 }
 
-// The columns-in-turn kernel (EMBER_GEMV_COLUMNS=1, the logits' projection) against the gemv
+// The columns-in-turn kernel (on unless EMBER_GEMV_COLUMNS=0, the logits' projection) against the gemv
 // kernel, bit for bit: a grid of two blocks (16 warps) over 37 and 100 columns, so that warps
 // take several columns and the last round has idle warps; with bias, residual, the product
-// rounded, the gelu; 16-bit and float32 rows of one set of loads.
+// rounded, the gelu; 16-bit and float32 rows of one set of loads; a layer_norm before the
+// product (ln_f before the logits), made in every block as the gemv kernel makes it.
 TEST(GemvEmulation, ColumnsInTurnGiveTheGemvKernelsBits) {
   struct Case {
     int64_t N, K;
     DType dtype;
     bool bias, residual, round_product, gelu;
+    bool ln = false;
   };
   const Case cases[] = {
       {37, 64, DType::BFloat16, false, false, false, false},
       {100, 768, DType::BFloat16, true, true, true, false},
       {37, 40, DType::Float16, true, false, true, true},
       {100, 256, DType::Float32, true, true, false, false},
+      {100, 768, DType::BFloat16, false, false, true, false, true},
+      {37, 640, DType::Float16, true, false, true, false, true},
   };
   for (const Case& c : cases) {
     manual_seed(uint64_t(c.N + c.K));
@@ -691,23 +703,36 @@ TEST(GemvEmulation, ColumnsInTurnGiveTheGemvKernelsBits) {
                              std::string(dtype_name(c.dtype));
     auto draw = [&](const Shape& s) { return (rand(s, DType::Float64) * 2.0 - 1.0).to(c.dtype); };
     const Tensor x = draw({1, c.K}), w = draw({c.N, c.K}), bias = draw({c.N}), res = draw({1, c.N});
+    const Tensor ln_w = draw({c.K}), ln_b = draw({c.K});
     cuda::gemv::Args a = gemv_args(x, w, c.K);
     a.bias = c.bias ? bias.impl()->data() : nullptr;
     a.residual = c.residual ? res.impl()->data() : nullptr;
     a.round_product = c.round_product;
     a.gelu = c.gelu;
     a.vectors = true;
+    size_t smem = cuda::gemv::kSharedBytes;
+    if (c.ln) {
+      a.ln_threads = cuda::gemv::layer_norm_threads(c.K);
+      a.ln_w = ln_w.impl()->data();
+      a.ln_b = ln_b.impl()->data();
+      a.ln_eps = 1e-5f;
+      smem += cuda::gemv::layer_norm_shared_bytes(1, c.K, dtype_size(c.dtype));
+    }
     ASSERT_TRUE(cuda::gemv::columns_in_turn_fit(a, dtype_size(c.dtype))) << what;
     Tensor want = make_tensor({1, c.N}, c.dtype), got = make_tensor({1, c.N}, c.dtype);
     want.fill_(NAN);
     got.fill_(NAN);
     auto run = [&]<class T>() {
       a.out = want.impl()->data();
-      emu::run_blocks(cuda::gemv::blocks(c.N, 1), cuda::attn::kThreads, cuda::gemv::kSharedBytes,
-                      [&] { cuda::gemv::gemv_kernel<T, 1>(a); });
+      emu::run_blocks(cuda::gemv::blocks(c.N, 1), cuda::attn::kThreads, smem, [&] {
+        if (c.ln) cuda::gemv::gemv_kernel<T, 1, true>(a);
+        else cuda::gemv::gemv_kernel<T, 1>(a);
+      });
       a.out = got.impl()->data();
-      emu::run_blocks(2, cuda::attn::kThreads, cuda::gemv::kSharedBytes,
-                      [&] { cuda::gemv::columns_kernel<T>(a); });
+      emu::run_blocks(2, cuda::attn::kThreads, smem, [&] {
+        if (c.ln) cuda::gemv::columns_kernel<T, true>(a);
+        else cuda::gemv::columns_kernel<T>(a);
+      });
     };
     if (c.dtype == DType::Float32) run.template operator()<float>();
     else if (c.dtype == DType::Float16) run.template operator()<__half>();
@@ -715,19 +740,6 @@ TEST(GemvEmulation, ColumnsInTurnGiveTheGemvKernelsBits) {
     EXPECT_EQ(got.to(DType::Float64).sub(want.to(DType::Float64)).abs().amax().item(), 0.0) << what;
     EXPECT_FALSE(std::isnan(got.to(DType::Float64).sum().item())) << what << ": a column not written";
   }
-}
-
-// EMBER_GEMV_SPLIT=fewest's choice: the fewest warps a column whose lanes take a row in one set
-// of three 16-byte loads (a 16-bit row of 768 at one warp, 1536 at two, 3072 at four; a float32
-// row of 768 at two), and four where no split does.
-TEST(GemvEmulation, FewestWarpsThatReadARowInOneSet) {
-  EXPECT_EQ(cuda::gemv::split_of_one_set(768, 8), 1);
-  EXPECT_EQ(cuda::gemv::split_of_one_set(769, 8), 2);
-  EXPECT_EQ(cuda::gemv::split_of_one_set(1536, 8), 2);
-  EXPECT_EQ(cuda::gemv::split_of_one_set(3072, 8), 4);
-  EXPECT_EQ(cuda::gemv::split_of_one_set(768, 4), 2);
-  EXPECT_EQ(cuda::gemv::split_of_one_set(100000, 8), 4);
-  EXPECT_EQ(cuda::gemv::split_of_one_set(8, 8), 1);
 }
 
 // The few-rows product with the layer_norm before it done in its blocks (Args::ln_threads):

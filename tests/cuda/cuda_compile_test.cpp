@@ -230,11 +230,10 @@ TEST_F(CudaCompile, AnArangeMadeOnceServesEveryCall) {
   }
 }
 
-// EMBER_EMBEDDING_FOLD=1: a GPT's token and position embeddings, index_select twice and summed,
-// in one kernel: eager's sums in float32 and bfloat16, for one token a row (a decode step) and
+// A GPT's token and position embeddings, index_select twice and summed, in one kernel
+// (EmbeddingFold): eager's sums in float32 and bfloat16, for one token a row (a decode step) and
 // several; an index past the table is index_select's error at the next sync.
 TEST_F(CudaCompile, EmbeddingLookupsSummedInOneKernelMatchEager) {
-  ScopedEnv fold("EMBER_EMBEDDING_FOLD", "1");
   manual_seed(13);
   TensorOptions ids(DType::Int64);
   ids.device = kGpu;

@@ -117,7 +117,7 @@ TEST(CudaOps, FewRowProductsMatchTheFloat64Product) {
     for (auto [rows, k, n, pad] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 768, 2304, 0},
                                    {4, 3072, 768, 0}, {3, 37, 50, 0}, {2, 64, 300, 5},
                                    // a projection back to the width; the logits' (more columns
-                                   // than a wave of blocks: EMBER_GEMV_COLUMNS=1's kernel)
+                                   // than a wave of blocks: the columns-in-turn kernel)
                                    {1, 768, 768, 0}, {1, 768, 50304, 0}})
       for (bool batched : {false, true}) {
         manual_seed(uint64_t(rows * 7 + k + n + pad));
@@ -193,13 +193,14 @@ TEST(CudaOps, FewRowGemmsWithBiasRoundAsTheOps) {
 // projection after it), the gemv normalizes the rows in its blocks as the layer_norm op's kernel
 // does: the result equals the ops' (layer_norm, then matmul, then the bias add) bit for bit, for
 // rows of 768 (64 threads a row in the op's kernel), 1000 and 4096 (256 threads), with and
-// without the gelu after; and it declines what only other kernels take.
+// without the gelu after, and without a bias (ln_f and a GPT-2's logits: the columns-in-turn
+// kernel); and it declines what only other kernels take.
 TEST(CudaOps, LayerNormThenFewRowGemmIsTheOpsBitForBit) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
   NoGradGuard no_grad;
   for (DType t : {DType::BFloat16, DType::Float16})
     for (auto [rows, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 768, 2304}, {3, 1000, 96},
-                              {2, 4096, 64}}) {
+                              {2, 4096, 64}, {1, 768, 50304}}) {
       manual_seed(uint64_t(rows + k + n + 3));
       const Tensor x = (randn({rows, 1, k}) * 3.0 + 1.0).to(t).to(kGpu);
       const Tensor lw = (randn({k}) * 0.5 + 1.0).to(t).to(kGpu);
@@ -222,6 +223,12 @@ TEST(CudaOps, LayerNormThenFewRowGemmIsTheOpsBitForBit) {
       ASSERT_TRUE(gemm_bias::run(x, b, bias, activated, Tensor(), true, &ln)) << what;
       ASSERT_TRUE(gemm_bias::run(normed, b, bias, plain, Tensor(), true)) << what;
       EXPECT_EQ(values(activated), values(plain)) << what;
+      // No bias: the product of the normalized rows, as the matmul op stores it; without the
+      // layer_norm, declined (the op itself runs).
+      const Tensor product = empty({rows, 1, n}, o);
+      ASSERT_TRUE(gemm_bias::run(x, b, Tensor(), product, Tensor(), false, &ln)) << what;
+      EXPECT_EQ(values(product), values(matmul(normed, b))) << what << " without a bias";
+      EXPECT_FALSE(gemm_bias::run(normed, b, Tensor(), product, Tensor(), false)) << what;
       // Not over more rows than the gemv takes, nor against a weight read as it lies.
       const Tensor many = randn({8, 1, k}).to(t).to(kGpu);
       EXPECT_FALSE(gemm_bias::run(many, b, bias, empty({8, 1, n}, o), Tensor(), false, &ln))

@@ -110,13 +110,19 @@ bool run(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out
           t->dim() != 1 || t->sizes()[0] != a.sizes().back())
         return false;
   }
-  for (const Tensor* t : {&a, &b, &bias})
+  // No bias: only the gemv kernel, to take a layer_norm (the product alone is the matmul op's).
+  if (!bias.defined() && (!ln || gelu || residual.defined())) return false;
+  for (const Tensor* t : {&a, &b})
     if (!t->defined() || t->dtype() != dt || t->device() != dev) return false;
-  if (dev.type != DeviceType::CUDA || a.dim() < 2 || b.dim() != 2 || bias.dim() != 1 ||
-      out.dim() != a.dim() || !out.is_contiguous() || !bias.is_contiguous())
+  if (bias.defined() && (bias.dtype() != dt || bias.device() != dev || bias.dim() != 1 ||
+                         !bias.is_contiguous()))
+    return false;
+  if (dev.type != DeviceType::CUDA || a.dim() < 2 || b.dim() != 2 || out.dim() != a.dim() ||
+      !out.is_contiguous())
     return false;
   const int64_t k = a.sizes().back(), n = b.sizes()[1];
-  if (b.sizes()[0] != k || bias.sizes()[0] != n || out.sizes().back() != n || k == 0 || n == 0)
+  if (b.sizes()[0] != k || (bias.defined() && bias.sizes()[0] != n) ||
+      out.sizes().back() != n || k == 0 || n == 0)
     return false;
   for (int64_t d = 0; d + 1 < a.dim(); ++d)
     if (out.sizes()[size_t(d)] != a.sizes()[size_t(d)]) return false;
@@ -157,14 +163,15 @@ bool run(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out
     return false;
   // A few rows against w.t() (b_transposed, then): the gemv kernel, rounding the product first.
   if (rounds_product_first(rows, k, n, b.strides())) {
-    if (cuda::gemv::run(a.impl()->data(), lda, b.impl()->data(), ldb, bias.impl()->data(),
+    if (cuda::gemv::run(a.impl()->data(), lda, b.impl()->data(), ldb,
+                        bias.defined() ? bias.impl()->data() : nullptr,
                         residual.defined() ? residual.impl()->data() : nullptr,
                         out.impl()->data(), rows, n, k, dt, dev.index, /*round_product=*/true,
                         gelu, ln ? ln->weight.impl()->data() : nullptr,
                         ln ? ln->bias.impl()->data() : nullptr, ln ? float(ln->eps) : 0.0f))
       return true;
   }
-  if (gelu || ln) return false;
+  if (gelu || ln || !bias.defined()) return false;
   DeviceState& st = device_state(dev.index);
   if (!st.usable) return false;
   const cudaDataType_t type = dt == DType::BFloat16 ? CUDA_R_16BF : CUDA_R_16F;

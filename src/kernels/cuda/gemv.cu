@@ -15,26 +15,13 @@ namespace ember::cuda::gemv {
 
 namespace {
 
-// EMBER_GEMV_SPLIT=fewest: the fewest warps a column that still read a lane's share of a
-// weight row in one set of loads (split_of_one_set), so that a projection leaves
-// multiprocessors free for the next kernel's blocks under early launch; otherwise, by default,
-// as many as keep two blocks a multiprocessor (split_of). Read once. Either way a product of
-// one shape always sums in one order (eager and compiled alike).
-bool fewest_warps() {
-  static const bool on = [] {
-    const char* e = std::getenv("EMBER_GEMV_SPLIT");
-    return e && std::string(e) == "fewest";
-  }();
-  return on;
-}
-
-// EMBER_GEMV_COLUMNS=1: a product of more columns than one wave of blocks takes, where
-// columns_in_turn_fit, runs columns_kernel in one wave instead (the logits' projection of a
-// decode step). Off by default until measured. Read once.
+// A product of more columns than one wave of blocks takes, where columns_in_turn_fit, runs
+// columns_kernel in one wave (the logits' projection of a decode step), unless
+// EMBER_GEMV_COLUMNS=0. Read once.
 bool columns_in_turn() {
   static const bool on = [] {
     const char* e = std::getenv("EMBER_GEMV_COLUMNS");
-    return e && std::string(e) == "1";
+    return !(e && std::string(e) == "0");
   }();
   return on;
 }
@@ -57,7 +44,7 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
   // The layer-normalized rows lie in shared memory, 16-byte aligned, k apart.
   const bool vectors =
       k % v == 0 && ldw % v == 0 && aligned(w) && (ln || (ldx % v == 0 && aligned(x)));
-  const int split = vectors && fewest_warps() ? split_of_one_set(k, v) : split_of(n);
+  const int split = split_of(n);
   if (blocks(n, split) >= (int64_t(1) << 31)) return false;
   Args a;
   a.x = x;
@@ -95,7 +82,12 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
       detail::launch_after(kernel, dim3(grid), dim3(attn::kThreads), smem, s, "matmul (few rows)",
                            a);
     };
-    if (in_turn) return go(columns_kernel<T>);
+    if (in_turn) {
+      if constexpr (sizeof(T) == 2) {
+        if (ln) return go(columns_kernel<T, true>);
+      }
+      return go(columns_kernel<T>);
+    }
     auto rows = [&]<bool kLn>() {
       switch (a.M) {
         case 1: go(gemv_kernel<T, 1, kLn>); break;

@@ -56,13 +56,6 @@ inline int split_of(int64_t N) {
 // multiprocessor, so a projection's columns take one wave of warps.
 constexpr int kLoads = 3;
 
-// The fewest warps a column (1, 2 or 4) whose lanes read a weight row of k elements, v to a
-// 16-byte vector, in one set of kLoads vectors each (4 where none does).
-inline int split_of_one_set(int64_t k, int64_t v) {
-  int split = 1;
-  while (split < 4 && k > 32 * v * split * kLoads) split *= 2;
-  return split;
-}
 // The launch's blocks.
 inline int64_t blocks(int64_t N, int split) {
   const int64_t columns = kWarps / split;  // a block's
@@ -272,9 +265,10 @@ EMBER_ATTN_KERNEL_BLOCKS(M == 1 ? 3 : 1) void gemv_kernel(Args a) {
 }
 
 // Whether a launch may take its columns in turn (columns_kernel): one row, a warp a column,
-// 16-byte vectors, a lane's share of a weight row one set of loads, no layer_norm.
+// 16-byte vectors, a lane's share of a weight row one set of loads (a layer_norm before it
+// allowed, as for the gemv kernel: a decode step's ln_f and logits).
 inline bool columns_in_turn_fit(const Args& a, size_t t_size) {
-  return a.M == 1 && a.split == 1 && a.vectors && a.ln_threads == 0 &&
+  return a.M == 1 && a.split == 1 && a.vectors && (a.ln_threads == 0 || t_size == 2) &&
          a.K <= int64_t(32) * int64_t(16 / t_size) * kLoads;
 }
 
@@ -285,7 +279,9 @@ inline bool columns_in_turn_fit(const Args& a, size_t t_size) {
 // per wave of blocks. x's vectors are loaded once for all the warp's columns. Each column sums
 // in gemv_kernel's order: the same bits. Launched with at most as many blocks as are resident
 // (two a multiprocessor: the second column's loads take registers a third block would need).
-template <class T>
+// kLn: x is first layer-normalized in each block (layer_norm_rows, the op's bits), as the gemv
+// kernel does it.
+template <class T, bool kLn = false>
 EMBER_ATTN_KERNEL_BLOCKS(2) void columns_kernel(Args a) {
   using Raw = attn::Raw<T>;
   constexpr int V = 16 / int(sizeof(T));
@@ -310,6 +306,12 @@ EMBER_ATTN_KERNEL_BLOCKS(2) void columns_kernel(Args a) {
   load(n_first + warp, wv, &b);  // no kernel writes them: before the wait
   attn::wait_for_prior_grids();
   const T* x = static_cast<const T*>(a.x);
+  if constexpr (kLn && sizeof(T) == 2) {  // x is the layer_norm of a.x's row, made here
+    unsigned char* sh = attn::shared_memory() + kSharedBytes;
+    T* xs = reinterpret_cast<T*>(sh + 64 * sizeof(float));
+    layer_norm_rows<T, 1>(a, xs, reinterpret_cast<float*>(sh));
+    x = xs;
+  }
   Raw xv[kLoads];
   EMBER_UNROLL
   for (int g = 0; g < kLoads; ++g)

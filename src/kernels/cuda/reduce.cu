@@ -537,13 +537,13 @@ __global__ void __launch_bounds__(1024) arg_vector_kernel(const T* in, int64_t* 
   if (threadIdx.x == 0) out[o] = i;
 }
 
-// EMBER_ARGMAX_VECTOR=1: contiguous floating-point rows of up to kArgVectorLoads * 1024 vectors take
-// arg_vector_kernel, a block a row, instead of the split kernel or the strided one. Off by
-// default until measured. Read once.
+// Contiguous floating-point rows of up to kArgVectorLoads * 1024 vectors take arg_vector_kernel,
+// a block a row, instead of the split kernel or the strided one, unless EMBER_ARGMAX_VECTOR=0.
+// Read once.
 bool arg_vectors() {
   static const bool on = [] {
     const char* e = std::getenv("EMBER_ARGMAX_VECTOR");
-    return e && e[0] == '1' && e[1] == 0;
+    return !(e && e[0] == '0' && e[1] == 0);
   }();
   return on;
 }
