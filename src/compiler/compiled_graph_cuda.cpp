@@ -48,9 +48,6 @@ bool embedding_fold_on() { return unless_zero("EMBER_EMBEDDING_FOLD"); }
 // A layer_norm joins the gemv of a product without a bias (a GPT's ln_f and logits: a BiasFold
 // with no bias), unless EMBER_LN_LOGITS_FOLD=0.
 bool plain_layer_norm_fold_on() { return unless_zero("EMBER_LN_LOGITS_FOLD"); }
-// A decode step's attentions take the appended slot from the position rather than from the
-// slot mask (AppendFold::put_at), so that the mask need not be made, unless EMBER_SLOT_FOLD=0.
-bool slot_fold_on() { return unless_zero("EMBER_SLOT_FOLD"); }
 
 void log_decision(const std::string& text) {
   static const bool on = log_category_enabled("compiler");
@@ -486,8 +483,6 @@ bool CudaCompiledGraph::run_cross_entropy_grad(const CrossEntropyGradFold& f,
 void CudaCompiledGraph::plan_append_folds() {
   // The tables it fills were sized, all -1, with the other folds' (the constructor).
   std::vector<AppendFold> found = append_folds(*g_, plan_, write_into_, changes_only_);
-  if (!slot_fold_on())
-    for (AppendFold& a : found) a.put_at = nullptr;
   for (const AppendFold& a : found) {
     // The attention's step: what the writes read is read there now, and released after it.
     size_t at = 0;
@@ -498,8 +493,8 @@ void CudaCompiledGraph::plan_append_folds() {
     append_fold_of_node_[size_t(a.node)] = f;
     append_fold_of_group_[size_t(a.k_group)] = f;
     append_fold_of_group_[size_t(a.v_group)] = f;
-    for (const graph::Value* v : {a.put, a.put_at, a.k_new, a.v_new})
-      for (size_t s = 0; v && s < at && s < release_after_.size(); ++s) {
+    for (const graph::Value* v : {a.put, a.k_new, a.v_new})
+      for (size_t s = 0; s < at && s < release_after_.size(); ++s) {
         auto& ids = release_after_[s];
         const auto it = std::find(ids.begin(), ids.end(), v->id);
         if (it == ids.end()) continue;
@@ -510,54 +505,6 @@ void CudaCompiledGraph::plan_append_folds() {
   if (!append_folds_.empty())
     log_decision(std::to_string(append_folds_.size()) +
                  " cached_attention(s) writing the cache slots of the two writes before them");
-  skip_slot_masks();
-}
-
-void CudaCompiledGraph::skip_slot_masks() {
-  // The write groups of folds that take the slot from the position.
-  std::vector<char> at_pos(plan_.groups.size(), 0);
-  for (const AppendFold& a : append_folds_)
-    if (a.put_at) at_pos[size_t(a.k_group)] = at_pos[size_t(a.v_group)] = 1;
-  const auto& nodes = g_->nodes();
-  auto kept = [&](const graph::Value* v) {
-    for (const graph::Value* o : g_->outputs())
-      if (o == v) return true;
-    for (const graph::Mutation& m : g_->mutations())
-      if (m.value == v || m.target == v) return true;
-    return false;
-  };
-  std::vector<int> groups, views;
-  for (const AppendFold& a : append_folds_) {
-    if (!a.put_at || std::find(groups.begin(), groups.end(), a.put_group) != groups.end()) continue;
-    const graph::Value* mask = plan_.groups[size_t(a.put_group)].output;
-    // Nothing but the view (if any) reads the mask, and nothing but those folds' writes the put.
-    bool only_folds = !kept(mask) && !kept(a.put);
-    for (size_t i = 0; i < nodes.size() && only_folds; ++i) {
-      const graph::Node& n = *nodes[i];
-      const bool reads_mask = std::find(n.inputs.begin(), n.inputs.end(), mask) != n.inputs.end();
-      const bool reads_put = std::find(n.inputs.begin(), n.inputs.end(), a.put) != n.inputs.end();
-      if (reads_mask && int(i) != a.put_view && a.put != mask) only_folds = false;
-      if (reads_put && (n.op != OpId::where || plan_.group_of_node[i] < 0 ||
-                        !at_pos[size_t(plan_.group_of_node[i])]))
-        only_folds = false;
-    }
-    if (!only_folds) continue;
-    groups.push_back(a.put_group);
-    if (a.put_view >= 0) views.push_back(a.put_view);
-  }
-  if (groups.empty()) return;
-  for (int k : groups)
-    for (const graph::Value* v : plan_.groups[size_t(k)].inputs)
-      for (auto& ids : release_after_) std::erase(ids, v->id);
-  skipped_.assign(steps_.size(), 0);
-  for (size_t s = 0; s < steps_.size(); ++s) {
-    const Step& st = steps_[s];
-    if ((st.kernel >= 0 && std::find(groups.begin(), groups.end(), st.kernel) != groups.end()) ||
-        (st.node && std::find(views.begin(), views.end(), st.index) != views.end()))
-      skipped_[s] = 1;
-  }
-  log_decision(std::to_string(groups.size()) +
-               " slot mask(s) not made: the attentions take the slot from the position");
 }
 
 void CudaCompiledGraph::run_append_fold(const AppendFold& f, std::vector<Tensor>& env) const {
@@ -578,11 +525,10 @@ void CudaCompiledGraph::run_append_fold(const AppendFold& f, std::vector<Tensor>
     o.device = device_;
     out = empty(n.outputs[0]->meta.sizes, o);
   }
-  const Tensor& put = at(f.put_at ? f.put_at : f.put);
-  const bool done = out.defined() && put.defined() && profiled(
+  const bool done = out.defined() && profiled(
       device_,
       [&] {
-        return cached_attention_append::run(at(n.inputs[0]), kc, vc, at(n.inputs[3]), put,
+        return cached_attention_append::run(at(n.inputs[0]), kc, vc, at(n.inputs[3]), at(f.put),
                                             at(f.k_new), at(f.v_new), n.attrs.value2, out);
       },
       [&] { return std::string("cached_attention + cache writes ") + kc.shape_str(); });
@@ -590,12 +536,7 @@ void CudaCompiledGraph::run_append_fold(const AppendFold& f, std::vector<Tensor>
     env[size_t(n.outputs[0]->id)] = std::move(out);
     return;
   }
-  // The plan's steps: the slot mask where it was not made (skip_slot_masks), the two writes,
-  // then the op.
-  if (f.put_at && !at(f.put).defined()) {
-    launch_group(f.put_group, env);
-    if (f.put_view >= 0) run_node(*g_->nodes()[size_t(f.put_view)], env);
-  }
+  // The plan's steps: the two writes, then the op.
   launch_group(f.k_group, env);
   launch_group(f.v_group, env);
   run_node(n, env);
@@ -779,8 +720,7 @@ std::vector<Tensor> CudaCompiledGraph::execute(const std::vector<Tensor>& inputs
   const std::vector<RandomRange> draws = draws_ ? g_->reserve_draws() : std::vector<RandomRange>();
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& st = steps_[s];
-    if (!skipped_.empty() && skipped_[s]) {
-    } else if (st.casts == 1) {
+    if (st.casts == 1) {
       run_casts(first_casts_, first_sources_, env);
     } else if (st.casts == 2) {
       run_casts(last_casts_, last_sources_, env);

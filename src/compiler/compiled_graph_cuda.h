@@ -64,9 +64,6 @@ class CudaCompiledGraph : public capture::Runnable {
   // Finds the AppendFolds (after lowering: they need changes_only_) and keeps the values they
   // read alive until their attention's step.
   void plan_append_folds();
-  // Marks the steps of slot masks that only position-taking folds read (skipped_); their
-  // inputs stay bound through the run, for a fold that falls back to the plan's steps.
-  void skip_slot_masks();
   // Two embedding lookups and their add in one launch (the lookups and the add's kernel, where
   // the kernel does not take the tensors).
   void run_embedding_fold(const EmbeddingFold& f, std::vector<Tensor>& env) const;
@@ -117,9 +114,6 @@ class CudaCompiledGraph : public capture::Runnable {
   std::vector<EmbeddingFold> embedding_folds_;
   std::vector<int> embedding_fold_of_group_;  // per plan group: its fold, or -1
   std::vector<Step> steps_;
-  // Per step: 1 where it launches nothing (a decode step's slot mask, when only the attentions
-  // that take the slot from the position read it: plan_append_folds). Empty: none.
-  std::vector<char> skipped_;
   std::vector<std::vector<int>> release_after_;  // per step: value ids read for the last time
   // Values made once, when the graph is built, instead of by a step of every run (made_once):
   // (value id, its tensor), bound into each run's environment.

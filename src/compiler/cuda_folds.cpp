@@ -360,36 +360,6 @@ std::vector<AppendFold> append_folds(const graph::Graph& g, const FusionPlan& pl
     return Write{put, fresh, cache};
   };
   const auto& nodes = g.nodes();
-  // put as arange(S) == p (p one int64), by a lone eq group, through a view or not: sets f's
-  // put_at, put_group and put_view.
-  auto slot_of_put = [&](AppendFold* f) {
-    const graph::Value* mask = f->put;
-    int view = -1;
-    const graph::Node* prod = mask->producer;
-    if (prod && prod->op == OpId::view && plan.group_of_node[size_t(readers.index.at(prod))] < 0) {
-      view = readers.index.at(prod);
-      mask = prod->inputs[0];
-      prod = mask->producer;
-    }
-    if (!prod || prod->op != OpId::eq || prod->inputs.size() != 2) return;
-    const int k = plan.group_of_node[size_t(readers.index.at(prod))];
-    if (k < 0 || !lone(plan.groups[size_t(k)], OpId::eq) || plan.groups[size_t(k)].output != mask)
-      return;
-    const int64_t S = f->k_cache->meta.sizes[f->k_cache->meta.sizes.size() - 2];
-    for (size_t side = 0; side < 2; ++side) {
-      const graph::Value *r = prod->inputs[side], *p = prod->inputs[1 - side];
-      const graph::Node* ar = r->producer;
-      if (!ar || ar->op != OpId::arange || !ar->inputs.empty() || ar->attrs.value != 0 ||
-          ar->attrs.value2 != 1 || r->meta.sizes != Shape{S} || r->meta.dtype != DType::Int64 ||
-          p->meta.dtype != DType::Int64 || shape_numel(p->meta.sizes) != 1 || !contiguous(*p) ||
-          mask->meta.sizes != Shape{S})
-        continue;
-      f->put_at = p;
-      f->put_group = k;
-      f->put_view = view;
-      return;
-    }
-  };
   for (size_t i = 0; i < nodes.size(); ++i) {
     const graph::Node& n = *nodes[i];
     if (n.op != OpId::cached_attention || n.inputs.size() != 4) continue;
@@ -408,9 +378,7 @@ std::vector<AppendFold> append_folds(const graph::Graph& g, const FusionPlan& pl
       return std::all_of(r.begin(), r.end(), [&](const graph::Node* x) { return x == &n; });
     };
     if (!only_here(kv) || !only_here(vv)) continue;
-    AppendFold f{int(i), kg, vg, kw->put, kw->fresh, vw->fresh, kw->cache, vw->cache};
-    slot_of_put(&f);
-    folds.push_back(f);
+    folds.push_back({int(i), kg, vg, kw->put, kw->fresh, vw->fresh, kw->cache, vw->cache});
   }
   return folds;
 }

@@ -93,13 +93,6 @@ struct AppendFold {
   const graph::Value* v_new = nullptr;
   const graph::Value* k_cache = nullptr;  // the graph inputs written
   const graph::Value* v_cache = nullptr;
-  // Where put is arange(S) == p (through a view, or not) for a one-element int64 p (a decode
-  // step's position): p, the group `put_group` of that eq alone, and the view's node (else -1).
-  // The attention then takes the slot from p; when every reader of put is such a fold's write,
-  // the eq's group and the view launch nothing.
-  const graph::Value* put_at = nullptr;
-  int put_group = -1;
-  int put_view = -1;
 };
 std::vector<AppendFold> append_folds(const graph::Graph& g, const FusionPlan& plan,
                                      const std::vector<int>& write_into,

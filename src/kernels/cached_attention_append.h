@@ -11,8 +11,7 @@ namespace ember::cached_attention_append {
 // then gives cached_attention(q, k_cache, v_cache, pos) with scale `scale` into `out` (made by
 // the caller, of the op's shape and q's dtype). The caches are contiguous [B, S, E] and
 // [B, S, F] (any leading dims), q is as the op takes it, k_new and v_new are [B, 1, E] and
-// [B, 1, F] by strides over the caches' leading dims (broadcast over slots), put is S bools, or
-// one int64 slot index (the step's position: the slot where arange(S) == pos). False
+// [B, 1, F] by strides over the caches' leading dims (broadcast over slots), put is S bools. False
 // where the operands are not laid out so (the caller then runs the writes and the op apart).
 bool run(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
          const Tensor& pos, const Tensor& put, const Tensor& k_new, const Tensor& v_new,

@@ -509,27 +509,22 @@ TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
 // the output is the op's over the written caches. The slot at the position, and slots past the
 // visible ones too (written, never read), in a split that sees none and in one that sees some;
 // two rows a batch entry; k_new and v_new read through the strides of a split of a wider tensor.
-// With put_at, the one slot at the position (a decode step's put, arange(S) == pos).
 TEST(AttentionEmulation, CachedAttentionWritesTheAppendedSlots) {
   struct Case {
     int64_t B, H, L, S, E, pos;
     std::vector<int64_t> put;
     DType dtype;
-    bool at_pos = false;
   };
   const Case cases[] = {
       {1, 3, 1, 200, 64, 150, {150, 195}, DType::BFloat16},
       {2, 2, 1, 130, 16, 64, {64, 100}, DType::Float32},
       {1, 2, 2, 70, 8, 10, {10, 11}, DType::Float64},
-      {1, 3, 1, 200, 64, 150, {150}, DType::BFloat16, true},
-      {2, 2, 1, 130, 16, 63, {63}, DType::Float32, true},
   };
   for (const Case& c : cases) {
     manual_seed(uint64_t(c.S + c.E));
     const std::string what = "B " + std::to_string(c.B) + " H " + std::to_string(c.H) + " L " +
                              std::to_string(c.L) + " S " + std::to_string(c.S) + " pos " +
-                             std::to_string(c.pos) + " " + std::string(dtype_name(c.dtype)) +
-                             (c.at_pos ? " put_at" : "");
+                             std::to_string(c.pos) + " " + std::string(dtype_name(c.dtype));
     auto draw = [&](const Shape& s) { return (rand(s, DType::Float64) * 4.0 - 2.0).to(c.dtype); };
     const Tensor q = draw({c.B, c.H, c.L, c.E});
     Tensor k = draw({c.B, c.H, c.S, c.E}), v = draw({c.B, c.H, c.S, c.E});
@@ -546,10 +541,7 @@ TEST(AttentionEmulation, CachedAttentionWritesTheAppendedSlots) {
     const Tensor want = cached_attention(q, k_want, v_want, pos);
     Tensor got = make_tensor(want.sizes(), c.dtype);
     cuda::attn::CachedArgs a = cached_args(q, k, v, pos, got);
-    if (c.at_pos)
-      a.put_at = static_cast<const int64_t*>(pos.impl()->data());
-    else
-      a.put = static_cast<const unsigned char*>(put.impl()->data());
+    a.put = static_cast<const unsigned char*>(put.impl()->data());
     a.k_new = k_new.impl()->data();
     a.v_new = v_new.impl()->data();
     a.kn0 = k_new.stride(0);

@@ -104,11 +104,8 @@ bool run(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Te
          const Tensor& put, const Tensor& k_new, const Tensor& v_new, double scale, Tensor& out) {
   const int64_t nd = k_cache.dim();
   if (nd < 2 || v_cache.dim() != nd || k_new.dim() != nd || v_new.dim() != nd ||
-      !k_cache.is_contiguous() || !v_cache.is_contiguous() || !put.is_contiguous() ||
-      put.device() != q.device() ||
-      (put.dtype() == DType::Bool ? put.numel() != k_cache.size(-2)
-                                  : put.dtype() != DType::Int64 || put.numel() != 1) ||
-      k_new.size(-2) != 1 ||
+      !k_cache.is_contiguous() || !v_cache.is_contiguous() || put.dtype() != DType::Bool ||
+      !put.is_contiguous() || put.numel() != k_cache.size(-2) || k_new.size(-2) != 1 ||
       v_new.size(-2) != 1 || k_new.size(-1) != k_cache.size(-1) ||
       v_new.size(-1) != v_cache.size(-1) || k_new.dtype() != k_cache.dtype() ||
       v_new.dtype() != v_cache.dtype() || k_cache.dtype() != q.dtype() ||
@@ -124,10 +121,7 @@ bool run(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Te
   cuda::attn::CachedArgs a;
   int64_t rows = 0;
   if (!cuda::operands(a, q, k_cache, v_cache, pos, out, scale, &rows)) return true;
-  if (put.dtype() == DType::Bool)
-    a.put = static_cast<const unsigned char*>(put.impl()->data());
-  else
-    a.put_at = static_cast<const int64_t*>(put.impl()->data());
+  a.put = static_cast<const unsigned char*>(put.impl()->data());
   a.k_new = k_new.impl()->data();
   a.v_new = v_new.impl()->data();
   a.kn0 = nd == 4 ? k_new.stride(0) : 0;

@@ -38,10 +38,8 @@ struct CachedArgs {
   // where put[s] != 0, slot s of every batch entry's caches (k, v, then written) takes the
   // entry's row of k_new ([B0, B1, E] by strides kn0, kn1, kn3) and of v_new ([B0, B1, F]). The
   // block of a row's split that holds the slot writes it before it reads any slot, and no other
-  // split reads it. Or, with put_at instead of put, the one slot *put_at (the step's position,
-  // what a decode step's put marks: put = (arange(S) == pos)). Neither: nothing appended.
+  // split reads it. Null put: nothing appended.
   const unsigned char* put = nullptr;
-  const int64_t* put_at = nullptr;
   const void* k_new = nullptr;
   const void* v_new = nullptr;
   int64_t kn0 = 0, kn1 = 0, kn3 = 1, vn0 = 0, vn1 = 0, vn3 = 1;
@@ -242,7 +240,7 @@ EMBER_ATTN_DEVICE void cached_append_slot(const CachedArgs& a, const T* kn, cons
 // back to 0), so no second kernel runs. A decode step's blocks are short, so their time is
 // the rounds of memory latency in them: each thread loads what it multiplies (kRegs values of
 // q and k, then of v) into registers before any of it is used, so that each set is one round.
-// An appended slot (a.put, a.put_at) is read from k_new and v_new, never from the caches, and written
+// An appended slot (a.put) is read from k_new and v_new, never from the caches, and written
 // into them by the threads that loaded it: no block waits on its own stores, and none reads
 // a slot another writes.
 template <class T, class C>
@@ -272,13 +270,12 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
   // kThreadsPerSlot adjacent lanes a slot of the split, each over every kThreadsPerSlot-th
   // element; the slot's mark read with pos, in one round
   const int64_t j0 = s * kChunk, jj = tid / kThreadsPerSlot, p = tid % kThreadsPerSlot;
-  const bool appends = a.put || a.put_at;
-  const bool put = j0 + jj < a.S && (a.put ? a.put[j0 + jj] != 0 : appends && j0 + jj == *a.put_at);
+  const bool put = a.put && j0 + jj < a.S && a.put[j0 + jj] != 0;
   const int64_t n = cached_visible(a, i);
   const int64_t cnt = cached_in_split(n, j0);
   const T* kn = nullptr;
   const T* vn = nullptr;
-  if (appends) {
+  if (a.put) {
     const int64_t b0 = b / a.B1, b1 = b % a.B1;
     kn = static_cast<const T*>(a.k_new) + b0 * a.kn0 + b1 * a.kn1;
     vn = static_cast<const T*>(a.v_new) + b0 * a.vn0 + b1 * a.vn1;

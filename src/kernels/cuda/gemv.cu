@@ -26,6 +26,18 @@ bool columns_in_turn() {
   return on;
 }
 
+// A product of more blocks than this takes its columns in turn: EMBER_GEMV_COLUMNS_MIN where set
+// (a block count), else a wave of the one-row gemv kernel's blocks (three a multiprocessor), so
+// that a GPT-2 layer's 2304- and 3072-column projections stay one wave of that kernel and only
+// the logits go to columns_kernel (whose wave is two blocks a multiprocessor). Read once.
+int64_t columns_past(int device) {
+  static const int64_t set = [] {
+    const char* e = std::getenv("EMBER_GEMV_COLUMNS_MIN");
+    return e ? std::strtoll(e, nullptr, 10) : int64_t(-1);
+  }();
+  return set >= 0 ? set : 3 * int64_t(device_code::multiprocessors(device));
+}
+
 }  // namespace
 
 static_assert(kMaxRows == gemm_bias::kFewRows, "gemm_bias::rounds_product_first says which run here");
@@ -74,6 +86,7 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
   unsigned grid = unsigned(blocks(n, split));
   // Columns in turn: one wave of blocks, two a multiprocessor (columns_kernel's bound).
   const bool in_turn = columns_in_turn() && columns_in_turn_fit(a, dtype_size(dt)) &&
+                       grid > columns_past(device) &&
                        grid > 2 * int64_t(device_code::multiprocessors(device));
   if (in_turn) grid = unsigned(2 * device_code::multiprocessors(device));
   cudaStream_t s = detail::stream(device);
