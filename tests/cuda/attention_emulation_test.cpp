@@ -501,26 +501,6 @@ TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
           EXPECT_EQ(got.to(DType::Float64).sub(staged).abs().amax().item(), 0.0) << how;
         }
       }
-    // q and the keys asked for with pos (CachedArgs::speculate), by pos read before the wait or
-    // by a stale hint of it (a block that does not take part asks, one that does does not, a
-    // split's staged values asked for short or long): the same bits.
-    for (const int64_t shift : {int64_t(0), int64_t(-70), int64_t(70), int64_t(-3)}) {
-      const Tensor hint = full({1}, double(c.pos + shift), TensorOptions(DType::Int64));
-      a.speculate = true;
-      a.pos_hint = static_cast<const int64_t*>(hint.impl()->data());
-      std::vector<int> counters(size_t(rows), 0);
-      a.counters = counters.data();
-      got.fill_(NAN);
-      run_cached(a, c.dtype, rows, true);
-      const std::string how = what + " (speculative, hint off by " + std::to_string(shift) + ")";
-      EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << how;
-      if (c.pos >= 0) {
-        EXPECT_EQ(got.to(DType::Float64).sub(staged).abs().amax().item(), 0.0) << how;
-      }
-      EXPECT_EQ(counters, std::vector<int>(size_t(rows), 0)) << how;
-      a.speculate = false;
-      a.pos_hint = nullptr;
-    }
   }
 }
 
@@ -547,49 +527,40 @@ TEST(AttentionEmulation, CachedAttentionWritesTheAppendedSlots) {
                              std::to_string(c.pos) + " " + std::string(dtype_name(c.dtype));
     auto draw = [&](const Shape& s) { return (rand(s, DType::Float64) * 4.0 - 2.0).to(c.dtype); };
     const Tensor q = draw({c.B, c.H, c.L, c.E});
-    const Tensor k0 = draw({c.B, c.H, c.S, c.E}), v0 = draw({c.B, c.H, c.S, c.E});
-    // Plain, then speculative (CachedArgs::speculate) by pos and by stale hints of it.
-    for (const int64_t shift : {int64_t(-1000), int64_t(0), int64_t(-1), int64_t(45)}) {
-      const bool speculate = shift != -1000;
-      Tensor k = k0.clone(), v = v0.clone();
-      // The new rows as the decode step has them: [B, H, 1, E] views of a [B, 1, 3H, E] product.
-      const Tensor fresh = draw({c.B, 1, 3 * c.H, c.E});
-      const Tensor k_new = fresh.slice(2, c.H, 2 * c.H).transpose(1, 2),
-                   v_new = fresh.slice(2, 2 * c.H, 3 * c.H).transpose(1, 2);
-      std::vector<double> marks(size_t(c.S), 0.0);
-      for (int64_t s : c.put) marks[size_t(s)] = 1.0;
-      const Tensor put = from_vector(marks, {c.S}).to(DType::Bool);
-      const Tensor pos = full({1}, double(c.pos), TensorOptions(DType::Int64));
-      const Tensor here = put.view({1, 1, c.S, 1});
-      const Tensor k_want = where(here, k_new, k), v_want = where(here, v_new, v);
-      const Tensor want = cached_attention(q, k_want, v_want, pos);
-      Tensor got = make_tensor(want.sizes(), c.dtype);
-      cuda::attn::CachedArgs a = cached_args(q, k, v, pos, got);
-      a.put = static_cast<const unsigned char*>(put.impl()->data());
-      a.k_new = k_new.impl()->data();
-      a.v_new = v_new.impl()->data();
-      a.kn0 = k_new.stride(0);
-      a.kn1 = k_new.stride(1);
-      a.kn3 = k_new.stride(3);
-      a.vn0 = v_new.stride(0);
-      a.vn1 = v_new.stride(1);
-      a.vn3 = v_new.stride(3);
-      const Tensor hint = full({1}, double(c.pos + (speculate ? shift : 0)), TensorOptions(DType::Int64));
-      a.speculate = speculate;
-      a.pos_hint = static_cast<const int64_t*>(hint.impl()->data());
-      const std::string how = what + (speculate ? " speculative, hint off by " + std::to_string(shift) : "");
-      const int64_t rows = want.numel() / c.E;
-      std::vector<int> counters(size_t(rows), 0);
-      a.counters = counters.data();
-      run_cached(a, c.dtype, rows);
-      // The caches as the where writes them, bit for bit.
-      EXPECT_EQ(k.to(DType::Float64).sub(k_want.to(DType::Float64)).abs().amax().item(), 0.0)
-          << how << ": the keys' cache";
-      EXPECT_EQ(v.to(DType::Float64).sub(v_want.to(DType::Float64)).abs().amax().item(), 0.0)
-          << how << ": the values' cache";
-      EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << how;
-      EXPECT_EQ(counters, std::vector<int>(size_t(rows), 0)) << how;
-    }
+    Tensor k = draw({c.B, c.H, c.S, c.E}), v = draw({c.B, c.H, c.S, c.E});
+    // The new rows as the decode step has them: [B, H, 1, E] views of a [B, 1, 3H, E] product.
+    const Tensor fresh = draw({c.B, 1, 3 * c.H, c.E});
+    const Tensor k_new = fresh.slice(2, c.H, 2 * c.H).transpose(1, 2),
+                 v_new = fresh.slice(2, 2 * c.H, 3 * c.H).transpose(1, 2);
+    std::vector<double> marks(size_t(c.S), 0.0);
+    for (int64_t s : c.put) marks[size_t(s)] = 1.0;
+    const Tensor put = from_vector(marks, {c.S}).to(DType::Bool);
+    const Tensor pos = full({1}, double(c.pos), TensorOptions(DType::Int64));
+    const Tensor here = put.view({1, 1, c.S, 1});
+    const Tensor k_want = where(here, k_new, k), v_want = where(here, v_new, v);
+    const Tensor want = cached_attention(q, k_want, v_want, pos);
+    Tensor got = make_tensor(want.sizes(), c.dtype);
+    cuda::attn::CachedArgs a = cached_args(q, k, v, pos, got);
+    a.put = static_cast<const unsigned char*>(put.impl()->data());
+    a.k_new = k_new.impl()->data();
+    a.v_new = v_new.impl()->data();
+    a.kn0 = k_new.stride(0);
+    a.kn1 = k_new.stride(1);
+    a.kn3 = k_new.stride(3);
+    a.vn0 = v_new.stride(0);
+    a.vn1 = v_new.stride(1);
+    a.vn3 = v_new.stride(3);
+    const int64_t rows = want.numel() / c.E;
+    std::vector<int> counters(size_t(rows), 0);
+    a.counters = counters.data();
+    run_cached(a, c.dtype, rows);
+    // The caches as the where writes them, bit for bit.
+    EXPECT_EQ(k.to(DType::Float64).sub(k_want.to(DType::Float64)).abs().amax().item(), 0.0)
+        << what << ": the keys' cache";
+    EXPECT_EQ(v.to(DType::Float64).sub(v_want.to(DType::Float64)).abs().amax().item(), 0.0)
+        << what << ": the values' cache";
+    EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << what;
+    EXPECT_EQ(counters, std::vector<int>(size_t(rows), 0)) << what;
   }
 }
 

@@ -27,16 +27,6 @@ bool value_staging() {
   return on;
 }
 
-// Whether cached_attention asks for q, the keys and the values with pos
-// (CachedArgs::speculate): unless EMBER_ATTN_SPECULATE=0 (read once).
-bool speculation() {
-  static const bool on = [] {
-    const char* v = std::getenv("EMBER_ATTN_SPECULATE");
-    return !(v && std::string(v) == "0");
-  }();
-  return on;
-}
-
 // Launches the split kernel (and the join kernel where the device has too few counters) over
 // a's operands, its q, caches and output already set: out has `rows` query rows.
 void launch(attn::CachedArgs& a, DType dtype, int64_t rows, Device device, const char* op) {
@@ -60,7 +50,6 @@ void launch(attn::CachedArgs& a, DType dtype, int64_t rows, Device device, const
     // are enough of them; else a second kernel joins the rows.
     a.counters = rows <= detail::kCounters ? detail::counters(dev) : nullptr;
     a.early = detail::early_dependents();
-    a.speculate = speculation();
     detail::launch_after(attn::cached_attention_split_kernel<T, C>, dim3(unsigned(rows * splits)),
                          dim3(attn::kThreads), smem, detail::stream(dev), op, a, w);
     if (!a.counters) {

@@ -32,14 +32,6 @@ struct CachedArgs {
   // with the keys' loads, so that the values cost no round of memory latency of their own after
   // the softmax; where a split's rows fit (cached_v_stages) and v is 16-byte aligned.
   bool v_staged = false;
-  // The block's q, its slot's key (and k_new's) and its staged values asked for with pos and
-  // the append marks, in one round of memory latency after the wait rather than two, where pos
-  // read before the wait (a hint: the kernel before may still write it) says the block takes
-  // part and a key is one set of loads. A wrong hint costs time only: the loads are checked
-  // against pos read after the wait. pos_hint: where the hint is read (null: pos; the emulator
-  // tests give a stale one).
-  bool speculate = false;
-  const int64_t* pos_hint = nullptr;
   int64_t qs0 = 0, qs1 = 0, qs2 = 0, qs3 = 1;
   double scale = 1;
   // Keys and values appended first (a decode step's cache write joined to its attention):
@@ -262,15 +254,8 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
                 b = r / a.L, i = r % a.L;
   C* wsr = ws + (r * splits + s) * (a.F + 2);
   if (a.early) allow_dependent_grids();  // its reads still wait for this grid's end
-  // pos read before the wait, and the visible slots by it: hints (the kernel before may write
-  // pos).
-  const int64_t pos_hint = a.pos_hint ? a.pos_hint[0] : a.pos[0];
-  const int64_t n_hint = [&] {
-    const int64_t v = pos_hint + i + 1;
-    return v < 0 ? int64_t(0) : v > a.S ? a.S : v;
-  }();
-  {  // the split's visible cache rows asked of L2 before the wait (by the hint)
-    const int64_t j0 = s * kChunk, n = n_hint;
+  {  // the split's visible cache rows asked of L2 before the wait (a hint: pos may be stale)
+    const int64_t j0 = s * kChunk, n = cached_visible(a, i);
     const int64_t rows = cached_in_split(n, j0);
     const T* kr = static_cast<const T*>(a.k) + (b * a.S + j0) * a.E;
     const T* vr = static_cast<const T*>(a.v) + (b * a.S + j0) * a.F;
@@ -285,90 +270,44 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
   // kThreadsPerSlot adjacent lanes a slot of the split, each over every kThreadsPerSlot-th
   // element; the slot's mark read with pos, in one round
   const int64_t j0 = s * kChunk, jj = tid / kThreadsPerSlot, p = tid % kThreadsPerSlot;
-  const T* qr = static_cast<const T*>(a.q) + (b / a.B1) * a.qs0 + (b % a.B1) * a.qs1 + i * a.qs2;
-  T* kc = static_cast<T*>(const_cast<void*>(a.k)) + (b * a.S + j0 + jj) * a.E;  // slot jj's key
-  T* vb = static_cast<T*>(const_cast<void*>(a.v)) + (b * a.S + j0) * a.F;  // the split's values
-  T* vs = reinterpret_cast<T*>(red + 32);  // staged values, at cached_attention_smem<C>()
+  const bool put = a.put && j0 + jj < a.S && a.put[j0 + jj] != 0;
+  const int64_t n = cached_visible(a, i);
+  const int64_t cnt = cached_in_split(n, j0);
   const T* kn = nullptr;
   const T* vn = nullptr;
   if (a.put) {
     const int64_t b0 = b / a.B1, b1 = b % a.B1;
     kn = static_cast<const T*>(a.k_new) + b0 * a.kn0 + b1 * a.kn1;
     vn = static_cast<const T*>(a.v_new) + b0 * a.vn0 + b1 * a.vn1;
+    if (put && jj >= cnt) cached_append_slot(a, kn, vn, b, j0 + jj, p);
   }
-  // Speculative: q, the slot's key (k_new's for the slot at the hinted position, where a step
-  // appends, else the cache's), and the hinted visible value rows, asked for now, with the
-  // marks and pos below.
-  const bool spec = a.speculate && s < cached_taking_part(n_hint) &&
-                    a.E <= int64_t(kThreadsPerSlot) * kRegs;
-  const bool guess_put = kn && j0 + jj == pos_hint;
-  C qs[kRegs];
-  T ks[kRegs];
-  int64_t staged_pieces = 0;  // 16-byte pieces of value rows already asked for
-  if (spec) {
-    const bool in_cache = j0 + jj < a.S;
-    const T* kr = guess_put ? kn : kc;
-    const int64_t kstep = guess_put ? a.kn3 : 1;
-    EMBER_UNROLL
-    for (int u = 0; u < kRegs; ++u) {
-      const int64_t e = p + u * kThreadsPerSlot;
-      qs[u] = e < a.E ? widen<C>(qr[e * a.qs3]) : C(0);
-      ks[u] = e < a.E && (guess_put || in_cache) ? kr[e * kstep] : narrow<T>(C(0));
-    }
-    if (a.v_staged) {
-      staged_pieces = cached_in_split(n_hint, j0) * a.F * int64_t(sizeof(T)) / 16;
-      for (int64_t h = tid; h < staged_pieces; h += kThreads)
-        copy16_async(reinterpret_cast<unsigned char*>(vs) + h * 16,
-                     reinterpret_cast<const unsigned char*>(vb) + h * 16);
-    }
-  }
-  const bool put = a.put && j0 + jj < a.S && a.put[j0 + jj] != 0;
-  const int64_t n = cached_visible(a, i);
-  const int64_t cnt = cached_in_split(n, j0);
-  if (put && jj >= cnt) cached_append_slot(a, kn, vn, b, j0 + jj, p);
-  if (s >= cached_taking_part(n)) {  // the same for the whole block
-    if (spec && a.v_staged) {  // a wrong hint's copies land before the block leaves
-      async_commit();
-      async_wait();
-    }
-    return;
-  }
+  if (s >= cached_taking_part(n)) return;  // the same for the whole block
   if (p == 0) mark[jj] = put ? C(1) : C(0);
   if (cnt == 0) {  // a row that sees no slot: nothing to add
-    if (spec && a.v_staged) {  // a wrong hint's copies land before the block goes on
-      async_commit();
-      async_wait();
-    }
     if (tid == 0) {
       wsr[a.F] = C(0);
       wsr[a.F + 1] = C(0);
     }
   } else {  // the same branch for the whole block, so its barriers stay together
+    const T* qr =
+        static_cast<const T*>(a.q) + (b / a.B1) * a.qs0 + (b % a.B1) * a.qs1 + i * a.qs2;
+    T* vb = static_cast<T*>(const_cast<void*>(a.v)) + (b * a.S + j0) * a.F;
     // Staged: the split's visible value rows (one contiguous run) into shared memory after the
     // reductions' space, asked for before the keys' loads (an appended slot's cache row comes
-    // too, and v_new's replaces it below); those the hint left out, if any, now. They land by
-    // the barrier after the scores.
+    // too, and v_new's replaces it below). They land by the barrier after the scores.
+    T* vs = reinterpret_cast<T*>(red + 32);  // at cached_attention_smem<C>()
     if (a.v_staged) {
       const int64_t pieces = cnt * a.F * int64_t(sizeof(T)) / 16;
-      for (int64_t h = staged_pieces + tid; h < pieces; h += kThreads)
+      for (int64_t h = tid; h < pieces; h += kThreads)
         copy16_async(reinterpret_cast<unsigned char*>(vs) + h * 16,
                      reinterpret_cast<const unsigned char*>(vb) + h * 16);
       async_commit();
     }
     {
       C acc = 0;
-      if (jj < cnt && spec && put == guess_put) {  // the loads made before pos was known
-        EMBER_UNROLL
-        for (int u = 0; u < kRegs; ++u) acc += qs[u] * widen<C>(ks[u]);
-        if (put) {
-          EMBER_UNROLL
-          for (int u = 0; u < kRegs; ++u) {
-            const int64_t e = p + u * kThreadsPerSlot;
-            if (e < a.E) kc[e] = ks[u];
-          }
-        }
-      } else if (jj < cnt) {
+      if (jj < cnt) {
         // the slot's key: the cache's row, or the appended one (then stored into the cache)
+        T* kc = static_cast<T*>(const_cast<void*>(a.k)) + (b * a.S + j0 + jj) * a.E;
         const T* kr = put ? kn : kc;
         const int64_t ks = put ? a.kn3 : 1;
         for (int64_t e0 = p; e0 < a.E; e0 += kThreadsPerSlot * kRegs) {
