@@ -26,6 +26,17 @@ bool columns_in_turn() {
   return on;
 }
 
+// Columns a warp of columns_kernel has in flight: EMBER_GEMV_COLUMNS_DEPTH=3, else 2 (three
+// hold 128 registers in the 16-bit kernels, the most that keeps two blocks a multiprocessor;
+// four spill). Off by default until measured on a GPU. Read once.
+int columns_depth() {
+  static const int depth = [] {
+    const char* e = std::getenv("EMBER_GEMV_COLUMNS_DEPTH");
+    return e && std::string(e) == "3" ? 3 : 2;
+  }();
+  return depth;
+}
+
 // A product of more blocks than this takes its columns in turn: EMBER_GEMV_COLUMNS_MIN where set
 // (a block count), else a wave of the one-row gemv kernel's blocks (three a multiprocessor), so
 // that a GPT-2 layer's 2304- and 3072-column projections stay one wave of that kernel and only
@@ -96,10 +107,11 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
                            a);
     };
     if (in_turn) {
+      const bool deep = columns_depth() == 3;
       if constexpr (sizeof(T) == 2) {
-        if (ln) return go(columns_kernel<T, true>);
+        if (ln) return go(deep ? columns_kernel<T, true, 3> : columns_kernel<T, true, 2>);
       }
-      return go(columns_kernel<T>);
+      return go(deep ? columns_kernel<T, false, 3> : columns_kernel<T, false, 2>);
     }
     auto rows = [&]<bool kLn>() {
       switch (a.M) {

@@ -273,15 +273,15 @@ inline bool columns_in_turn_fit(const Args& a, size_t t_size) {
 }
 
 // A product of many columns (the logits' projection: tens of thousands) in one wave of blocks:
-// warp w of the grid takes columns w, w + W, w + 2W ... (W the grid's warps), loading the next
-// column's weights (and bias and residual) before it sums the current one, so that each warp
-// keeps two columns' loads in flight instead of the launch waiting on a round of memory latency
-// per wave of blocks. x's vectors are loaded once for all the warp's columns. Each column sums
-// in gemv_kernel's order: the same bits. Launched with at most as many blocks as are resident
-// (two a multiprocessor: the second column's loads take registers a third block would need).
+// warp w of the grid takes columns w, w + W, w + 2W ... (W the grid's warps), with the weights
+// (and bias and residual) of the kDepth - 1 columns after the one it sums in flight, so that
+// the launch does not wait on a round of memory latency per wave of blocks (or per column). x's
+// vectors are loaded once for all the warp's columns. Each column sums in gemv_kernel's order:
+// the same bits at any depth. Launched with at most as many blocks as are resident (two a
+// multiprocessor: the columns' loads in flight take registers a third block would need).
 // kLn: x is first layer-normalized in each block (layer_norm_rows, the op's bits), as the gemv
 // kernel does it.
-template <class T, bool kLn = false>
+template <class T, bool kLn = false, int kDepth = 2>
 EMBER_ATTN_KERNEL_BLOCKS(2) void columns_kernel(Args a) {
   using Raw = attn::Raw<T>;
   constexpr int V = 16 / int(sizeof(T));
@@ -292,49 +292,60 @@ EMBER_ATTN_KERNEL_BLOCKS(2) void columns_kernel(Args a) {
   const T* bias = static_cast<const T*>(a.bias);
   const T* residual = static_cast<const T*>(a.residual);
   // Column n0 + warp of the block's rounds n0 (the same rounds for all its warps, so that they
-  // reach the exchanges together; a warp past the last column idles through them).
+  // reach the exchanges together; a warp past the last column idles through them). kDepth
+  // columns' weights in flight a warp: buffer d holds column n0 + d W + warp of round n0, and
+  // once summed is refilled with the column kDepth rounds on.
   const int64_t n_first = attn::block_index() * kWarps;
-  Raw wv[kLoads], wn[kLoads];
-  float b = 0, bn = 0, r = 0, rn = 0;
-  auto load = [&](int64_t n, Raw* wr, float* bb) {  // a column's weights and bias
+  Raw wb[kDepth][kLoads];
+  float bb[kDepth] = {}, rb[kDepth] = {};
+  auto load = [&](int64_t n, Raw* wr, float* b) {  // a column's weights and bias
     if (n >= a.N) return;
     EMBER_UNROLL
     for (int g = 0; g < kLoads; ++g)
       if (first + g * step < a.K) wr[g] = attn::load16<Raw>(w + n * a.ldw + first + g * step);
-    if (lane == 0 && bias) *bb = widen<float>(bias[n]);
+    if (lane == 0 && bias) *b = widen<float>(bias[n]);
   };
-  load(n_first + warp, wv, &b);  // no kernel writes them: before the wait
+  // No kernel writes the weights: asked for before the wait (with a layer_norm to make, the
+  // first column's alone; the others after it, whose registers the layer_norm needs).
+  constexpr bool kNormed = kLn && sizeof(T) == 2;
+  EMBER_UNROLL
+  for (int d = 0; d < (kNormed ? 1 : kDepth); ++d) load(n_first + d * W + warp, wb[d], &bb[d]);
   attn::wait_for_prior_grids();
   const T* x = static_cast<const T*>(a.x);
-  if constexpr (kLn && sizeof(T) == 2) {  // x is the layer_norm of a.x's row, made here
+  if constexpr (kNormed) {  // x is the layer_norm of a.x's row, made here
     unsigned char* sh = attn::shared_memory() + kSharedBytes;
     T* xs = reinterpret_cast<T*>(sh + 64 * sizeof(float));
     layer_norm_rows<T, 1>(a, xs, reinterpret_cast<float*>(sh));
     x = xs;
+    EMBER_UNROLL
+    for (int d = 1; d < kDepth; ++d) load(n_first + d * W + warp, wb[d], &bb[d]);
   }
   Raw xv[kLoads];
   EMBER_UNROLL
   for (int g = 0; g < kLoads; ++g)
     if (first + g * step < a.K) xv[g] = attn::load16<Raw>(x + first + g * step);
-  if (n_first + warp < a.N && lane == 0 && residual) r = widen<float>(residual[n_first + warp]);
-  for (int64_t n0 = n_first; n0 < a.N; n0 += W) {
-    const int64_t n = n0 + warp, next = n + W;
-    load(next, wn, &bn);  // in flight while this column sums
-    if (next < a.N && lane == 0 && residual) rn = widen<float>(residual[next]);
-    float acc[kMaxRows] = {};
-    if (n < a.N) {
-      EMBER_UNROLL
-      for (int g = 0; g < kLoads; ++g)
-        if (first + g * step < a.K)
-          for (int e = 0; e < V; ++e)
-            acc[0] += widen<float>(xv[g].v[e]) * widen<float>(wv[g].v[e]);
-    }
-    for (int s = 16; s > 0; s >>= 1) acc[0] += attn::shfl_xor(acc[0], s);
-    if (n < a.N && lane == 0) store_column<T, 1>(a, n, acc, b, &r);
+  EMBER_UNROLL
+  for (int d = 0; d < kDepth; ++d) {
+    const int64_t n = n_first + d * W + warp;
+    if (n < a.N && lane == 0 && residual) rb[d] = widen<float>(residual[n]);
+  }
+  for (int64_t n0 = n_first; n0 < a.N; n0 += kDepth * W) {
     EMBER_UNROLL
-    for (int g = 0; g < kLoads; ++g) wv[g] = wn[g];
-    b = bn;
-    r = rn;
+    for (int d = 0; d < kDepth; ++d) {
+      const int64_t n = n0 + d * W + warp, next = n + kDepth * W;
+      float acc[kMaxRows] = {};
+      if (n < a.N) {
+        EMBER_UNROLL
+        for (int g = 0; g < kLoads; ++g)
+          if (first + g * step < a.K)
+            for (int e = 0; e < V; ++e)
+              acc[0] += widen<float>(xv[g].v[e]) * widen<float>(wb[d][g].v[e]);
+      }
+      for (int s = 16; s > 0; s >>= 1) acc[0] += attn::shfl_xor(acc[0], s);
+      if (n < a.N && lane == 0) store_column<T, 1>(a, n, acc, bb[d], &rb[d]);
+      load(next, wb[d], &bb[d]);  // in flight while the next kDepth - 1 columns sum
+      if (next < a.N && lane == 0 && residual) rb[d] = widen<float>(residual[next]);
+    }
   }
   if (!a.early) attn::allow_dependent_grids();
 }
