@@ -2,6 +2,7 @@
 #include "compiler/render_cuda.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "ember/error.h"
 
@@ -50,6 +51,21 @@ template <typename T, bool Max> __device__ __forceinline__ T ember_block_reduce(
 
 )";
   return s;
+}
+
+bool generated_dependent_launch() {
+  static const bool on = [] {
+    const char* e = std::getenv("EMBER_PDL_GENERATED");
+    return e && std::string(e) == "1";
+  }();
+  return on;
+}
+
+const char* cuda_dependent_prologue() {
+  return "#if __CUDA_ARCH__ >= 900\n"
+         "  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
+         "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
+         "#endif\n";
 }
 
 CudaLaunch render_cuda_kernel(std::ostringstream& os, const kir::Kernel& k) {
