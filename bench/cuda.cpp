@@ -422,12 +422,24 @@ Row gpt2_decode_row(bool quick) {
 Row small_batch_train_row(bool quick) {
   GpuGpt g = gpu_gpts(quick)[0];
   g.shape.batch = 8;
+  const int repeat = quick ? 3 : 20;
+  if (compiled_only()) {
+    // The default mode's steps alone (a replay runs the same kernels), for an op profile or
+    // scripts/kernel-times.py: two warm steps, then the timed ones.
+    GpuTrainStep plain(g);
+    plain.step(true);
+    plain.step(true);
+    Row r{"cuda/gpt_train_step_b8_bf16", NAN};
+    r.compiled_ms = gpu_pair_ms([] {}, [&] { plain.step(true); }, repeat).second;
+    r.device = kGpu.str();
+    r.note = "EMBER_BENCH_COMPILED_ONLY: the default mode alone";
+    return r;
+  }
   ColdCompiles cold;
   GpuTrainStep plain(g), graphed(g, "reduce-overhead");
   plain.step(false);
   plain.step(true);
   for (int i = 0; i < 3; ++i) graphed.step(true);
-  const int repeat = quick ? 3 : 20;
   const CudaGraphCounters c0 = cuda_graph_counters();
   const auto [cms, ro_ms] = gpu_pair_ms([&] { plain.step(true); }, [&] { graphed.step(true); },
                                         repeat);

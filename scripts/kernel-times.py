@@ -13,9 +13,8 @@ add up to more than a replay takes, and show where a step's time goes, not what 
 end. Caches are left warm (--cache-control none), as in a decode loop. Pick --skip past the
 prompt and the first steps (1500 for cuda/gpt_decode_gpt2_bf16, whose compiled-only run is the
 prompt and then the decode steps), and --count to cover whole steps (about 70 kernels a decode
-token). Rows that do not honour EMBER_BENCH_COMPILED_ONLY (cuda/gpt_train_step_b8_bf16 runs its
-eager step and its recordings too) need the skip found by looking at the kernel names. With
---from, the table of a CSV written before.
+token). cuda/gpt_train_step_b8_bf16's compiled-only run is two warm steps and then the timed
+ones: skip the first two steps' kernels. With --from, the table of a CSV written before.
 """
 import argparse
 import collections
