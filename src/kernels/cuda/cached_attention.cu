@@ -9,6 +9,7 @@
 #include "core/make_tensor.h"
 #include "kernels/cached_attention_append.h"
 #include "kernels/cuda/cached_attention.cuh"
+#include "kernels/cuda/cached_attention_row.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/kernel_table.h"
 #include "kernels/cuda/launch.cuh"
@@ -27,6 +28,44 @@ bool value_staging() {
   return on;
 }
 
+// Whether cached_attention runs a block a query row (cached_attention_row.cuh) where it fits:
+// EMBER_ATTN_ROW=1. Off by default until measured on a GPU. Read once.
+bool row_kernel() {
+  static const bool on = [] {
+    const char* v = std::getenv("EMBER_ATTN_ROW");
+    return v && std::string(v) == "1";
+  }();
+  return on;
+}
+// Shared memory the row kernel stages a chunk in: 192 KB (a GPT-2 head of 64, 16-bit, takes
+// 704 slots a chunk).
+constexpr size_t kRowSmemBytes = 192 * 1024;
+
+// Launches the row kernel over a's operands where it takes them (row_kernel()); false where
+// not.
+template <class T, class C>
+bool launch_rows(attn::CachedArgs& a, int64_t rows, int dev, const char* op) {
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (!row_kernel() || !attn::cached_row_fits(a.E, a.F, sizeof(T)) || !aligned(a.k) ||
+      !aligned(a.v) || rows >= (int64_t(1) << 31))
+    return false;
+  const int64_t chunk = attn::cached_row_chunk<C>(a.S, a.E, a.F, sizeof(T), kRowSmemBytes);
+  const size_t smem = attn::cached_row_smem<C>(chunk, a.E, a.F, sizeof(T));
+  static const bool opted_in = [] {
+    return cudaFuncSetAttribute(attn::cached_attention_row_kernel<T, C>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                int(kRowSmemBytes + 64 * 1024)) == cudaSuccess;
+  }();
+  if (!opted_in) {
+    cudaGetLastError();
+    return false;
+  }
+  a.early = detail::early_dependents();
+  detail::launch_after(attn::cached_attention_row_kernel<T, C>, dim3(unsigned(rows)),
+                       dim3(attn::kThreads), smem, detail::stream(dev), op, a, chunk);
+  return true;
+}
+
 // Launches the split kernel (and the join kernel where the device has too few counters) over
 // a's operands, its q, caches and output already set: out has `rows` query rows.
 void launch(attn::CachedArgs& a, DType dtype, int64_t rows, Device device, const char* op) {
@@ -35,11 +74,12 @@ void launch(attn::CachedArgs& a, DType dtype, int64_t rows, Device device, const
   const int64_t splits = a.splits = attn::cached_splits(a.S);
   EMBER_CHECK(rows * splits < (int64_t(1) << 31), op, ": ", rows, " query rows over ", a.S,
               " cache slots are more blocks than one launch takes");
-  const bool wide = dtype == DType::Float64;
-  const Tensor ws = make_tensor({attn::cached_workspace(rows, a.S, a.F)},
-                                wide ? DType::Float64 : DType::Float32, device);
   visit<Kinds::Float>(dtype, op, [&]<class T>() {
     using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    if (launch_rows<T, C>(a, rows, dev, op)) return;
+    const Tensor ws = make_tensor({attn::cached_workspace(rows, a.S, a.F)},
+                                  std::is_same_v<C, double> ? DType::Float64 : DType::Float32,
+                                  device);
     // Under 3 KB, whatever the head, and the staged values' 8 KB for a 16-bit head of 64.
     a.v_staged = attn::cached_v_stages(a.F, sizeof(T)) &&
                  reinterpret_cast<uintptr_t>(a.v) % 16 == 0 && value_staging();
