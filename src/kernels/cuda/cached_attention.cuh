@@ -207,6 +207,16 @@ EMBER_ATTN_DEVICE void cached_join_row(const CachedArgs& a, const C* ws, int64_t
   }
 }
 
+// Batch entry b's rows of k_new and v_new (both null without appended slots).
+template <class T>
+EMBER_ATTN_DEVICE void cached_new_rows(const CachedArgs& a, int64_t b, const T** kn, const T** vn) {
+  *kn = *vn = nullptr;
+  if (!a.put) return;
+  const int64_t b0 = b / a.B1, b1 = b % a.B1;
+  *kn = static_cast<const T*>(a.k_new) + b0 * a.kn0 + b1 * a.kn1;
+  *vn = static_cast<const T*>(a.v_new) + b0 * a.vn0 + b1 * a.vn1;
+}
+
 // One appended slot's key and value rows copied into the caches (slot j of batch entry b) by
 // the kThreadsPerSlot lanes p of it, loads into registers ahead of the stores: where the
 // slot's block does not read it (a slot past the visible ones).
@@ -273,14 +283,10 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
   const bool put = a.put && j0 + jj < a.S && a.put[j0 + jj] != 0;
   const int64_t n = cached_visible(a, i);
   const int64_t cnt = cached_in_split(n, j0);
-  const T* kn = nullptr;
-  const T* vn = nullptr;
-  if (a.put) {
-    const int64_t b0 = b / a.B1, b1 = b % a.B1;
-    kn = static_cast<const T*>(a.k_new) + b0 * a.kn0 + b1 * a.kn1;
-    vn = static_cast<const T*>(a.v_new) + b0 * a.vn0 + b1 * a.vn1;
-    if (put && jj >= cnt) cached_append_slot(a, kn, vn, b, j0 + jj, p);
-  }
+  const T* kn;
+  const T* vn;
+  cached_new_rows(a, b, &kn, &vn);
+  if (put && jj >= cnt) cached_append_slot(a, kn, vn, b, j0 + jj, p);
   if (s >= cached_taking_part(n)) return;  // the same for the whole block
   if (p == 0) mark[jj] = put ? C(1) : C(0);
   if (cnt == 0) {  // a row that sees no slot: nothing to add

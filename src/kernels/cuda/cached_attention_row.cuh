@@ -48,13 +48,9 @@ EMBER_ATTN_KERNEL void cached_attention_row_kernel(CachedArgs a, int64_t chunk) 
   const T* qr = static_cast<const T*>(a.q) + (b / a.B1) * a.qs0 + (b % a.B1) * a.qs1 + i * a.qs2;
   T* kc = static_cast<T*>(const_cast<void*>(a.k)) + b * a.S * a.E;
   T* vc = static_cast<T*>(const_cast<void*>(a.v)) + b * a.S * a.F;
-  const T* kn = nullptr;
-  const T* vn = nullptr;
-  if (a.put) {
-    const int64_t b0 = b / a.B1, b1 = b % a.B1;
-    kn = static_cast<const T*>(a.k_new) + b0 * a.kn0 + b1 * a.kn1;
-    vn = static_cast<const T*>(a.v_new) + b0 * a.vn0 + b1 * a.vn1;
-  }
+  const T* kn;
+  const T* vn;
+  cached_new_rows(a, b, &kn, &vn);
   // This thread's share of q: slot lanes p take elements p, p + kThreadsPerSlot, ...
   const int64_t jj = tid / kThreadsPerSlot, p = tid % kThreadsPerSlot;
   C qv[kRegs];
