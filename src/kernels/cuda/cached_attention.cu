@@ -37,9 +37,10 @@ bool row_kernel() {
   }();
   return on;
 }
-// Shared memory the row kernel stages a chunk in: 192 KB (a GPT-2 head of 64, 16-bit, takes
-// 704 slots a chunk).
+// Shared memory a launch of the row kernel takes at most, its chunk's rows and the scores and
+// sums beside them: 192 KB (a GPT-2 head of 64 in 16 bits stages 704 slots a chunk).
 constexpr size_t kRowSmemBytes = 192 * 1024;
+static_assert(kRowSmemBytes <= attn::kMaxSharedBytes, "more than a block may opt into");
 
 // Launches the row kernel over a's operands where it takes them (row_kernel()); false where
 // not.
@@ -54,7 +55,7 @@ bool launch_rows(attn::CachedArgs& a, int64_t rows, int dev, const char* op) {
   static const bool opted_in = [] {
     return cudaFuncSetAttribute(attn::cached_attention_row_kernel<T, C>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                int(kRowSmemBytes + 64 * 1024)) == cudaSuccess;
+                                int(kRowSmemBytes)) == cudaSuccess;
   }();
   if (!opted_in) {
     cudaGetLastError();
