@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "compiler/codegen_util.h"
+#include "core/env.h"
 #include "compiler/cuda_folds.h"
 #include "compiler/families.h"
 #include "compiler/lower.h"
@@ -37,17 +38,12 @@ namespace ember::compiler {
 
 namespace {
 
-// Whether the environment variable `name` is unset or other than "0". Read as each graph is
-// compiled.
-bool unless_zero(const char* name) {
-  const char* e = std::getenv(name);
-  return !(e && std::string(e) == "0");
-}
 // Two embedding lookups summed run as one kernel (EmbeddingFold), unless EMBER_EMBEDDING_FOLD=0.
-bool embedding_fold_on() { return unless_zero("EMBER_EMBEDDING_FOLD"); }
+// Read as each graph is compiled, as is the switch below.
+bool embedding_fold_on() { return env_switch("EMBER_EMBEDDING_FOLD", true); }
 // A layer_norm joins the gemv of a product without a bias (a GPT's ln_f and logits: a BiasFold
 // with no bias), unless EMBER_LN_LOGITS_FOLD=0.
-bool plain_layer_norm_fold_on() { return unless_zero("EMBER_LN_LOGITS_FOLD"); }
+bool plain_layer_norm_fold_on() { return env_switch("EMBER_LN_LOGITS_FOLD", true); }
 
 void log_decision(const std::string& text) {
   static const bool on = log_category_enabled("compiler");

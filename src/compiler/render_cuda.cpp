@@ -2,8 +2,8 @@
 #include "compiler/render_cuda.h"
 
 #include <algorithm>
-#include <cstdlib>
 
+#include "core/env.h"
 #include "ember/error.h"
 
 namespace ember::compiler {
@@ -54,10 +54,7 @@ template <typename T, bool Max> __device__ __forceinline__ T ember_block_reduce(
 }
 
 bool generated_dependent_launch() {
-  static const bool on = [] {
-    const char* e = std::getenv("EMBER_PDL_GENERATED");
-    return e && std::string(e) == "1";
-  }();
+  static const bool on = env_switch("EMBER_PDL_GENERATED", false);
   return on;
 }
 

@@ -3,9 +3,8 @@
 // splits. One kernel for what the ops take five (the scores' gemm, scale, mask, softmax, the
 // values' gemm): a decode step's attention over a cache written in place.
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 
+#include "core/env.h"
 #include "core/make_tensor.h"
 #include "kernels/cached_attention_append.h"
 #include "kernels/cuda/cached_attention.cuh"
@@ -21,20 +20,14 @@ namespace {
 // Whether cached_attention stages its value rows in shared memory where they fit
 // (CachedArgs::v_staged): unless EMBER_ATTN_V_STAGE=0 (read once).
 bool value_staging() {
-  static const bool on = [] {
-    const char* v = std::getenv("EMBER_ATTN_V_STAGE");
-    return !(v && std::string(v) == "0");
-  }();
+  static const bool on = env_switch("EMBER_ATTN_V_STAGE", true);
   return on;
 }
 
 // Whether cached_attention runs a block a query row (cached_attention_row.cuh) where it fits:
 // EMBER_ATTN_ROW=1. Off by default until measured on a GPU. Read once.
 bool row_kernel() {
-  static const bool on = [] {
-    const char* v = std::getenv("EMBER_ATTN_ROW");
-    return v && std::string(v) == "1";
-  }();
+  static const bool on = env_switch("EMBER_ATTN_ROW", false);
   return on;
 }
 // Shared memory a launch of the row kernel takes at most, its chunk's rows and the scores and

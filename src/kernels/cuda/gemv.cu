@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/env.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/runtime.h"
@@ -19,10 +20,7 @@ namespace {
 // columns_kernel in one wave (the logits' projection of a decode step), unless
 // EMBER_GEMV_COLUMNS=0. Read once.
 bool columns_in_turn() {
-  static const bool on = [] {
-    const char* e = std::getenv("EMBER_GEMV_COLUMNS");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool on = env_switch("EMBER_GEMV_COLUMNS", true);
   return on;
 }
 
@@ -40,10 +38,7 @@ int columns_depth() {
 // Whether a layer_norm gemv stages its weights in shared memory as its wait ends
 // (Args::staged): EMBER_GEMV_LN_STAGE=1. Off by default until measured on a GPU. Read once.
 bool layer_norm_staging() {
-  static const bool on = [] {
-    const char* e = std::getenv("EMBER_GEMV_LN_STAGE");
-    return e && std::string(e) == "1";
-  }();
+  static const bool on = env_switch("EMBER_GEMV_LN_STAGE", false);
   return on;
 }
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "core/env.h"
 #include "core/make_tensor.h"
 #include "kernels/cuda/attention_tiles.cuh"
 #include "kernels/cuda/column_fold.cuh"
@@ -554,20 +555,14 @@ __global__ void __launch_bounds__(1024) arg_vector_kernel(const T* in, int64_t* 
 // a block a row, instead of the split kernel or the strided one, unless EMBER_ARGMAX_VECTOR=0.
 // Read once.
 bool arg_vectors() {
-  static const bool on = [] {
-    const char* e = std::getenv("EMBER_ARGMAX_VECTOR");
-    return !(e && e[0] == '0' && e[1] == 0);
-  }();
+  static const bool on = env_switch("EMBER_ARGMAX_VECTOR", true);
   return on;
 }
 
 // Whether arg_vector_kernel folds in two passes (kTwoPass): EMBER_ARGMAX_TWO_PASS=1. Off by
 // default until measured on a GPU. Read once.
 bool arg_two_pass() {
-  static const bool on = [] {
-    const char* e = std::getenv("EMBER_ARGMAX_TWO_PASS");
-    return e && e[0] == '1' && e[1] == 0;
-  }();
+  static const bool on = env_switch("EMBER_ARGMAX_TWO_PASS", false);
   return on;
 }
 

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/env.h"
 #include "ember/cuda.h"
 #include "ops/op.h"
 
@@ -74,18 +75,12 @@ DeviceStreams& device_streams(int device) {
 }  // namespace
 
 bool programmatic_launch() {
-  static const bool on = [] {
-    const char* v = std::getenv("EMBER_PDL");
-    return !(v && std::string(v) == "0");
-  }();
+  static const bool on = env_switch("EMBER_PDL", true);
   return on;
 }
 
 bool early_dependents() {
-  static const bool on = [] {
-    const char* v = std::getenv("EMBER_PDL_EARLY");
-    return programmatic_launch() && !(v && std::string(v) == "0");
-  }();
+  static const bool on = programmatic_launch() && env_switch("EMBER_PDL_EARLY", true);
   return on;
 }
 
