@@ -388,8 +388,7 @@ std::vector<EmbeddingFold> embedding_folds(const graph::Graph& g, const FusionPl
   const Readers readers(g);
   for (size_t k = 0; k < plan.groups.size(); ++k) {
     const FusionGroup& grp = plan.groups[k];
-    if (!lone(grp, OpId::add) || grp.row || grp.gemm || grp.col || !grp.extra_outputs.empty())
-      continue;
+    if (!lone(grp, OpId::add)) continue;  // a lone add: no row, gemm or column part
     const graph::Node* add = grp.nodes[0];
     const graph::Value* sum = add->outputs[0];
     if (add->inputs.size() != 2 || add->inputs[0] == add->inputs[1] || !contiguous(*sum) ||
