@@ -15,7 +15,7 @@
 //
 // The warp-wide primitives (ldsm_x4, ldsm_x4_t, mma_16816) and exp2_of and the asynchronous
 // copies (copy16_async, async_commit, async_wait) are CUDA's here; with
-// EMBER_CUDA_EMULATION the includer supplies host versions (tests/cuda/attention_emulation_test.cpp).
+// EMBER_CUDA_EMULATION the includer supplies host versions (tests/cuda/emulated_kernels.h).
 #pragma once
 #include "kernels/cuda/attention_tiles.cuh"
 

@@ -14,7 +14,7 @@
 // warp shuffle, dynamic shared memory, a global fence, an atomic add, a load past the SM's
 // cache, the waits of programmatic dependent launch, and a prefetch into L2). Compiled by nvcc they are CUDA's; with
 // EMBER_CUDA_EMULATION defined, the includer supplies host versions (host threads standing in
-// for a block's threads: tests/cuda/attention_emulation_test.cpp), so the same kernels are
+// for a block's threads: tests/cuda/emulated_kernels.h), so the same kernels are
 // checked against the CPU reference on machines without a GPU.
 #pragma once
 #include <cuda_bf16.h>

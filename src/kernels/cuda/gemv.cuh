@@ -7,7 +7,7 @@
 // m: its lanes read w's row n in 16-byte vectors (or elements, where rows are not aligned for
 // vectors), so the weight, the only large operand, streams through once, coalesced, and the
 // GPU has warps for every column (a gemm's tiles would leave most of it idle at one row). Written on attention_tiles.cuh's primitives, so the
-// block emulator runs it on the host too (tests/cuda/attention_emulation_test.cpp).
+// block emulator runs it on the host too (tests/cuda/gemv_emulation_test.cpp).
 #pragma once
 #include "kernels/cuda/attention_mma.cuh"  // copy16_async
 #include "kernels/cuda/attention_tiles.cuh"
