@@ -17,7 +17,8 @@ eager over eager (ember_over_torch) and compiled over compiled (compiled_ember_o
 --no-torch-compile skips torch.compile (its compiled fields are null). --variant NAME:VAR=VALUE
 (repeatable) measures ember's rows again with those environment variables set (the switches of
 docs/architecture.md, EMBER_GEMV_COLUMNS=0 and the like): its rows and ratio rows carry
-"variant": NAME, against the same torch rows. --profile prints, for
+"variant": NAME, against the same torch rows; a variant whose run fails is named on stderr and
+left out. --profile prints, for
 each compiled GPT step, torch.profiler's table of its kernels by GPU time to stderr (ember's
 side of that: EMBER_BENCH_COMPILED_ONLY=1 EMBER_PROFILE_OPS=shapes ember-bench --filter ROW).
 
@@ -854,8 +855,12 @@ def main():
         env = dict(kv.split("=", 1) for kv in assigns.split(",") if "=" in kv)
         if not name or not env:
             raise SystemExit(f"compare_torch: --variant {v!r}: want NAME:VAR=VALUE[,VAR=VALUE]")
-        ember += [dict(r, variant=name, variant_env=env)
-                  for r in ember_rows(a.ember, a.quick, a.repeat, a.only, env)]
+        try:
+            rows = ember_rows(a.ember, a.quick, a.repeat, a.only, env)
+        except SystemExit as e:  # one variant that fails loses its own rows, not the others'
+            print(f"[compare_torch] variant {name}: {e}", file=sys.stderr, flush=True)
+            continue
+        ember += [dict(r, variant=name, variant_env=env) for r in rows]
     print(f"[compare_torch] {len(ember)} ember rows measured in {time.perf_counter() - t0:.0f} s",
           file=sys.stderr, flush=True)
     torch.cuda.empty_cache()
