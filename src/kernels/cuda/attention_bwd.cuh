@@ -270,12 +270,10 @@ void backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a,
           grid_blocks(1, (p.batch * p.L + kRowDotRows - 1) / kRowDotRows, op), size_t(0), dot);
     }
     if constexpr (std::is_same_v<C, float>) {
-      // 16-bit heads of up to 64: tensor cores, dq reading the dropout flags dkdv drew.
+      // 16-bit heads of up to 64: tensor cores, reading the dropout flags drawn before them.
       Tensor bits;
       if (p.dropout && mma::takes(args)) {
-        const int64_t tiles = ((p.L + mma::kRows - 1) / mma::kRows) *
-                              ((p.S + mma::kRows - 1) / mma::kRows);
-        bits = make_tensor({p.batch * tiles * mma::kKeepWords}, DType::Int32, lse.device());
+        bits = make_tensor({2 * mma::keep_tiles(p) * mma::kKeepWords}, DType::Int32, lse.device());
         args.keep_bits = static_cast<uint32_t*>(bits.impl()->data());
       }
       if (mma::backward(args, run, op)) return;

@@ -14,6 +14,7 @@
 #pragma once
 #include <span>
 
+#include "core/make_tensor.h"
 #include "kernels/cuda/attention_launch.cuh"
 #include "kernels/cuda/attention_mma_fwd.cuh"
 
@@ -135,8 +136,15 @@ void forward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a, 
     args.p = problem_of<C>(in[0], in[1], in[2], a, in.size() > 3 ? &in[3] : nullptr, op);
     const Problem<C>& p = args.p;
     if (p.batch == 0 || p.L == 0) return;
-    if constexpr (std::is_same_v<C, float>)
-      if (mma::forward(args, run, op)) return;  // 16-bit heads of up to 64: tensor cores
+    if constexpr (std::is_same_v<C, float>) {
+      // 16-bit heads of up to 64: tensor cores, reading the dropout flags drawn before them.
+      Tensor bits;
+      if (p.dropout && mma::takes(args)) {
+        bits = make_tensor({mma::keep_tiles(p) * mma::kKeepWords}, DType::Int32, out[1].device());
+        args.keep_bits = static_cast<uint32_t*>(bits.impl()->data());
+      }
+      if (mma::forward(args, run, op)) return;
+    }
     const bool vec =
         vec_loadable(args.q, p.E) && vec_loadable(args.k, p.E) && vec_loadable(args.v, p.F);
     const int64_t blocks = grid_blocks(p.batch, (p.L + Tiles<C>::kRows - 1) / Tiles<C>::kRows, op);

@@ -174,6 +174,9 @@ struct ForwardArgs {
   OutRows<T> out;    // [batch, L, F]
   C* lse = nullptr;  // [batch, L], contiguous
   Problem<C> p;
+  // Dropout's keep flags, drawn by the tensor-core kernels' first launch for the forward after
+  // it (attention_mma_keep.cuh); null on the other kernels.
+  uint32_t* keep_bits = nullptr;
 };
 template <class T, class C>
 struct BackwardArgs {
@@ -182,9 +185,8 @@ struct BackwardArgs {
   const C* d = nullptr;                           // [batch, L], contiguous
   OutRows<T> dq, dk, dv;  // [batch, L, E], [batch, S, E], [batch, S, F]
   Problem<C> p;
-  // Dropout's keep flags of each (query tile, key tile) the tensor-core dkdv kernel drew, as
-  // bits (attention_mma_bwd.cuh), for the dq kernel after it to read rather than draw them
-  // again; null: each kernel draws its own.
+  // Dropout's keep flags for the tensor-core kernels (attention_mma_keep.cuh): the query-major
+  // words of every tile, then the key-major ones; null on the other kernels.
   uint32_t* keep_bits = nullptr;
 };
 

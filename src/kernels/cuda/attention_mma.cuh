@@ -189,14 +189,6 @@ EMBER_ATTN_DEVICE void mma_pv(float (&acc)[kHead / 8][4], const float (&p)[8][4]
   }
 }
 
-// keep[r * kRows + c] = whether element (b, row0 + r, col0 + c) of the dropout draw is kept,
-// for r < rows and c < cols (attention_tiles.cuh's keep_tile over this block's threads).
-EMBER_ATTN_DEVICE void dropout_tile(unsigned char* keep, const Problem<float>& p, int64_t b,
-                                    int64_t row0, int rows, int64_t col0, int cols) {
-  static_assert(Tiles<float>::kRows == kRows);
-  keep_tile<float, kThreads>(keep, p, b, row0, rows, col0, cols);
-}
-
 // Max and sum over the 4 lanes of a quad (the lanes holding one accumulator row).
 EMBER_ATTN_DEVICE float quad_max(float v) {
   v = max_of(v, shfl_xor(v, 1));

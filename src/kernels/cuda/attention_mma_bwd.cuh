@@ -12,56 +12,33 @@
 //   products.
 // - dq: a block a (batch entry, tile of 64 queries), each warp 16 queries whose Q and dO rows
 //   stay in shared memory (fragments read as each product uses them). K and V stream; a warp
-//   computes S and dP, turns them into dS and adds dS K. Under dropout it reads each tile's
-//   keep flags as the bits dkdv stored for it (BackwardArgs::keep_bits) rather than drawing
-//   them from Philox again.
-// Shared memory: the streamed pair's four 64 x 72 tiles (double-buffered), 64 x 64 dropout
-// bytes (dkdv also lse and D of 64 rows, twice), then the resident pair's two tiles: 59 KiB.
+//   computes S and dP, turns them into dS and adds dS K.
+// Under dropout a thread loads a word of keep flags a tile, drawn before both kernels by
+// attention_mma_keep.cuh's (key-major for dkdv, query-major for dq).
+// Shared memory: the streamed pair's four 64 x 72 tiles (double-buffered), dkdv's lse and D of
+// 64 rows (twice), then the resident pair's two tiles: 55 KiB.
 #pragma once
 #include "kernels/cuda/attention_launch.cuh"
 #include "kernels/cuda/attention_mma.cuh"
+#include "kernels/cuda/attention_mma_keep.cuh"
 
 namespace ember::cuda::attn::mma {
 
 // Two x and two y tiles (the streamed operands, double-buffered: the next tile loads while the
 // current one is used), then (dkdv) two buffers of lse * log2(e) and D of 64 query rows as
-// floats, then the dropout bytes, then the resident pair (resident_bytes).
+// floats, then the resident pair (resident_bytes).
 struct BackwardSmem {
   static constexpr int x = 0, y = x + 2 * kTile, end = y + 2 * kTile;
   template <class T>
   static constexpr size_t stats = size_t(end) * sizeof(T);
   template <class T>
-  static constexpr size_t keep = stats<T> + 4 * kRows * sizeof(float);
-  template <class T>
-  static constexpr size_t bytes = keep<T> + size_t(kRows * kRows);
+  static constexpr size_t bytes = stats<T> + 4 * kRows * sizeof(float);
   // Both kernels keep their resident pair of tiles (dkdv K and V, dq Q and dO) after these,
   // their warps reading the fragments for each streamed tile rather than holding them in
   // registers.
   template <class T>
   static constexpr size_t resident_bytes = bytes<T> + 2 * size_t(kTile) * sizeof(T);
 };
-
-// The keep flags of a 64 x 64 tile as bits: kThreads words, bit i of word t the flag of byte
-// t + kThreads i of the tile's row-major bytes (so that a warp's lanes read and write adjacent
-// bytes). tile_bits gives the words of (batch entry b, query tile qi, key tile kj).
-constexpr int kKeepWords = kRows * kRows / 32;
-static_assert(kKeepWords == kThreads, "a word a thread");
-EMBER_ATTN_DEVICE uint32_t* tile_bits(uint32_t* bits, const Problem<float>& p, int64_t b,
-                                      int64_t qi, int64_t kj) {
-  const int64_t qt = (p.L + kRows - 1) / kRows, kt = (p.S + kRows - 1) / kRows;
-  return bits + ((b * qt + qi) * kt + kj) * kKeepWords;
-}
-EMBER_ATTN_DEVICE void store_keep_bits(uint32_t* words, const unsigned char* keep) {
-  const int t = thread_index();
-  uint32_t w = 0;
-  for (int i = 0; i < 32; ++i) w |= uint32_t(keep[t + kThreads * i] != 0) << i;
-  words[t] = w;
-}
-EMBER_ATTN_DEVICE void load_keep_bits(unsigned char* keep, const uint32_t* words) {
-  const int t = thread_index();
-  const uint32_t w = words[t];
-  for (int i = 0; i < 32; ++i) keep[t + kThreads * i] = (w >> i) & 1u;
-}
 
 // (P Z, dS) of a score s (already times scale * log2(e)) and dP entry dp of a query row with
 // lse2 = lse * log2(e) (-inf: the row saw no key, every p is 0) and D entry d.
@@ -80,8 +57,8 @@ EMBER_ATTN_MMA_KERNEL void attention_dkdv_kernel(BackwardArgs<T, float> a) {
   unsigned char* base = shared_memory();
   T *xs = reinterpret_cast<T*>(base) + BackwardSmem::x, *ys = reinterpret_cast<T*>(base) + BackwardSmem::y;
   float* stats = reinterpret_cast<float*>(base + BackwardSmem::stats<T>);  // [2][lse, D][64]
-  unsigned char* keep = base + BackwardSmem::keep<T>;
   const Problem<float> p = a.p.drawn();
+  const uint32_t* key_bits = p.dropout ? a.keep_bits + keep_tiles(p) * kKeepWords : nullptr;
   const int tid = thread_index(), warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const int64_t b = block_index() % p.batch;
   const int64_t c0 = block_index() / p.batch * kRows;
@@ -118,12 +95,8 @@ EMBER_ATTN_MMA_KERNEL void attention_dkdv_kernel(BackwardArgs<T, float> a) {
     sync_block();  // tile i is in (K and V too); every warp is done with tile i - 1
     if (r0 + kRows < p.L) load_q(r0 + kRows, 1 - buf);
     async_commit();
-    if (p.dropout) {
-      dropout_tile(keep, p, b, r0, rows, c0, cols);
-      sync_block();
-      if (a.keep_bits)  // for the dq kernel: the same tile's flags
-        store_keep_bits(tile_bits(a.keep_bits, p, b, r0 / kRows, c0 / kRows), keep);
-    }
+    const uint32_t keep =
+        p.dropout ? key_bits[keep_tile_index(p, b, r0 / kRows, c0 / kRows) * kKeepWords + tid] : 0u;
 
     // A whole tile whose every query sees every key of this block needs no mask.
     const bool full = rows == kRows && cols == kRows && !(p.causal && c0 + kRows - 1 > r0);
@@ -137,7 +110,7 @@ EMBER_ATTN_MMA_KERNEL void attention_dkdv_kernel(BackwardArgs<T, float> a) {
         const int key = warp * 16 + g + 8 * (e / 2), qr = n * 8 + 2 * q + e % 2;
         const bool masked = !full && (key >= cols || qr >= rows || p.hidden(r0 + qr, c0 + key));
         const PzDs pg = pz_ds(p, masked, st[n][e] * scale2, dpt[n][e], lse_s[qr], d_s[qr],
-                                      p.dropout && keep[qr * kRows + key]);
+                              kept(keep, n, e / 2, e % 2));
         st[n][e] = pg.pz;
         dpt[n][e] = pg.ds;
       }
@@ -155,7 +128,6 @@ template <class T>
 EMBER_ATTN_MMA_KERNEL void attention_dq_kernel(BackwardArgs<T, float> a) {
   unsigned char* base = shared_memory();
   T *xs = reinterpret_cast<T*>(base) + BackwardSmem::x, *ys = reinterpret_cast<T*>(base) + BackwardSmem::y;
-  unsigned char* keep = base + BackwardSmem::keep<T>;
   const Problem<float> p = a.p.drawn();
   const int tid = thread_index(), warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const Tile at = tile_of(p.batch, p.L);
@@ -193,13 +165,8 @@ EMBER_ATTN_MMA_KERNEL void attention_dq_kernel(BackwardArgs<T, float> a) {
     sync_block();  // tile j is in (Q and dO too); every warp is done with tile j - 1
     if (c0 + kRows < c_end) load_kv(c0 + kRows, 1 - buf);
     async_commit();
-    if (p.dropout) {  // the flags dkdv drew for this tile, or drawn here
-      if (a.keep_bits)
-        load_keep_bits(keep, tile_bits(a.keep_bits, p, b, r0 / kRows, c0 / kRows));
-      else
-        dropout_tile(keep, p, b, r0, rows, c0, cols);
-      sync_block();
-    }
+    const uint32_t keep =
+        p.dropout ? a.keep_bits[keep_tile_index(p, b, r0 / kRows, j) * kKeepWords + tid] : 0u;
 
     const bool full = rows == kRows && cols == kRows && !(p.causal && c0 + kRows - 1 > r0);
     float s[8][4] = {}, dp[8][4] = {};
@@ -211,8 +178,7 @@ EMBER_ATTN_MMA_KERNEL void attention_dq_kernel(BackwardArgs<T, float> a) {
       for (int e = 0; e < 4; ++e) {
         const int h = e / 2, r = warp * 16 + g + 8 * h, c = n * 8 + 2 * q + e % 2;
         const bool masked = !full && (c >= cols || r >= rows || p.hidden(r0 + r, c0 + c));
-        s[n][e] = pz_ds(p, masked, s[n][e] * scale2, dp[n][e], lse2[h], d[h],
-                            p.dropout && keep[r * kRows + c])
+        s[n][e] = pz_ds(p, masked, s[n][e] * scale2, dp[n][e], lse2[h], d[h], kept(keep, n, h, e % 2))
                       .ds;
       }
     }
@@ -222,8 +188,9 @@ EMBER_ATTN_MMA_KERNEL void attention_dq_kernel(BackwardArgs<T, float> a) {
   store_rows(a.dq.at(b, r0), dq, warp, lane, rows, p.E, p.scale, a.dq.row_stride);
 }
 
-// Launches dkdv and dq on `run` (D already in args.d) when the kernels take the problem (as
-// forward in attention_mma_fwd.cuh); false when they do not.
+// Launches dkdv and dq on `run` (D already in args.d; under dropout the keep flags' kernel
+// first, into args.keep_bits: 2 * keep_tiles(p) * kKeepWords words) when the kernels take the
+// problem (as forward in attention_mma_fwd.cuh); false when they do not.
 template <class T>
 bool takes(const BackwardArgs<T, float>& a) {
   const Problem<float>& p = a.p;
@@ -237,6 +204,10 @@ bool backward(const BackwardArgs<T, float>& args, Runner&& run, const char* op) 
   if constexpr (takes_type<T>) {
     const int64_t key_blocks = grid_blocks(p.batch, (p.S + kRows - 1) / kRows, op);
     const int64_t query_blocks = grid_blocks(p.batch, (p.L + kRows - 1) / kRows, op);
+    if (p.dropout && p.L > 0 && p.S > 0)
+      run(&attention_keep_bits_kernel<T>, grid_blocks(1, keep_tiles(p), op), kKeepBitsSmem,
+          KeepBitsArgs{p, args.keep_bits, args.keep_bits + keep_tiles(p) * kKeepWords},
+          kKeepBitsThreads);
     if (key_blocks > 0)
       run(&attention_dkdv_kernel<T>, key_blocks, BackwardSmem::resident_bytes<T>, args, kThreads);
     if (query_blocks > 0)

@@ -8,32 +8,29 @@
 // computes its 16 x 64 scores in registers, masks them and keeps the online softmax in the
 // base-2 domain (scores times scale * log2(e)): the running max of its two rows per lane (shared
 // by the quad), the rescale factor, and its lane's part of the running sum. The probabilities
-// (times the dropout factor) become, rounded to 16 bits, the A operand of P V without leaving
+// (times the dropout factor, whose flags a thread loads as one word a tile, drawn before by
+// attention_mma_keep.cuh) become, rounded to 16 bits, the A operand of P V without leaving
 // registers. At the end out = acc / l and lse = (m + log2(l)) ln 2; a row that saw no key gets
 // out 0 and lse -inf, as the float kernel (attention_fwd.cuh).
-// Shared memory: a Q tile, two K and two V tiles (64 x 72 each) and the 64 x 64 dropout bytes:
-// 49 KiB (the launch opts in past 48).
+// Shared memory: a Q tile, two K and two V tiles (64 x 72 each): 45 KiB.
 #pragma once
 #include "kernels/cuda/attention_launch.cuh"
 #include "kernels/cuda/attention_mma.cuh"
+#include "kernels/cuda/attention_mma_keep.cuh"
 
 namespace ember::cuda::attn::mma {
 
-// Q, then two K and two V tiles (the next tile loads while the current one is used), then the
-// dropout bytes.
+// Q, then two K and two V tiles (the next tile loads while the current one is used).
 struct ForwardSmem {
   static constexpr int q = 0, k = q + kTile, v = k + 2 * kTile, end = v + 2 * kTile;
   template <class T>
-  static constexpr size_t keep = size_t(end) * sizeof(T);
-  template <class T>
-  static constexpr size_t bytes = keep<T> + size_t(kRows * kRows);
+  static constexpr size_t bytes = size_t(end) * sizeof(T);
 };
 
 template <class T>
 EMBER_ATTN_MMA_KERNEL void attention_forward_kernel(ForwardArgs<T, float> a) {
   T* smem = reinterpret_cast<T*>(shared_memory());
   T *qs = smem + ForwardSmem::q, *ks = smem + ForwardSmem::k, *vs = smem + ForwardSmem::v;
-  unsigned char* keep = reinterpret_cast<unsigned char*>(smem) + ForwardSmem::keep<T>;
   const Problem<float> p = a.p.drawn();
   const int tid = thread_index(), warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const Tile at = tile_of(p.batch, p.L);
@@ -61,10 +58,8 @@ EMBER_ATTN_MMA_KERNEL void attention_forward_kernel(ForwardArgs<T, float> a) {
     sync_block();  // tile j is in, and every warp is done with tile j - 1 (and its buffer)
     if (c0 + kRows < c_end) load_kv(c0 + kRows, int(1 - j % 2));
     async_commit();
-    if (p.dropout) {
-      dropout_tile(keep, p, b, r0, rows, c0, cols);
-      sync_block();
-    }
+    const uint32_t keep =
+        p.dropout ? a.keep_bits[keep_tile_index(p, b, r0 / kRows, j) * kKeepWords + tid] : 0u;
 
     // A whole tile every row of which sees every key needs no mask.
     const bool full = cols == kRows && !(p.causal && c0 + kRows - 1 > r0);
@@ -98,7 +93,7 @@ EMBER_ATTN_MMA_KERNEL void attention_forward_kernel(ForwardArgs<T, float> a) {
           float& x = s[n][2 * h + e];
           const float pr = none ? 0.f : exp2_of(x - m_new);
           sum += pr;
-          x = p.dropout ? (keep[r * kRows + n * 8 + 2 * q + e] ? pr * p.inv_keep : 0.f) : pr;
+          x = p.dropout ? (kept(keep, n, h, e) ? pr * p.inv_keep : 0.f) : pr;
         }
       }
       l[h] = l[h] * alpha + sum;
@@ -129,8 +124,9 @@ EMBER_ATTN_MMA_KERNEL void attention_forward_kernel(ForwardArgs<T, float> a) {
   store_rows(out, acc, warp, lane, rows, p.F, 1.f, a.out.row_stride);
 }
 
-// Launches the forward on `run` when the kernels take the problem (takes_type, heads of at most
-// kHead, 16-byte loadable operands); false when they do not.
+// Launches the forward on `run` (under dropout the keep flags' kernel first, into
+// args.keep_bits: keep_tiles(p) * kKeepWords words) when the kernels take the problem
+// (takes_type, heads of at most kHead, 16-byte loadable operands); false when they do not.
 template <class T>
 bool takes(const ForwardArgs<T, float>& a) {
   const Problem<float>& p = a.p;
@@ -143,6 +139,9 @@ bool forward(const ForwardArgs<T, float>& args, Runner&& run, const char* op) {
   if (!takes(args)) return false;
   if constexpr (takes_type<T>) {
     const int64_t blocks = grid_blocks(p.batch, (p.L + kRows - 1) / kRows, op);
+    if (p.dropout && p.S > 0)
+      run(&attention_keep_bits_kernel<T>, grid_blocks(1, keep_tiles(p), op), kKeepBitsSmem,
+          KeepBitsArgs{p, args.keep_bits, nullptr}, kKeepBitsThreads);
     run(&attention_forward_kernel<T>, blocks, ForwardSmem::bytes<T>, args, kThreads);
   }
   return true;

@@ -29,11 +29,14 @@
 
 #ifdef EMBER_CUDA_EMULATION
 #define EMBER_ATTN_DEVICE inline
+#define EMBER_ATTN_HOST_DEVICE inline
 #define EMBER_ATTN_KERNEL
 #define EMBER_ATTN_KERNEL_BLOCKS(n)
 #define EMBER_UNROLL
 #else
 #define EMBER_ATTN_DEVICE __device__ __forceinline__
+// Also called by the host (a __device__ function the host calls is a stub that exits).
+#define EMBER_ATTN_HOST_DEVICE __host__ __device__ __forceinline__
 #define EMBER_ATTN_KERNEL __global__ __launch_bounds__(256)
 // A kernel whose blocks must fit n to a multiprocessor (registers held to 65536 / (256 n)).
 #define EMBER_ATTN_KERNEL_BLOCKS(n) __global__ __launch_bounds__(256, n)

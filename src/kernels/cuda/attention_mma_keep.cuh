@@ -1,0 +1,115 @@
+// Dropout's keep flags for the tensor-core attention kernels, drawn before them by a kernel of
+// their own: a block a (batch entry, query tile, key tile) of 64 x 64 draws the tile's flags
+// from Philox (the CPU's draws, as attention_tiles.cuh's keep_tile takes them) and stores them
+// as one 32-bit word a thread, in the order the thread of the same index in a consumer kernel
+// needs them. The draws run over every tile at once, so the forward, dkdv and dq kernels,
+// whose longest blocks set their time, only load a word a tile.
+//
+// Two layouts of a tile's 128 words: query-major for the forward and dq (thread 32 w + 4 g + q
+// holds query rows 16 w + g + 8 h and key cols 8 n + 2 q + e), key-major for dkdv (key rows
+// 16 w + g + 8 h and query cols 8 n + 2 q + e); in both, the flag of (n, h, e) is bit
+// keep_bit(n, h, e), as the accumulator fragments hold their entries (attention_mma.cuh).
+#pragma once
+#include "kernels/cuda/attention_mma.cuh"
+
+namespace ember::cuda::attn::mma {
+
+constexpr int kKeepWords = kThreads;  // words of a tile's flags in one layout
+static_assert(kRows * kRows == 32 * kKeepWords, "a tile's flags fill its words");
+
+EMBER_ATTN_DEVICE constexpr int keep_bit(int n, int h, int e) { return n * 4 + 2 * h + e; }
+
+// Tiles of a problem's flags (the host sizes their buffer), and the index of (batch entry b,
+// query tile qi, key tile kj).
+EMBER_ATTN_HOST_DEVICE int64_t keep_tiles(const Problem<float>& p) {
+  return p.batch * ((p.L + kRows - 1) / kRows) * ((p.S + kRows - 1) / kRows);
+}
+EMBER_ATTN_DEVICE int64_t keep_tile_index(const Problem<float>& p, int64_t b, int64_t qi,
+                                          int64_t kj) {
+  return (b * ((p.L + kRows - 1) / kRows) + qi) * ((p.S + kRows - 1) / kRows) + kj;
+}
+
+// The words: query-major at `query`, key-major at `key` (null: not drawn), keep_tiles(p)
+// tiles of kKeepWords each.
+struct KeepBitsArgs {
+  Problem<float> p;
+  uint32_t* query = nullptr;
+  uint32_t* key = nullptr;
+};
+
+// Shared memory: the tile's flags as bytes. Threads a block: the draws of a tile (up to 17
+// Philox blocks a row) spread over 512, so that each thread's part is short.
+constexpr size_t kKeepBitsSmem = size_t(kRows) * kRows;
+constexpr int kKeepBitsThreads = 512;
+#ifdef EMBER_CUDA_EMULATION
+#define EMBER_KEEP_BITS_KERNEL
+#else
+#define EMBER_KEEP_BITS_KERNEL __global__ __launch_bounds__(512)
+#endif
+static_assert(kKeepBitsThreads == 512, "EMBER_KEEP_BITS_KERNEL's bound");
+
+// A template on the kernels' storage type T, which it does not read, as the kernels it runs
+// before.
+template <class T>
+EMBER_KEEP_BITS_KERNEL void attention_keep_bits_kernel(KeepBitsArgs a) {
+  unsigned char* keep = shared_memory();
+  const Problem<float> p = a.p.drawn();
+  const int64_t qt = (p.L + kRows - 1) / kRows, kt = (p.S + kRows - 1) / kRows;
+  const int64_t tile = block_index(), b = tile / (qt * kt);
+  const int64_t r0 = (tile / kt) % qt * kRows, c0 = tile % kt * kRows;
+  const int rows = min_rows(p.L - r0, kRows), cols = min_rows(p.S - c0, kRows);
+  if (p.causal && c0 > r0 + rows - 1) return;  // hidden whole: no kernel reads its flags
+  const int tid = thread_index();
+  // Entries past the edges, and those the causal mask hides, are not drawn (no kernel reads
+  // them): 0.
+  for (int i = tid; i < kRows * kRows / 8; i += kKeepBitsThreads)
+    reinterpret_cast<uint64_t*>(keep)[i] = 0;
+  sync_block();
+  // Row r's draws start at draw (b L + r0 + r) S + c0: its cols are words 4 s + k - o of the
+  // Philox blocks first / 4 + s (o = first % 4), 8 threads a row taking every 8th block (the
+  // CPU's draws, as keep_tile takes them, with the index arithmetic done once a row).
+  constexpr int kPerRow = kKeepBitsThreads / kRows;
+  const int r = tid / kPerRow;
+  if (r < rows) {
+    const uint64_t first = uint64_t((b * p.L + r0 + r) * p.S + c0);
+    const int o = int(first % 4);
+    const uint64_t block0 = p.base_block + first / 4;
+    // The cols the row sees: all, or under the causal mask up to its own position.
+    const int seen = p.causal && r0 + r - c0 + 1 < cols ? int(r0 + r - c0 + 1) : cols;
+    unsigned char* row = keep + r * kRows;
+    for (int blk = tid % kPerRow; 4 * blk - o < seen; blk += kPerRow) {
+      const philox::Block w = philox::block(p.seed, block0 + uint64_t(blk));
+      EMBER_UNROLL
+      for (int k = 0; k < 4; ++k) {
+        const int c = 4 * blk + k - o;
+        if (c >= 0 && c < seen) row[c] = philox::bernoulli(w.v[k], p.threshold) ? 1 : 0;
+      }
+    }
+  }
+  sync_block();
+  // Threads [0, 128) gather the query-major words, [128, 256) the key-major ones: word w as
+  // thread w of a consumer (warp w / 32, lane 4 g + q) needs it.
+  if (tid >= 2 * kKeepWords || (tid >= kKeepWords && !a.key)) return;
+  const bool by_key = tid >= kKeepWords;
+  const int w = tid % kKeepWords, warp = w / 32, g = w % 32 / 4, q = w % 4;
+  uint32_t word = 0;
+  EMBER_UNROLL
+  for (int n = 0; n < 8; ++n) {
+    EMBER_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      EMBER_UNROLL
+      for (int e = 0; e < 2; ++e) {
+        const int row = warp * 16 + g + 8 * h, col = n * 8 + 2 * q + e;
+        word |= uint32_t(keep[by_key ? col * kRows + row : row * kRows + col]) << keep_bit(n, h, e);
+      }
+    }
+  }
+  (by_key ? a.key : a.query)[tile * kKeepWords + w] = word;
+}
+
+// Whether the flag of (n, h, e) in a thread's word is set.
+EMBER_ATTN_DEVICE bool kept(uint32_t word, int n, int h, int e) {
+  return (word >> keep_bit(n, h, e)) & 1u;
+}
+
+}  // namespace ember::cuda::attn::mma
