@@ -37,6 +37,17 @@ struct KeepBitsArgs {
   uint32_t* key = nullptr;
 };
 
+// 2 bytes from p, which is 2-byte aligned.
+EMBER_ATTN_DEVICE uint32_t load2(const void* p) {
+#ifdef EMBER_CUDA_EMULATION
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+#else
+  return *static_cast<const uint16_t*>(p);
+#endif
+}
+
 // Shared memory: the tile's flags as bytes. Threads a block: the draws of a tile (up to 17
 // Philox blocks a row) spread over 512, so that each thread's part is short.
 constexpr size_t kKeepBitsSmem = size_t(kRows) * kRows;
@@ -79,32 +90,46 @@ EMBER_KEEP_BITS_KERNEL void attention_keep_bits_kernel(KeepBitsArgs a) {
     unsigned char* row = keep + r * kRows;
     for (int blk = tid % kPerRow; 4 * blk - o < seen; blk += kPerRow) {
       const philox::Block w = philox::block(p.seed, block0 + uint64_t(blk));
+      uint32_t bytes = 0;  // the block's four flags, a byte each
+      EMBER_UNROLL
+      for (int k = 0; k < 4; ++k)
+        bytes |= uint32_t(philox::bernoulli(w.v[k], p.threshold)) << (8 * k);
+      if (o == 0 && 4 * blk + 4 <= seen) {  // the four land on one aligned word
+        store4(row + 4 * blk, bytes);
+        continue;
+      }
       EMBER_UNROLL
       for (int k = 0; k < 4; ++k) {
         const int c = 4 * blk + k - o;
-        if (c >= 0 && c < seen) row[c] = philox::bernoulli(w.v[k], p.threshold) ? 1 : 0;
+        if (c >= 0 && c < seen) row[c] = (bytes >> (8 * k)) & 1u;
       }
     }
   }
   sync_block();
-  // Threads [0, 128) gather the query-major words, [128, 256) the key-major ones: word w as
-  // thread w of a consumer (warp w / 32, lane 4 g + q) needs it.
-  if (tid >= 2 * kKeepWords || (tid >= kKeepWords && !a.key)) return;
-  const bool by_key = tid >= kKeepWords;
-  const int w = tid % kKeepWords, warp = w / 32, g = w % 32 / 4, q = w % 4;
+  // Threads [0, 256) gather the query-major words, [256, 512) the key-major ones, two threads a
+  // word (n < 4 and n >= 4), joined by a shuffle: word w as thread w of a consumer (warp w / 32,
+  // lane 4 g + q) needs it.
+  const bool by_key = tid >= 2 * kKeepWords, idle = by_key && !a.key;  // idle: whole warps
+  const int w = tid % (2 * kKeepWords) / 2, warp = w / 32, g = w % 32 / 4, q = w % 4;
+  const int n0 = tid % 2 * 4;
   uint32_t word = 0;
   EMBER_UNROLL
-  for (int n = 0; n < 8; ++n) {
+  for (int n = n0; n < n0 + 4 && !idle; ++n) {
     EMBER_UNROLL
     for (int h = 0; h < 2; ++h) {
-      EMBER_UNROLL
-      for (int e = 0; e < 2; ++e) {
-        const int row = warp * 16 + g + 8 * h, col = n * 8 + 2 * q + e;
-        word |= uint32_t(keep[by_key ? col * kRows + row : row * kRows + col]) << keep_bit(n, h, e);
+      const int row = warp * 16 + g + 8 * h, col = n * 8 + 2 * q;
+      if (by_key) {
+        word |= uint32_t(keep[col * kRows + row]) << keep_bit(n, h, 0);
+        word |= uint32_t(keep[(col + 1) * kRows + row]) << keep_bit(n, h, 1);
+      } else {  // the pair of cols as one 16-bit load
+        const uint32_t pair = load2(keep + row * kRows + col);
+        word |= uint32_t(pair & 1u) << keep_bit(n, h, 0);
+        word |= uint32_t(pair >> 8) << keep_bit(n, h, 1);
       }
     }
   }
-  (by_key ? a.key : a.query)[tile * kKeepWords + w] = word;
+  word |= shfl_xor(word, 1);
+  if (!idle && tid % 2 == 0) (by_key ? a.key : a.query)[tile * kKeepWords + w] = word;
 }
 
 // Whether the flag of (n, h, e) in a thread's word is set.
