@@ -1,5 +1,5 @@
 // The CUDA attention kernels (kernels/cuda/attention_fwd.cuh, attention_bwd.cuh,
-// cached_attention.cuh and its row kernel) compiled for the host and run by the block emulator
+// cached_attention.cuh) compiled for the host and run by the block emulator
 // (cuda/emulated_kernels.h), against the CPU kernels of the same ops: tiling, masking, the online
 // softmax, the dropout mask, strided and broadcast operands, both load paths and the decode
 // step's appended slots are checked on machines without a GPU. (On a GPU, the op cases and
@@ -276,27 +276,6 @@ void run_cached(cuda::attn::CachedArgs a, DType dtype, int64_t rows, bool stage_
   }
 }
 
-// The row kernel (cached_attention_row.cuh, a block a query row) on the emulator for `dtype`,
-// staging `chunk` slots at a time. False where it does not take the head.
-bool run_cached_rows(const cuda::attn::CachedArgs& a, DType dtype, int64_t rows, int64_t chunk) {
-  bool ran = false;
-  auto launch = [&]<class T>() {
-    using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    if (!cuda::attn::cached_row_fits(a.E, a.F, sizeof(T))) return;
-    emu::run_blocks(rows, cuda::attn::kThreads,
-                    cuda::attn::cached_row_smem<C>(chunk, a.E, a.F, sizeof(T)),
-                    [&] { cuda::attn::cached_attention_row_kernel<T, C>(a, chunk); });
-    ran = true;
-  };
-  switch (dtype) {
-    case DType::Float64: launch.template operator()<double>(); break;
-    case DType::Float32: launch.template operator()<float>(); break;
-    case DType::Float16: launch.template operator()<__half>(); break;
-    default: launch.template operator()<__nv_bfloat16>(); break;
-  }
-  return ran;
-}
-
 // cached_attention's kernel against the CPU kernel: q [B, H, L, E] as the decode step passes it
 // (a transposed view of [B, L, H, E]) or 3-dim; positions at the caches' end, in their middle
 // (later slots hold values a row must not see), past them, and before them (no slot seen);
@@ -359,16 +338,6 @@ TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
           EXPECT_EQ(got.to(DType::Float64).sub(staged).abs().amax().item(), 0.0) << how;
         }
       }
-    // The row kernel, its chunks a split's slots (several a row) or all of them at once.
-    for (const int64_t chunk : {int64_t(cuda::attn::kChunk), cuda::attn::kChunk * ((c.S + 63) / 64)}) {
-      got.fill_(NAN);
-      if (!run_cached_rows(a, c.dtype, rows, chunk)) break;
-      const std::string how = what + " (a block a row, chunks of " + std::to_string(chunk) + ")";
-      EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << how;
-      if (c.pos < 0) {
-        EXPECT_EQ(got.abs().amax().item(), 0.0) << how;
-      }
-    }
   }
 }
 
@@ -421,7 +390,6 @@ TEST(AttentionEmulation, CachedAttentionWritesTheAppendedSlots) {
     const int64_t rows = want.numel() / c.E;
     std::vector<int> counters(size_t(rows), 0);
     a.counters = counters.data();
-    const Tensor k0 = k.clone(), v0 = v.clone();
     run_cached(a, c.dtype, rows);
     // The caches as the where writes them, bit for bit.
     EXPECT_EQ(k.to(DType::Float64).sub(k_want.to(DType::Float64)).abs().amax().item(), 0.0)
@@ -430,20 +398,6 @@ TEST(AttentionEmulation, CachedAttentionWritesTheAppendedSlots) {
         << what << ": the values' cache";
     EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << what;
     EXPECT_EQ(counters, std::vector<int>(size_t(rows), 0)) << what;
-    // The row kernel (a block a row), from the caches as they were, a split's slots a chunk or
-    // all at once: the same caches, the op's output.
-    for (const int64_t chunk : {int64_t(cuda::attn::kChunk), cuda::attn::kChunk * ((c.S + 63) / 64)}) {
-      k.copy_(k0);
-      v.copy_(v0);
-      got.fill_(NAN);
-      if (!run_cached_rows(a, c.dtype, rows, chunk)) break;
-      const std::string how = what + " (a block a row, chunks of " + std::to_string(chunk) + ")";
-      EXPECT_EQ(k.to(DType::Float64).sub(k_want.to(DType::Float64)).abs().amax().item(), 0.0)
-          << how << ": the keys' cache";
-      EXPECT_EQ(v.to(DType::Float64).sub(v_want.to(DType::Float64)).abs().amax().item(), 0.0)
-          << how << ": the values' cache";
-      EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << how;
-    }
   }
 }
 

@@ -148,7 +148,6 @@ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32
 #include "kernels/cuda/attention_bwd.cuh"
 #include "kernels/cuda/attention_fwd.cuh"
 #include "kernels/cuda/cached_attention.cuh"
-#include "kernels/cuda/cached_attention_row.cuh"
 #include "kernels/cuda/gemv.cuh"
 
 namespace ember::test::emu {

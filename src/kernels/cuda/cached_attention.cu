@@ -8,7 +8,6 @@
 #include "core/make_tensor.h"
 #include "kernels/cached_attention_append.h"
 #include "kernels/cuda/cached_attention.cuh"
-#include "kernels/cuda/cached_attention_row.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/kernel_table.h"
 #include "kernels/cuda/launch.cuh"
@@ -24,42 +23,6 @@ bool value_staging() {
   return on;
 }
 
-// Whether cached_attention runs a block a query row (cached_attention_row.cuh) where it fits:
-// EMBER_ATTN_ROW=1. Off by default until measured on a GPU. Read once.
-bool row_kernel() {
-  static const bool on = env_switch("EMBER_ATTN_ROW", false);
-  return on;
-}
-// Shared memory a launch of the row kernel takes at most, its chunk's rows and the scores and
-// sums beside them: 192 KB (a GPT-2 head of 64 in 16 bits stages 704 slots a chunk).
-constexpr size_t kRowSmemBytes = 192 * 1024;
-static_assert(kRowSmemBytes <= attn::kMaxSharedBytes, "more than a block may opt into");
-
-// Launches the row kernel over a's operands where it takes them (row_kernel()); false where
-// not.
-template <class T, class C>
-bool launch_rows(attn::CachedArgs& a, int64_t rows, int dev, const char* op) {
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (!row_kernel() || !attn::cached_row_fits(a.E, a.F, sizeof(T)) || !aligned(a.k) ||
-      !aligned(a.v) || rows >= (int64_t(1) << 31))
-    return false;
-  const int64_t chunk = attn::cached_row_chunk<C>(a.S, a.E, a.F, sizeof(T), kRowSmemBytes);
-  const size_t smem = attn::cached_row_smem<C>(chunk, a.E, a.F, sizeof(T));
-  static const bool opted_in = [] {
-    return cudaFuncSetAttribute(attn::cached_attention_row_kernel<T, C>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                int(kRowSmemBytes)) == cudaSuccess;
-  }();
-  if (!opted_in) {
-    cudaGetLastError();
-    return false;
-  }
-  a.early = detail::early_dependents();
-  detail::launch_after(attn::cached_attention_row_kernel<T, C>, dim3(unsigned(rows)),
-                       dim3(attn::kThreads), smem, detail::stream(dev), op, a, chunk);
-  return true;
-}
-
 // Launches the split kernel (and the join kernel where the device has too few counters) over
 // a's operands, its q, caches and output already set: out has `rows` query rows.
 void launch(attn::CachedArgs& a, DType dtype, int64_t rows, Device device, const char* op) {
@@ -70,7 +33,6 @@ void launch(attn::CachedArgs& a, DType dtype, int64_t rows, Device device, const
               " cache slots are more blocks than one launch takes");
   visit<Kinds::Float>(dtype, op, [&]<class T>() {
     using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    if (launch_rows<T, C>(a, rows, dev, op)) return;
     const Tensor ws = make_tensor({attn::cached_workspace(rows, a.S, a.F)},
                                   std::is_same_v<C, double> ? DType::Float64 : DType::Float32,
                                   device);
