@@ -153,11 +153,9 @@ TEST(GemvEmulation, ColumnsInTurnGiveTheGemvKernelsBits) {
       smem += cuda::gemv::layer_norm_shared_bytes(1, c.K, dtype_size(c.dtype));
     }
     ASSERT_TRUE(cuda::gemv::columns_in_turn_fit(a, dtype_size(c.dtype))) << what;
-    Tensor want = make_tensor({1, c.N}, c.dtype), got = make_tensor({1, c.N}, c.dtype),
-           deep = make_tensor({1, c.N}, c.dtype);
+    Tensor want = make_tensor({1, c.N}, c.dtype), got = make_tensor({1, c.N}, c.dtype);
     want.fill_(NAN);
     got.fill_(NAN);
-    deep.fill_(NAN);
     auto run = [&]<class T>() {
       a.out = want.impl()->data();
       emu::run_blocks(cuda::gemv::blocks(c.N, 1), cuda::attn::kThreads, smem, [&] {
@@ -169,22 +167,12 @@ TEST(GemvEmulation, ColumnsInTurnGiveTheGemvKernelsBits) {
         if (c.ln) cuda::gemv::columns_kernel<T, true>(a);
         else cuda::gemv::columns_kernel<T>(a);
       });
-      // Three columns in flight a warp: the same bits again.
-      a.out = deep.impl()->data();
-      emu::run_blocks(2, cuda::attn::kThreads, smem, [&] {
-        if (c.ln) cuda::gemv::columns_kernel<T, true, 3>(a);
-        else cuda::gemv::columns_kernel<T, false, 3>(a);
-      });
     };
     if (c.dtype == DType::Float32) run.template operator()<float>();
     else if (c.dtype == DType::Float16) run.template operator()<__half>();
     else run.template operator()<__nv_bfloat16>();
     EXPECT_EQ(got.to(DType::Float64).sub(want.to(DType::Float64)).abs().amax().item(), 0.0) << what;
     EXPECT_FALSE(std::isnan(got.to(DType::Float64).sum().item())) << what << ": a column not written";
-    EXPECT_EQ(deep.to(DType::Float64).sub(want.to(DType::Float64)).abs().amax().item(), 0.0)
-        << what << ", three columns in flight";
-    EXPECT_FALSE(std::isnan(deep.to(DType::Float64).sum().item()))
-        << what << ", three columns in flight: a column not written";
   }
 }
 

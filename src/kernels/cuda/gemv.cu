@@ -3,7 +3,6 @@
 
 #include <cstdint>
 #include <cstdlib>
-#include <string>
 
 #include "core/env.h"
 #include "kernels/cuda/gemv.h"
@@ -22,17 +21,6 @@ namespace {
 bool columns_in_turn() {
   static const bool on = env_switch("EMBER_GEMV_COLUMNS", true);
   return on;
-}
-
-// Columns a warp of columns_kernel has in flight: EMBER_GEMV_COLUMNS_DEPTH=3, else 2 (three
-// hold 128 registers in the 16-bit kernels, the most that keeps two blocks a multiprocessor;
-// four spill). Off by default until measured on a GPU. Read once.
-int columns_depth() {
-  static const int depth = [] {
-    const char* e = std::getenv("EMBER_GEMV_COLUMNS_DEPTH");
-    return e && std::string(e) == "3" ? 3 : 2;
-  }();
-  return depth;
 }
 
 // Whether a layer_norm gemv stages its weights in shared memory as its wait ends
@@ -114,11 +102,10 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
                            a);
     };
     if (in_turn) {
-      const bool deep = columns_depth() == 3;
       if constexpr (sizeof(T) == 2) {
-        if (ln) return go(deep ? columns_kernel<T, true, 3> : columns_kernel<T, true, 2>);
+        if (ln) return go(columns_kernel<T, true>);
       }
-      return go(deep ? columns_kernel<T, false, 3> : columns_kernel<T, false, 2>);
+      return go(columns_kernel<T>);
     }
     auto rows = [&]<bool kLn>() {
       switch (a.M) {

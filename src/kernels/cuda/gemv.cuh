@@ -309,13 +309,16 @@ inline bool columns_in_turn_fit(const Args& a, size_t t_size) {
 // (and bias and residual) of the kDepth - 1 columns after the one it sums in flight, so that
 // the launch does not wait on a round of memory latency per wave of blocks (or per column). x's
 // vectors are loaded once for all the warp's columns. Each column sums in gemv_kernel's order:
-// the same bits at any depth. Launched with at most as many blocks as are resident (two a
-// multiprocessor: the columns' loads in flight take registers a third block would need).
+// the same bits. Launched with at most as many blocks as are resident (two a multiprocessor:
+// the columns' loads in flight take registers a third block would need).
 // kLn: x is first layer-normalized in each block (layer_norm_rows, the op's bits), as the gemv
 // kernel does it.
-template <class T, bool kLn = false, int kDepth = 2>
+template <class T, bool kLn = false>
 EMBER_ATTN_KERNEL_BLOCKS(2) void columns_kernel(Args a) {
   using Raw = attn::Raw<T>;
+  // Columns in flight a warp. Three hold 128 registers in the 16-bit kernels and ran a GPT-2
+  // decode step slower on an H200 (docs/bench.md); four spill.
+  constexpr int kDepth = 2;
   constexpr int V = 16 / int(sizeof(T));
   const int lane = attn::thread_index() % 32, warp = attn::thread_index() / 32;
   const int64_t W = attn::grid_blocks() * kWarps, step = int64_t(32) * V, first = int64_t(lane) * V;
