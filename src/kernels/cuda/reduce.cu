@@ -25,7 +25,6 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/reduce_plan.cuh"
 #include "kernels/cuda/row_registers.cuh"
-#include "kernels/first_extreme.h"
 #include "kernels/functors.h"
 
 namespace ember::cuda {
@@ -510,10 +509,7 @@ __device__ __forceinline__ A vector_element(const uint4& q, int e) {
         (static_cast<unsigned long long>(w[2 * e + 1]) << 32) | w[2 * e])));
   }
 }
-// kTwoPass: a thread's vectors' elements folded in two passes (fn::first_extreme: the extreme,
-// then its first index; two compares an element) instead of (value, position) pairs one by one.
-// The same result.
-template <class T, class A, bool Max, bool kTwoPass = false>
+template <class T, class A, bool Max>
 __global__ void __launch_bounds__(1024) arg_vector_kernel(const T* in, int64_t* out, ReducePlan p) {
   __shared__ A sv[32];
   __shared__ int64_t si[32];
@@ -528,21 +524,12 @@ __global__ void __launch_bounds__(1024) arg_vector_kernel(const T* in, int64_t* 
     if (i < vecs) buf[u] = reinterpret_cast<const uint4*>(x)[i];
   }
   ArgBest<A, Max> best;
-  if constexpr (kTwoPass) {
-    A m;
-    int k;
-    fn::first_extreme<A, Max, kArgVectorLoads * V>(
-        [&](int k) { return threadIdx.x + (k / V) * step < vecs; },
-        [&](int k) { return vector_element<T, A>(buf[k / V], k % V); }, &m, &k);
-    if (k >= 0) best = {m, (threadIdx.x + (k / V) * step) * V + k % V};
-  } else {
 #pragma unroll
-    for (int u = 0; u < kArgVectorLoads; ++u) {
-      const int64_t i = threadIdx.x + u * step;
-      if (i < vecs)
+  for (int u = 0; u < kArgVectorLoads; ++u) {
+    const int64_t i = threadIdx.x + u * step;
+    if (i < vecs)
 #pragma unroll
-        for (int e = 0; e < V; ++e) best.take(vector_element<T, A>(buf[u], e), i * V + e);
-    }
+      for (int e = 0; e < V; ++e) best.take(vector_element<T, A>(buf[u], e), i * V + e);
   }
   for (int64_t r = vecs * V + threadIdx.x; r < n; r += step) best.take(A(load(x + r)), r);
   A v;
@@ -556,13 +543,6 @@ __global__ void __launch_bounds__(1024) arg_vector_kernel(const T* in, int64_t* 
 // Read once.
 bool arg_vectors() {
   static const bool on = env_switch("EMBER_ARGMAX_VECTOR", true);
-  return on;
-}
-
-// Whether arg_vector_kernel folds in two passes (kTwoPass): EMBER_ARGMAX_TWO_PASS=1. Off by
-// default until measured on a GPU. Read once.
-bool arg_two_pass() {
-  static const bool on = env_switch("EMBER_ARGMAX_TWO_PASS", false);
   return on;
 }
 
@@ -586,10 +566,8 @@ void arg_extreme(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
         rows_aligned = (p.kept_strides[d] * int64_t(sizeof(T))) % 16 == 0;
       if (rows_aligned && p.red_ndim == 1 && p.red_strides[0] == 1 && rows_aligned &&
           p.reduced <= 1024 * kArgVectorLoads * V && p.outputs <= 65535) {
-        detail::launch_after(arg_two_pass() ? arg_vector_kernel<T, A, Max, true>
-                                            : arg_vector_kernel<T, A, Max, false>,
-                             dim3(unsigned(p.outputs)), dim3(1024), 0, detail::stream(device),
-                             name, xp, op, p);
+        detail::launch_after(arg_vector_kernel<T, A, Max>, dim3(unsigned(p.outputs)), dim3(1024),
+                             0, detail::stream(device), name, xp, op, p);
         return;
       }
     }
