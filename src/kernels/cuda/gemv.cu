@@ -23,13 +23,6 @@ bool columns_in_turn() {
   return on;
 }
 
-// Whether a layer_norm gemv stages its weights in shared memory as its wait ends
-// (Args::staged): EMBER_GEMV_LN_STAGE=1. Off by default until measured on a GPU. Read once.
-bool layer_norm_staging() {
-  static const bool on = env_switch("EMBER_GEMV_LN_STAGE", false);
-  return on;
-}
-
 // A product of more blocks than this takes its columns in turn: EMBER_GEMV_COLUMNS_MIN where set
 // (a block count), else a wave of the one-row gemv kernel's blocks (three a multiprocessor), so
 // that a GPT-2 layer's 2304- and 3072-column projections stay one wave of that kernel and only
@@ -85,8 +78,6 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
     a.ln_b = ln_b;
     a.ln_eps = ln_eps;
     smem += layer_norm_shared_bytes(rows, k, dtype_size(dt));
-    a.staged = vectors && layer_norm_staging() && stages_fit(k, split, dtype_size(dt));
-    if (a.staged) smem += kStagedBytes;
   }
   detail::use_device(device);
   unsigned grid = unsigned(blocks(n, split));

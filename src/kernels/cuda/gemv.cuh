@@ -9,7 +9,6 @@
 // GPU has warps for every column (a gemm's tiles would leave most of it idle at one row). Written on attention_tiles.cuh's primitives, so the
 // block emulator runs it on the host too (tests/cuda/gemv_emulation_test.cpp).
 #pragma once
-#include "kernels/cuda/attention_mma.cuh"  // copy16_async
 #include "kernels/cuda/attention_tiles.cuh"
 #include "kernels/functors.h"
 
@@ -40,11 +39,6 @@ struct Args {
   const void* ln_w = nullptr;
   const void* ln_b = nullptr;
   float ln_eps = 0;
-  // With a layer_norm, vectors and a lane's share of a weight row one set of loads
-  // (stages_fit): each lane copies its weight vectors into shared memory by cp.async (holding
-  // no registers) as the wait ends, so that they arrive while the block normalizes its rows
-  // rather than in a round of memory latency after it.
-  bool staged = false;
 };
 
 // Warps a column: more where the columns alone would leave the GPU's 132 multiprocessors with
@@ -80,16 +74,6 @@ inline int layer_norm_threads(int64_t k) {
 inline size_t layer_norm_shared_bytes(int64_t rows, int64_t k, size_t t_size) {
   return 64 * sizeof(float) + size_t(rows * k) * t_size;
 }
-
-// Whether a lane's share of a weight row of k elements of t_size bytes, split over `split`
-// warps, is one set of kLoads vectors (Args::staged): a 16-bit row of 768 at one warp a column,
-// of 3072 at four.
-inline bool stages_fit(int64_t k, int split, size_t t_size) {
-  return k <= int64_t(32) * int64_t(16 / t_size) * split * kLoads;
-}
-// What staging adds to a launch's shared memory (after the partials and the layer_norm's rows):
-// kLoads vectors a thread.
-constexpr size_t kStagedBytes = size_t(attn::kThreads) * kLoads * 16;
 
 // A product and a sum each rounded on its own (never contracted into an fma).
 EMBER_ATTN_DEVICE float mul_rounded(float a, float b) {
@@ -216,19 +200,6 @@ EMBER_ATTN_KERNEL_BLOCKS(M == 1 ? 3 : 1) void gemv_kernel(Args a) {
   if (active && a.vectors && part == 0 && lane == 0)
     attn::prefetch_l2(wr, unsigned(a.K * int64_t(sizeof(T))));
   attn::wait_for_prior_grids();
-  // Staged: this lane's weight vectors, into its own slots after the partials and the
-  // layer_norm's rows, asked for now and read after the layer_norm.
-  Raw* stage = reinterpret_cast<Raw*>(attn::shared_memory() + kSharedBytes + 64 * sizeof(float) +
-                                      size_t(M) * size_t(a.K) * sizeof(T)) +
-               attn::thread_index() * kLoads;
-  if constexpr (kLn && sizeof(T) == 2) {
-    if (active && a.staged) {
-      EMBER_UNROLL
-      for (int g = 0; g < kLoads; ++g)
-        if (first + g * step < a.K) attn::copy16_async(stage + g, wr + first + g * step);
-      attn::async_commit();
-    }
-  }
   if constexpr (kLn && sizeof(T) == 2) {  // x is the layer_norm of a.x's rows, made here
     unsigned char* sh = attn::shared_memory() + kSharedBytes;
     T* xs = reinterpret_cast<T*>(sh + 64 * sizeof(float));
@@ -243,16 +214,13 @@ EMBER_ATTN_KERNEL_BLOCKS(M == 1 ? 3 : 1) void gemv_kernel(Args a) {
   // Each lane takes its k in increasing order, kLoads of them loaded at once.
   float acc[kMaxRows] = {};
   if (active && a.vectors) {
-    const bool staged = kLn && sizeof(T) == 2 && a.staged;
-    if (staged) attn::async_wait();  // this lane's own copies: no barrier needed to read them
     for (int64_t k0 = first; k0 < a.K; k0 += step * kLoads) {
       Raw wv[kLoads], xv[M][kLoads];
       EMBER_UNROLL
       for (int g = 0; g < kLoads; ++g) {
         const int64_t k = k0 + g * step;
         if (k < a.K) {
-          // staged: one set (stages_fit), so g is the set's vector
-          wv[g] = staged ? stage[g] : attn::load16<Raw>(wr + k);
+          wv[g] = attn::load16<Raw>(wr + k);
           for (int m = 0; m < M; ++m) xv[m][g] = attn::load16<Raw>(x + m * ldx + k);
         }
       }
