@@ -636,7 +636,7 @@ void CudaCompiledGraph::launch_group(int kernel, std::vector<Tensor>& env) const
         device_,
         [&] {
           device_code::launch(kernels_[size_t(kernel)], device_.index, grid, unsigned(l.block),
-                              args.data(), "generated CUDA kernel launch", l.dependent);
+                              args.data(), "generated CUDA kernel launch");
           return true;
         },
         [&] { return profile_key(grp); });

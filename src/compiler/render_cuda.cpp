@@ -3,7 +3,6 @@
 
 #include <algorithm>
 
-#include "core/env.h"
 #include "ember/error.h"
 
 namespace ember::compiler {
@@ -51,18 +50,6 @@ template <typename T, bool Max> __device__ __forceinline__ T ember_block_reduce(
 
 )";
   return s;
-}
-
-bool generated_dependent_launch() {
-  static const bool on = env_switch("EMBER_PDL_GENERATED", false);
-  return on;
-}
-
-const char* cuda_dependent_prologue() {
-  return "#if __CUDA_ARCH__ >= 900\n"
-         "  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
-         "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
-         "#endif\n";
 }
 
 CudaLaunch render_cuda_kernel(std::ostringstream& os, const kir::Kernel& k) {

@@ -19,19 +19,7 @@ struct CudaLaunch {
   int block = 256;          // threads per block
   int vector = 1;           // elementwise: elements per 16-byte step
   kir::Index work = 0;      // elementwise: elements; rows: rows (over the size symbols)
-  // The kernel opens with cuda_dependent_prologue(): launched with programmatic serialization
-  // (device_code::launch), it may start while the kernel before it ends.
-  bool dependent = false;
 };
-
-// EMBER_PDL_GENERATED=1: generated kernels open with cuda_dependent_prologue() and launch with
-// programmatic serialization, as the hand-written decode kernels do (kernels/cuda/launch.cuh).
-// Off by default until measured on a GPU. Read once.
-bool generated_dependent_launch();
-// A kernel's first statements under it: let the kernel after it launch (once every block has
-// started), then wait for the kernels before it to end and their writes to be seen, before any
-// load. Both are no-ops on a launch without programmatic serialization.
-const char* cuda_dependent_prologue();
 
 // The code every generated CUDA translation unit opens with: functors.h and the reductions.
 const std::string& cuda_prelude();

@@ -118,10 +118,6 @@ CudaLaunch render_cuda_elementwise(std::ostringstream& os, const kir::Kernel& k)
   for (const std::string& line : k.comment) os << "//   " << line << "\n";
   os << "extern \"C\" __global__ void __launch_bounds__(" << l.block << ") " << k.name << "("
      << parameters(k) << ") {\n";
-  if (generated_dependent_launch()) {
-    os << cuda_dependent_prologue();
-    l.dependent = true;
-  }
   for (const Stmt& s : k.body)
     if (k.uniform(s))
       os << "  " << value_decl(s) << load_value(s.dtype, buffer_name(k, s.buffer) + "[0]")

@@ -65,12 +65,8 @@ CudaLaunch render_cuda_rows(std::ostringstream& os, const kir::Kernel& k) {
       os << T << "* __restrict__ stat" << b;
   }
   for (int sym : k.size_symbols()) os << ", const int64_t " << loop_names(sym);
-  os << ") {\n";
-  if (generated_dependent_launch()) {
-    os << cuda_dependent_prologue();
-    l.dependent = true;
-  }
-  os << "  __shared__ " << T << " red[32];\n"
+  os << ") {\n"
+     << "  __shared__ " << T << " red[32];\n"
      << "  const int64_t n = " << n_expr.str(loop_names) << ";\n"
      << "  const int64_t r = blockIdx.x;\n"
      << "  const int tid = threadIdx.x;\n";

@@ -24,10 +24,8 @@ int compute_capability(int device);
 int multiprocessors(int device);
 
 // Launches `kernel` on `device`'s stream: grid and block along x, `args` pointing at each
-// parameter's value; with `dependent` (a kernel that waits for the kernels before it first:
-// compiler/render_cuda.h), with programmatic serialization where programmatic launch is on.
-// Raises Error naming `what` when the launch fails.
+// parameter's value. Raises Error naming `what` when the launch fails.
 void launch(const void* kernel, int device, unsigned grid, unsigned block, void** args,
-            const char* what, bool dependent = false);
+            const char* what);
 
 }  // namespace ember::device_code

@@ -51,7 +51,7 @@ namespace device_code {
 std::shared_ptr<const Module> load(const std::string&) { no_cuda("generated CUDA code"); }
 int compute_capability(int) { no_cuda("generated CUDA code"); }
 int multiprocessors(int) { no_cuda("generated CUDA code"); }
-void launch(const void*, int, unsigned, unsigned, void**, const char*, bool) {
+void launch(const void*, int, unsigned, unsigned, void**, const char*) {
   no_cuda("generated CUDA code");
 }
 }  // namespace device_code

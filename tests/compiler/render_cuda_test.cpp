@@ -64,26 +64,6 @@ TEST(RenderCuda, ElementwiseKernelsMoveSixteenBytesPerAccess) {
   }
 }
 
-// EMBER_PDL_GENERATED=1's prologue (render_cuda.h): off by default, so kernels open without it
-// and launch plainly; put at a kernel's start, NVRTC builds it for sm_90a.
-TEST(RenderCuda, DependentLaunchPrologueIsOffByDefaultAndBuilds) {
-  ASSERT_FALSE(generated_dependent_launch()) << "EMBER_PDL_GENERATED is set in this environment";
-  auto g = test::relu_add_mul_graph({64, 32});
-  int next = 0;
-  std::vector<CudaLaunch> launches;
-  std::string src = render(cuda_kernels(*g, &next), &launches);
-  ASSERT_EQ(launches.size(), 1u);
-  EXPECT_FALSE(launches[0].dependent);
-  EXPECT_EQ(src.find("griddepcontrol"), std::string::npos);
-  const size_t body = src.find("{\n", src.find("__global__"));
-  ASSERT_NE(body, std::string::npos);
-  src.insert(body + 2, cuda_dependent_prologue());
-  EXPECT_NE(src.find("griddepcontrol.wait"), std::string::npos);
-  if (nvrtc_available()) {
-    EXPECT_FALSE(nvrtc_compile(src, "sm_90a").empty()) << src;
-  }
-}
-
 // A 16-bit gelu and its grad call the 16-bit forms (functors.h's GeluHalf and
 // GeluBackwardHalf, with the GPU's fast reciprocal), and NVRTC builds them.
 TEST(RenderCuda, SixteenBitGeluCallsItsOwnForm) {

@@ -6,7 +6,6 @@
 #include <array>
 #include <mutex>
 
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/runtime.h"
 
 namespace ember::device_code {
@@ -58,21 +57,8 @@ int compute_capability(int device) { return info(device).cc; }
 int multiprocessors(int device) { return info(device).sms; }
 
 void launch(const void* kernel, int device, unsigned grid, unsigned block, void** args,
-            const char* what, bool dependent) {
+            const char* what) {
   cuda::detail::use_device(device);
-  if (dependent && cuda::detail::programmatic_launch()) {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(grid);
-    config.blockDim = dim3(block);
-    config.stream = cuda::detail::stream(device);
-    config.attrs = attr;
-    config.numAttrs = 1;
-    cuda::detail::check(cudaLaunchKernelExC(&config, kernel, args), what);
-    return;
-  }
   cuda::detail::check(cudaLaunchKernel(kernel, dim3(grid), dim3(block), args, 0,
                                        cuda::detail::stream(device)),
                       what);
