@@ -6,6 +6,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define EMBER_PHILOX_FN __host__ __device__ inline
@@ -28,6 +29,15 @@ inline constexpr uint32_t kWeyl1 = 0xBB67AE85u;  // sqrt(3) - 1
 inline constexpr int kRounds = 10;
 
 EMBER_PHILOX_FN constexpr Block single_round(Block c, uint32_t k0, uint32_t k1) {
+#if defined(__CUDA_ARCH__)
+  // On the device the products' halves as 32-bit multiplies (mul.lo and mul.hi): written as
+  // 64-bit products, the words stay 64-bit through the rounds, twice the instructions or more.
+  if (!std::is_constant_evaluated()) {
+    const uint32_t hi0 = __umulhi(kMul0, c.v[0]), lo0 = kMul0 * c.v[0];
+    const uint32_t hi1 = __umulhi(kMul1, c.v[2]), lo1 = kMul1 * c.v[2];
+    return Block{{hi1 ^ c.v[1] ^ k0, lo1, hi0 ^ c.v[3] ^ k1, lo0}};
+  }
+#endif
   uint64_t p0 = uint64_t(kMul0) * c.v[0];
   uint64_t p1 = uint64_t(kMul1) * c.v[2];
   uint32_t hi0 = uint32_t(p0 >> 32), lo0 = uint32_t(p0);
