@@ -196,6 +196,24 @@ TEST(AttentionEmulation, TensorCoreKernelsTake16BitHeadsUpTo64) {
   on_tensor_cores({{2}, 5, 0, 8, 8, true, 0.5, DType::BFloat16});  // no keys
 }
 
+TEST(AttentionEmulation, DropoutFlagsPastTheLimitTakeTheFloatKernels) {
+  // A 16-bit problem with dropout whose keep flags would take more than keep_bits_limit() runs
+  // the float kernels (no tensor-core launch), with the same results; the forward's flags (one
+  // layout) fitting where the backward's (two) do not splits the two.
+  struct Limit {
+    int64_t saved = cuda::attn::mma::keep_bits_limit();
+    ~Limit() { cuda::attn::mma::keep_bits_limit() = saved; }
+  } restore;
+  const Config c{{2}, 130, 130, 64, 64, true, 0.2, DType::BFloat16};
+  const int64_t tiles = 2 * 3 * 3, bytes = tiles * cuda::attn::mma::kKeepWords * 4;
+  for (const int64_t limit : {int64_t(0), bytes}) {
+    cuda::attn::mma::keep_bits_limit() = limit;
+    const int before = g_tensor_core_launches;
+    check(c);
+    EXPECT_EQ(g_tensor_core_launches - before, limit == 0 ? 0 : 1) << "limit " << limit;
+  }
+}
+
 TEST(AttentionEmulation, DropoutDrawsFromAnRngStateInput) {
   // The op's optional rng_state input (what capture passes) replaces the attrs' seed and offset:
   // the kernels read it from memory and keep the elements the attrs would keep.

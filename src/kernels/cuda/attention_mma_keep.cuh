@@ -29,6 +29,15 @@ EMBER_ATTN_DEVICE int64_t keep_tile_index(const Problem<float>& p, int64_t b, in
   return (b * ((p.L + kRows - 1) / kRows) + qi) * ((p.S + kRows - 1) / kRows) + kj;
 }
 
+// The most bytes of flags one call draws ahead (a workspace of keep_tiles(p) * kKeepWords words
+// a layout, an eighth of the [batch, L, S] scores): a problem with dropout whose flags take more
+// runs the float kernels (attention_fwd.cuh, attention_bwd.cuh), which draw theirs inside their
+// blocks and keep no workspace. 512 MiB; tests lower it.
+inline int64_t& keep_bits_limit() {
+  static int64_t bytes = int64_t(512) << 20;
+  return bytes;
+}
+
 // The words: query-major at `query`, key-major at `key` (null: not drawn), keep_tiles(p)
 // tiles of kKeepWords each.
 struct KeepBitsArgs {
