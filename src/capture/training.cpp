@@ -8,6 +8,8 @@
 #include "capture/joint.h"
 #include "core/generator.h"
 #include "ember/autograd.h"
+#include "ember/ops.h"
+#include "graph/graph.h"
 
 namespace ember::capture {
 
@@ -19,6 +21,36 @@ struct TrainingPlan {
   std::shared_ptr<const Runnable> forward, backward;
   std::string name;  // for errors: "a compiled graph (12 forward ops)"
 };
+
+// The hoisted random graph's outputs, drawn in its node order. Where every node is an
+// rng_state of one device (the draws a GPU graph's dropout and attention read under capture),
+// their {seed, offset} pairs are written on the host and moved in one copy, each output a row
+// of it: one transfer a call where interpreting the graph runs a kernel a node. Else the graph
+// is interpreted.
+std::vector<Tensor> draw_hoisted(const graph::Graph& rng) {
+  const auto& nodes = rng.nodes();
+  const std::vector<graph::Value*>& outs = rng.outputs();
+  bool states = !nodes.empty() && outs.size() == nodes.size();
+  for (size_t i = 0; states && i < nodes.size(); ++i) {
+    const graph::Node& n = *nodes[i];
+    states = n.op == OpId::rng_state && n.inputs.empty() && n.outputs.size() == 1 &&
+             outs[i] == n.outputs[0] && n.attrs.device == nodes[0]->attrs.device;
+  }
+  if (!states) return rng.interpret({});
+  const std::vector<RandomRange> ranges = rng.reserve_draws();
+  const int64_t count = int64_t(nodes.size());
+  Tensor host = empty({count, 2}, TensorOptions(DType::Int64));
+  int64_t* p = static_cast<int64_t*>(host.impl()->data());
+  for (int64_t i = 0; i < count; ++i) {
+    p[2 * i] = int64_t(ranges[size_t(i)].seed);
+    p[2 * i + 1] = int64_t(ranges[size_t(i)].offset);
+  }
+  const Tensor all = host.to(nodes[0]->attrs.device);
+  std::vector<Tensor> rows;
+  rows.reserve(nodes.size());
+  for (int64_t i = 0; i < count; ++i) rows.push_back(all.select(0, i));
+  return rows;
+}
 
 struct CompiledBackward : autograd::Node {
   std::shared_ptr<const TrainingPlan> plan;
@@ -76,7 +108,7 @@ class TrainingRunnable : public Runnable {
       NoGradGuard no_grad;
       std::vector<Tensor> in = inputs;
       if (p.rng) {
-        std::vector<Tensor> r = p.rng->interpret({});
+        std::vector<Tensor> r = draw_hoisted(*p.rng);
         in.insert(in.end(), r.begin(), r.end());
       }
       outs = plan_->forward->run(in);

@@ -489,5 +489,40 @@ TEST_F(Training, DropoutRngDrawsFromAHoistedRngState) {
   EXPECT_NE(losses[0], losses[1]);
 }
 
+// Several rng_state nodes (two dropouts and an attention, as a GPU GPT layer draws them under
+// capture) hoisted into one random graph, whose draws are written as rows of one tensor: each
+// reads its own range in eager's order (grads equal eager's bit for bit), and the generator ends
+// where eager leaves it.
+TEST_F(Training, SeveralHoistedRngStatesDrawEagersRanges) {
+  auto fn = [](const Tensor& x, const Tensor& w) {
+    Attrs a;
+    a.value = 0.25;
+    const Tensor h = x.matmul(w);
+    Tensor r1 = reserve_random_tensor(uint64_t(h.numel()), h.device(), "dropout");
+    const Tensor d1 = dispatch1(OpId::dropout_rng, {h, r1}, a);
+    const Tensor q = d1.view({2, 4, 4}), k = h.view({2, 4, 4}).tanh();
+    const Tensor att = fused_attention(q, k, k, true, 0.3, std::nullopt).out;
+    Tensor r2 = reserve_random_tensor(uint64_t(att.numel()), att.device(), "dropout");
+    return (dispatch1(OpId::dropout_rng, {att, r2}, a) * x.view({2, 4, 4})).sum();
+  };
+  auto f = compile(fn, eager_backend());
+  for (uint64_t seed : {3u, 4u}) {
+    Tensor x = leaf({8, 4}, 1), w = leaf({4, 4}, 2), x2 = leaf({8, 4}, 1), w2 = leaf({4, 4}, 2);
+    manual_seed(seed);
+    Tensor got = f(x, w);
+    got.backward();
+    const RngState after_compiled = get_rng_state();
+    manual_seed(seed);
+    Tensor want = fn(x2, w2);
+    want.backward();
+    const RngState after_eager = get_rng_state();
+    EXPECT_TRUE(bits_equal(got, want)) << "seed " << seed;
+    EXPECT_TRUE(bits_equal(x.grad(), x2.grad()));
+    EXPECT_TRUE(bits_equal(w.grad(), w2.grad()));
+    EXPECT_EQ(after_compiled.offset, after_eager.offset);
+    EXPECT_EQ(after_compiled.seed, after_eager.seed);
+  }
+}
+
 }  // namespace
 }  // namespace ember::test
