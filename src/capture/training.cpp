@@ -2,14 +2,17 @@
 // autograd node on the eager tape holds the saved tensors and runs the compiled backward graph
 // when the engine reaches it.
 #include <future>
+#include <mutex>
 
 #include "autograd/function.h"
 #include "autograd/node.h"
 #include "capture/joint.h"
 #include "core/generator.h"
+#include "core/make_tensor.h"
 #include "ember/autograd.h"
 #include "ember/ops.h"
 #include "graph/graph.h"
+#include "kernels/device_memory.h"
 
 namespace ember::capture {
 
@@ -24,33 +27,78 @@ struct TrainingPlan {
 
 // The hoisted random graph's outputs, drawn in its node order. Where every node is an
 // rng_state of one device (the draws a GPU graph's dropout and attention read under capture),
-// their {seed, offset} pairs are written on the host and moved in one copy, each output a row
-// of it: one transfer a call where interpreting the graph runs a kernel a node. Else the graph
-// is interpreted.
-std::vector<Tensor> draw_hoisted(const graph::Graph& rng) {
-  const auto& nodes = rng.nodes();
-  const std::vector<graph::Value*>& outs = rng.outputs();
-  bool states = !nodes.empty() && outs.size() == nodes.size();
-  for (size_t i = 0; states && i < nodes.size(); ++i) {
-    const graph::Node& n = *nodes[i];
-    states = n.op == OpId::rng_state && n.inputs.empty() && n.outputs.size() == 1 &&
-             outs[i] == n.outputs[0] && n.attrs.device == nodes[0]->attrs.device;
+// their {seed, offset} pairs are written on the host and moved in one copy into an int64
+// [N, 2] tensor, each output a row of it: one transfer a call where interpreting the graph runs
+// a kernel a node. The tensor is one of the callable's own, reused once nothing holds its rows
+// any more (the backward that saved them has run), so that a training loop's calls pass the
+// forward graph the same memory each step, which a reduce-overhead recording then reads in
+// place (compiler/cuda_graphed.h) instead of copying each row in; while the last call's rows
+// are held (a second forward before the first's backward), a call takes another. Else the
+// graph is interpreted.
+class HoistedDraws {
+ public:
+  std::vector<Tensor> draw(const graph::Graph& rng) const {
+    const auto& nodes = rng.nodes();
+    const std::vector<graph::Value*>& outs = rng.outputs();
+    bool states = !nodes.empty() && outs.size() == nodes.size();
+    for (size_t i = 0; states && i < nodes.size(); ++i) {
+      const graph::Node& n = *nodes[i];
+      states = n.op == OpId::rng_state && n.inputs.empty() && n.outputs.size() == 1 &&
+               outs[i] == n.outputs[0] && n.attrs.device == nodes[0]->attrs.device;
+    }
+    if (!states) return rng.interpret({});
+    const std::vector<RandomRange> ranges = rng.reserve_draws();
+    const int64_t count = int64_t(nodes.size());
+    const Device device = nodes[0]->attrs.device;
+    // For a GPU, in page-locked memory: a copy from pageable memory would wait for the device
+    // to finish the work queued before it.
+    Tensor host;
+    if (device.type != DeviceType::CPU) {
+      if (auto pinned = device_memory::new_pinned_storage(size_t(2 * count) * sizeof(int64_t))) {
+        host = make_tensor({0}, DType::Int64);
+        host.impl()->storage = std::move(pinned);
+        host = make_view(host, {count, 2}, {2, 1}, 0);
+      }
+    }
+    if (!host.defined()) host = empty({count, 2}, TensorOptions(DType::Int64));
+    int64_t* p = static_cast<int64_t*>(host.impl()->data());
+    for (int64_t i = 0; i < count; ++i) {
+      p[2 * i] = int64_t(ranges[size_t(i)].seed);
+      p[2 * i + 1] = int64_t(ranges[size_t(i)].offset);
+    }
+    const Tensor all = free_buffer(count, device);
+    {
+      NoGradGuard no_grad;
+      Tensor(all).copy_(host);
+    }
+    std::vector<Tensor> rows;
+    rows.reserve(nodes.size());
+    for (int64_t i = 0; i < count; ++i) rows.push_back(all.select(0, i));
+    return rows;
   }
-  if (!states) return rng.interpret({});
-  const std::vector<RandomRange> ranges = rng.reserve_draws();
-  const int64_t count = int64_t(nodes.size());
-  Tensor host = empty({count, 2}, TensorOptions(DType::Int64));
-  int64_t* p = static_cast<int64_t*>(host.impl()->data());
-  for (int64_t i = 0; i < count; ++i) {
-    p[2 * i] = int64_t(ranges[size_t(i)].seed);
-    p[2 * i + 1] = int64_t(ranges[size_t(i)].offset);
+
+ private:
+  static constexpr size_t kKept = 4;  // buffers kept; past them a held call takes a new one
+
+  // A kept [count, 2] buffer on `device` that nothing but this list refers to (the rows of its
+  // last call dropped), else a new one (kept while fewer than kKept are).
+  Tensor free_buffer(int64_t count, Device device) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Free: no view of it left (its rows hold its storage) and no handle but this list's.
+    for (const Tensor& b : buffers_)
+      if (b.impl_ptr().use_count() == 1 && b.impl()->storage.use_count() == 1 &&
+          b.device() == device && b.size(0) == count)
+        return b;
+    TensorOptions o(DType::Int64);
+    o.device = device;
+    Tensor b = empty({count, 2}, o);
+    if (buffers_.size() < kKept) buffers_.push_back(b);
+    return b;
   }
-  const Tensor all = host.to(nodes[0]->attrs.device);
-  std::vector<Tensor> rows;
-  rows.reserve(nodes.size());
-  for (int64_t i = 0; i < count; ++i) rows.push_back(all.select(0, i));
-  return rows;
-}
+
+  mutable std::mutex mu_;
+  mutable std::vector<Tensor> buffers_;
+};
 
 struct CompiledBackward : autograd::Node {
   std::shared_ptr<const TrainingPlan> plan;
@@ -108,7 +156,7 @@ class TrainingRunnable : public Runnable {
       NoGradGuard no_grad;
       std::vector<Tensor> in = inputs;
       if (p.rng) {
-        std::vector<Tensor> r = draw_hoisted(*p.rng);
+        std::vector<Tensor> r = draws_.draw(*p.rng);
         in.insert(in.end(), r.begin(), r.end());
       }
       outs = plan_->forward->run(in);
@@ -150,6 +198,7 @@ class TrainingRunnable : public Runnable {
 
  private:
   std::shared_ptr<const TrainingPlan> plan_;
+  HoistedDraws draws_;
 };
 
 // A graph none of whose outputs needs grad: the forward alone, with grad mode off (so the

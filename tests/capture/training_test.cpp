@@ -489,6 +489,53 @@ TEST_F(Training, DropoutRngDrawsFromAHoistedRngState) {
   EXPECT_NE(losses[0], losses[1]);
 }
 
+// The hoisted draws' memory is reused only once nothing holds the last call's: two forwards
+// before their backwards each keep their own ranges, and the calls after them (reusing it)
+// still draw eager's. Every result and grad equals eager's bit for bit.
+TEST_F(Training, HeldHoistedDrawsAreNotOverwritten) {
+  auto fn = [](const Tensor& x, const Tensor& w) {
+    Attrs a;
+    a.value = 0.3;
+    const Tensor h = x.matmul(w);
+    Tensor r = reserve_random_tensor(uint64_t(h.numel()), h.device(), "dropout");
+    const Tensor att =
+        fused_attention(h.view({2, 4, 4}), h.view({2, 4, 4}), h.view({2, 4, 4}), true, 0.4,
+                        std::nullopt)
+            .out;
+    return (dispatch1(OpId::dropout_rng, {h, r}, a) * att.view({8, 4})).sum();
+  };
+  auto f = compile(fn, eager_backend());
+  struct Leaves {
+    Tensor x, w;
+  };
+  auto leaves = [] { return Leaves{leaf({8, 4}, 1), leaf({4, 4}, 2)}; };
+  manual_seed(9);
+  std::vector<Leaves> got_in{leaves(), leaves(), leaves(), leaves()};
+  Tensor g0 = f(got_in[0].x, got_in[0].w), g1 = f(got_in[1].x, got_in[1].w);
+  g0.backward();
+  g1.backward();
+  Tensor g2 = f(got_in[2].x, got_in[2].w);
+  g2.backward();
+  Tensor g3 = f(got_in[3].x, got_in[3].w);
+  g3.backward();
+  manual_seed(9);
+  std::vector<Leaves> want_in{leaves(), leaves(), leaves(), leaves()};
+  Tensor e0 = fn(want_in[0].x, want_in[0].w), e1 = fn(want_in[1].x, want_in[1].w);
+  e0.backward();
+  e1.backward();
+  Tensor e2 = fn(want_in[2].x, want_in[2].w);
+  e2.backward();
+  Tensor e3 = fn(want_in[3].x, want_in[3].w);
+  e3.backward();
+  const Tensor got[4] = {g0, g1, g2, g3}, want[4] = {e0, e1, e2, e3};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(bits_equal(got[i], want[i])) << "call " << i;
+    EXPECT_TRUE(bits_equal(got_in[size_t(i)].x.grad(), want_in[size_t(i)].x.grad())) << "call " << i;
+    EXPECT_TRUE(bits_equal(got_in[size_t(i)].w.grad(), want_in[size_t(i)].w.grad())) << "call " << i;
+  }
+  EXPECT_NE(e0.item(), e1.item());  // the two held calls drew different masks
+}
+
 // Several rng_state nodes (two dropouts and an attention, as a GPU GPT layer draws them under
 // capture) hoisted into one random graph, whose draws are written as rows of one tensor: each
 // reads its own range in eager's order (grads equal eager's bit for bit), and the generator ends
