@@ -1,8 +1,9 @@
 // CompileOptions::mode = "reduce-overhead" on a GPU: compiled graphs recorded as CUDA graphs and
 // replayed. Replays against eager on fresh inputs; outputs held across replays keep their
 // values; writes into inputs land whether the input is read in place or copied in; a training
-// step (forward and backward graphs recorded) and a key/value-cache decode give eager's results;
-// a graph that draws random numbers is not recorded and still draws fresh ones.
+// step (forward and backward graphs recorded, with and without dropout) and a key/value-cache
+// decode give eager's results; a graph that draws random numbers is not recorded and still
+// draws fresh ones.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -145,14 +146,17 @@ TEST_F(CudaGraphs, WritesIntoInputsLandWhetherReadInPlaceOrCopiedIn) {
   }
 }
 
-TEST_F(CudaGraphs, TrainingStepsMatchDefaultMode) {
+// A training step of the GPT in both modes, with and without dropout: under dropout the step
+// draws its masks' ranges in a hoisted graph (one copy into memory the recordings read in
+// place, capture/training.cpp), which a replay must see afresh each step.
+void expect_training_steps_match_default_mode(double dropout) {
   EnableGradGuard grad;
   std::vector<std::vector<float>> losses(2);
   std::vector<std::vector<Tensor>> params(2);
   const CudaGraphCounters c0 = cuda_graph_counters();
   for (int mode = 0; mode < 2; ++mode) {
     manual_seed(6);
-    auto m = std::make_shared<nn::GPT>(tiny_gpt());
+    auto m = std::make_shared<nn::GPT>(tiny_gpt(dropout));
     m->to(kGpu);
     optim::AdamW opt(optim::decay_groups(*m, 0.1), 1e-2);
     auto loss_fn = compile([m](const Tensor& a, const Tensor& b) { return m->loss(a, b); },
@@ -178,6 +182,14 @@ TEST_F(CudaGraphs, TrainingStepsMatchDefaultMode) {
     EXPECT_LE(rel_err(params[1][i], params[0][i]), 1e-4) << "parameter " << i;
   EXPECT_GE(c1.recordings - c0.recordings, 2);  // the forward graph and the backward graph
   EXPECT_GE(c1.replays - c0.replays, 6);
+  if (dropout > 0)  // the steps drew different masks
+    EXPECT_NE(losses[1][3], losses[1][4]);
+}
+
+TEST_F(CudaGraphs, TrainingStepsMatchDefaultMode) { expect_training_steps_match_default_mode(0); }
+
+TEST_F(CudaGraphs, TrainingStepsWithDropoutMatchDefaultMode) {
+  expect_training_steps_match_default_mode(0.2);
 }
 
 TEST_F(CudaGraphs, GraphsThatDrawRandomNumbersRunUnrecordedWithFreshDraws) {
