@@ -148,7 +148,8 @@ TEST_F(CudaGraphs, WritesIntoInputsLandWhetherReadInPlaceOrCopiedIn) {
 
 // A training step of the GPT in both modes, with and without dropout: under dropout the step
 // draws its masks' ranges in a hoisted graph (one copy into memory the recordings read in
-// place, capture/training.cpp), which a replay must see afresh each step.
+// place, capture/training.cpp), which a replay must see afresh each step, or its losses would
+// leave the default mode's (which draws the same ranges).
 void expect_training_steps_match_default_mode(double dropout) {
   EnableGradGuard grad;
   std::vector<std::vector<float>> losses(2);
@@ -182,8 +183,6 @@ void expect_training_steps_match_default_mode(double dropout) {
     EXPECT_LE(rel_err(params[1][i], params[0][i]), 1e-4) << "parameter " << i;
   EXPECT_GE(c1.recordings - c0.recordings, 2);  // the forward graph and the backward graph
   EXPECT_GE(c1.replays - c0.replays, 6);
-  if (dropout > 0)  // the steps drew different masks
-    EXPECT_NE(losses[1][3], losses[1][4]);
 }
 
 TEST_F(CudaGraphs, TrainingStepsMatchDefaultMode) { expect_training_steps_match_default_mode(0); }
