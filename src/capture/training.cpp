@@ -34,19 +34,15 @@ struct TrainingPlan {
 // forward graph the same memory each step, which a reduce-overhead recording then reads in
 // place (compiler/cuda_graphed.h) instead of copying each row in; while the last call's rows
 // are held (a second forward before the first's backward), a call takes another. Else the
-// graph is interpreted.
+// graph is interpreted (whichever it is, decided once).
 class HoistedDraws {
  public:
-  std::vector<Tensor> draw(const graph::Graph& rng) const {
+  explicit HoistedDraws(const graph::Graph* rng) : rng_(rng), states_(rng && only_states(*rng)) {}
+
+  std::vector<Tensor> draw() const {
+    const graph::Graph& rng = *rng_;
+    if (!states_) return rng.interpret({});
     const auto& nodes = rng.nodes();
-    const std::vector<graph::Value*>& outs = rng.outputs();
-    bool states = !nodes.empty() && outs.size() == nodes.size();
-    for (size_t i = 0; states && i < nodes.size(); ++i) {
-      const graph::Node& n = *nodes[i];
-      states = n.op == OpId::rng_state && n.inputs.empty() && n.outputs.size() == 1 &&
-               outs[i] == n.outputs[0] && n.attrs.device == nodes[0]->attrs.device;
-    }
-    if (!states) return rng.interpret({});
     const std::vector<RandomRange> ranges = rng.reserve_draws();
     const int64_t count = int64_t(nodes.size());
     const Device device = nodes[0]->attrs.device;
@@ -78,6 +74,19 @@ class HoistedDraws {
   }
 
  private:
+  // Whether every node is an rng_state of one device, each an output in order.
+  static bool only_states(const graph::Graph& rng) {
+    const auto& nodes = rng.nodes();
+    const std::vector<graph::Value*>& outs = rng.outputs();
+    bool states = !nodes.empty() && outs.size() == nodes.size();
+    for (size_t i = 0; states && i < nodes.size(); ++i) {
+      const graph::Node& n = *nodes[i];
+      states = n.op == OpId::rng_state && n.inputs.empty() && n.outputs.size() == 1 &&
+               outs[i] == n.outputs[0] && n.attrs.device == nodes[0]->attrs.device;
+    }
+    return states;
+  }
+
   static constexpr size_t kKept = 4;  // buffers kept; past them a held call takes a new one
 
   // A kept [count, 2] buffer on `device` that nothing but this list refers to (the rows of its
@@ -96,6 +105,8 @@ class HoistedDraws {
     return b;
   }
 
+  const graph::Graph* rng_;  // the plan's, which outlives this
+  const bool states_;
   mutable std::mutex mu_;
   mutable std::vector<Tensor> buffers_;
 };
@@ -146,7 +157,8 @@ struct CompiledBackward : autograd::Node {
 
 class TrainingRunnable : public Runnable {
  public:
-  explicit TrainingRunnable(std::shared_ptr<const TrainingPlan> plan) : plan_(std::move(plan)) {}
+  explicit TrainingRunnable(std::shared_ptr<const TrainingPlan> plan)
+      : plan_(std::move(plan)), draws_(plan_->part.rng.get()) {}
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
     const Partition& p = plan_->part;
@@ -156,7 +168,7 @@ class TrainingRunnable : public Runnable {
       NoGradGuard no_grad;
       std::vector<Tensor> in = inputs;
       if (p.rng) {
-        std::vector<Tensor> r = draws_.draw(*p.rng);
+        std::vector<Tensor> r = draws_.draw();
         in.insert(in.end(), r.begin(), r.end());
       }
       outs = plan_->forward->run(in);

@@ -270,17 +270,11 @@ void backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a,
           grid_blocks(1, (p.batch * p.L + kRowDotRows - 1) / kRowDotRows, op), size_t(0), dot);
     }
     if constexpr (std::is_same_v<C, float>) {
-      // 16-bit heads of up to 64: tensor cores, reading the dropout flags drawn before them
-      // (where their workspace, both layouts, is within mma::keep_bits_limit()).
-      const int64_t words = 2 * mma::keep_tiles(p) * mma::kKeepWords;
-      if (!p.dropout || 4 * words <= mma::keep_bits_limit()) {
-        Tensor bits;
-        if (p.dropout && mma::takes(args)) {
-          bits = make_tensor({words}, DType::Int32, lse.device());
-          args.keep_bits = static_cast<uint32_t*>(bits.impl()->data());
-        }
-        if (mma::backward(args, run, op)) return;
-      }
+      // 16-bit heads of up to 64: tensor cores, reading the dropout flags drawn before them.
+      Tensor bits;
+      if (mma::keep_bits_workspace(p, 2, mma::takes(args), lse.device(), bits, args.keep_bits) &&
+          mma::backward(args, run, op))
+        return;
     }
     const bool vec = vec_loadable(args.q, p.E) && vec_loadable(args.k, p.E) &&
                      vec_loadable(args.v, p.F) && vec_loadable(args.go, p.F);

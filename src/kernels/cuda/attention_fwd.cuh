@@ -14,7 +14,6 @@
 #pragma once
 #include <span>
 
-#include "core/make_tensor.h"
 #include "kernels/cuda/attention_launch.cuh"
 #include "kernels/cuda/attention_mma_fwd.cuh"
 
@@ -137,17 +136,12 @@ void forward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a, 
     const Problem<C>& p = args.p;
     if (p.batch == 0 || p.L == 0) return;
     if constexpr (std::is_same_v<C, float>) {
-      // 16-bit heads of up to 64: tensor cores, reading the dropout flags drawn before them
-      // (where their workspace is within mma::keep_bits_limit()).
-      const int64_t words = mma::keep_tiles(p) * mma::kKeepWords;
-      if (!p.dropout || 4 * words <= mma::keep_bits_limit()) {
-        Tensor bits;
-        if (p.dropout && mma::takes(args)) {
-          bits = make_tensor({words}, DType::Int32, out[1].device());
-          args.keep_bits = static_cast<uint32_t*>(bits.impl()->data());
-        }
-        if (mma::forward(args, run, op)) return;
-      }
+      // 16-bit heads of up to 64: tensor cores, reading the dropout flags drawn before them.
+      Tensor bits;
+      if (mma::keep_bits_workspace(p, 1, mma::takes(args), out[1].device(), bits,
+                                   args.keep_bits) &&
+          mma::forward(args, run, op))
+        return;
     }
     const bool vec =
         vec_loadable(args.q, p.E) && vec_loadable(args.k, p.E) && vec_loadable(args.v, p.F);

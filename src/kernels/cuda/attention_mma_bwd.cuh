@@ -95,8 +95,7 @@ EMBER_ATTN_MMA_KERNEL void attention_dkdv_kernel(BackwardArgs<T, float> a) {
     sync_block();  // tile i is in (K and V too); every warp is done with tile i - 1
     if (r0 + kRows < p.L) load_q(r0 + kRows, 1 - buf);
     async_commit();
-    const uint32_t keep =
-        p.dropout ? key_bits[keep_tile_index(p, b, r0 / kRows, c0 / kRows) * kKeepWords + tid] : 0u;
+    const uint32_t keep = p.dropout ? keep_word(key_bits, p, b, r0 / kRows, c0 / kRows) : 0u;
 
     // A whole tile whose every query sees every key of this block needs no mask.
     const bool full = rows == kRows && cols == kRows && !(p.causal && c0 + kRows - 1 > r0);
@@ -165,8 +164,7 @@ EMBER_ATTN_MMA_KERNEL void attention_dq_kernel(BackwardArgs<T, float> a) {
     sync_block();  // tile j is in (Q and dO too); every warp is done with tile j - 1
     if (c0 + kRows < c_end) load_kv(c0 + kRows, 1 - buf);
     async_commit();
-    const uint32_t keep =
-        p.dropout ? a.keep_bits[keep_tile_index(p, b, r0 / kRows, j) * kKeepWords + tid] : 0u;
+    const uint32_t keep = p.dropout ? keep_word(a.keep_bits, p, b, r0 / kRows, j) : 0u;
 
     const bool full = rows == kRows && cols == kRows && !(p.causal && c0 + kRows - 1 > r0);
     float s[8][4] = {}, dp[8][4] = {};

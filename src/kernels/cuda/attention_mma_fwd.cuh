@@ -58,8 +58,7 @@ EMBER_ATTN_MMA_KERNEL void attention_forward_kernel(ForwardArgs<T, float> a) {
     sync_block();  // tile j is in, and every warp is done with tile j - 1 (and its buffer)
     if (c0 + kRows < c_end) load_kv(c0 + kRows, int(1 - j % 2));
     async_commit();
-    const uint32_t keep =
-        p.dropout ? a.keep_bits[keep_tile_index(p, b, r0 / kRows, j) * kKeepWords + tid] : 0u;
+    const uint32_t keep = p.dropout ? keep_word(a.keep_bits, p, b, r0 / kRows, j) : 0u;
 
     // A whole tile every row of which sees every key needs no mask.
     const bool full = cols == kRows && !(p.causal && c0 + kRows - 1 > r0);

@@ -10,6 +10,8 @@
 // 16 w + g + 8 h and query cols 8 n + 2 q + e); in both, the flag of (n, h, e) is bit
 // keep_bit(n, h, e), as the accumulator fragments hold their entries (attention_mma.cuh).
 #pragma once
+#include "core/make_tensor.h"
+#include "kernels/cuda/attention_launch.cuh"
 #include "kernels/cuda/attention_mma.cuh"
 
 namespace ember::cuda::attn::mma {
@@ -38,6 +40,22 @@ inline int64_t& keep_bits_limit() {
   return bytes;
 }
 
+// The workspace of `layouts` layouts of p's flags (the forward's 1, the backward's 2) for the
+// tensor-core kernels, in `bits` with its words at `words` (allocated only under dropout and
+// where the kernels take the problem, `takes`); false when it would pass keep_bits_limit(), and
+// the float kernels run instead.
+inline bool keep_bits_workspace(const Problem<float>& p, int layouts, bool takes, Device device,
+                                Tensor& bits, uint32_t*& words) {
+  if (!p.dropout) return true;
+  const int64_t n = layouts * keep_tiles(p) * kKeepWords;
+  if (4 * n > keep_bits_limit()) return false;
+  if (takes) {
+    bits = make_tensor({n}, DType::Int32, device);
+    words = static_cast<uint32_t*>(bits.impl()->data());
+  }
+  return true;
+}
+
 // The words: query-major at `query`, key-major at `key` (null: not drawn), keep_tiles(p)
 // tiles of kKeepWords each.
 struct KeepBitsArgs {
@@ -64,9 +82,8 @@ constexpr int kKeepBitsThreads = 512;
 #ifdef EMBER_CUDA_EMULATION
 #define EMBER_KEEP_BITS_KERNEL
 #else
-#define EMBER_KEEP_BITS_KERNEL __global__ __launch_bounds__(512)
+#define EMBER_KEEP_BITS_KERNEL __global__ __launch_bounds__(kKeepBitsThreads)
 #endif
-static_assert(kKeepBitsThreads == 512, "EMBER_KEEP_BITS_KERNEL's bound");
 
 // A template on the kernels' storage type T, which it does not read, as the kernels it runs
 // before.
@@ -139,6 +156,12 @@ EMBER_KEEP_BITS_KERNEL void attention_keep_bits_kernel(KeepBitsArgs a) {
   }
   word |= shfl_xor(word, 1);
   if (!idle && tid % 2 == 0) (by_key ? a.key : a.query)[tile * kKeepWords + w] = word;
+}
+
+// This thread's word of the flags of (batch entry b, query tile qi, key tile kj) in one layout.
+EMBER_ATTN_DEVICE uint32_t keep_word(const uint32_t* words, const Problem<float>& p, int64_t b,
+                                     int64_t qi, int64_t kj) {
+  return words[keep_tile_index(p, b, qi, kj) * kKeepWords + thread_index()];
 }
 
 // Whether the flag of (n, h, e) in a thread's word is set.
