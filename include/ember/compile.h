@@ -64,10 +64,12 @@ void mark_static(const Tensor& t, int64_t dim);
 // recorded, replays launched, runs of such graphs without a recording (warm-up calls excluded),
 // and outputs moved out of a recording's memory because they were still held at the next replay;
 // and the device memory the recordings alive now keep reserved in their pools (the mode's memory
-// cost: it goes back to the allocator's cache when the callables holding them are destroyed).
+// cost: it goes back to the allocator's cache when the callables holding them are destroyed);
+// and steps recorded on a side branch (a weight's grad beside the input grads, run at once).
 struct CudaGraphCounters {
   int64_t recordings = 0, replays = 0, unrecorded_runs = 0, moved_outputs = 0;
   int64_t pool_bytes = 0;
+  int64_t side_steps = 0;
 };
 // The counters so far (all zero in a build without CUDA or where nothing was recorded).
 CudaGraphCounters cuda_graph_counters();

@@ -10,9 +10,11 @@
 #include <cstdio>
 #include <future>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "compiler/codegen_util.h"
+#include "compiler/cuda_graphed.h"
 #include "core/env.h"
 #include "compiler/cuda_folds.h"
 #include "compiler/families.h"
@@ -28,6 +30,7 @@
 #include "ember/ops.h"
 #include "graph/graph_util.h"
 #include "kernels/cached_attention_append.h"
+#include "kernels/cuda_graph.h"
 #include "kernels/cross_entropy_grad.h"
 #include "kernels/embedding_add.h"
 #include "kernels/gemm_bias.h"
@@ -183,35 +186,8 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
   if (!last_casts_.empty()) steps_.push_back({-1, nullptr, -1, 2});
   // Last readers: intermediates are released as early as eager code would release them.
   std::vector<int> last(g_->values().size(), -1);
-  for (size_t s = 0; s < steps_.size(); ++s) {
-    if (steps_[s].casts == 1)
-      for (const graph::Value* v : first_sources_) last[size_t(v->id)] = int(s);
-    else if (steps_[s].casts == 2) {
-      for (const graph::Value* v : last_sources_) last[size_t(v->id)] = int(s);
-      for (int i : tail_views_)
-        for (const graph::Value* v : nodes[size_t(i)]->inputs) last[size_t(v->id)] = int(s);
-    }
-    else if (steps_[s].kernel >= 0) {
-      for (const graph::Value* v : plan_.groups[size_t(steps_[s].kernel)].inputs)
-        last[size_t(v->id)] = int(s);
-      if (const int e = embedding_fold_of_group_[size_t(steps_[s].kernel)]; e >= 0) {
-        const EmbeddingFold& f = embedding_folds_[size_t(e)];
-        for (const graph::Value* v : {f.a_weight, f.a_index, f.b_weight, f.b_index})
-          last[size_t(v->id)] = int(s);
-      }
-    }
-    else if (const int f = fold_of_node_[size_t(steps_[s].index)]; f >= 0)
-      for (const graph::Value* v : fold_reads(folds_[size_t(f)])) last[size_t(v->id)] = int(s);
-    else if (const int b = bias_fold_of_node_[size_t(steps_[s].index)]; b >= 0) {
-      for (const graph::Value* v : steps_[s].node->inputs) last[size_t(v->id)] = int(s);
-      const BiasFold& f = bias_folds_[size_t(b)];
-      if (f.bias) last[size_t(f.bias->id)] = int(s);
-      if (const graph::Value* r = f.residual) last[size_t(r->id)] = int(s);
-      if (f.ln_node >= 0)  // the layer_norm's operands, read by the gemv
-        for (const graph::Value* v : g_->nodes()[size_t(f.ln_node)]->inputs) last[size_t(v->id)] = int(s);
-    } else
-      for (const graph::Value* v : steps_[s].node->inputs) last[size_t(v->id)] = int(s);
-  }
+  for (size_t s = 0; s < steps_.size(); ++s)
+    for (const graph::Value* v : step_reads(s)) last[size_t(v->id)] = int(s);
   for (const graph::Value* v : g_->outputs()) last[size_t(v->id)] = INT_MAX;
   plan_writes_into_inputs(last);
   for (const graph::Mutation& m : g_->mutations()) {
@@ -239,7 +215,10 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
                " layer_norm(s) in a gemv, " +
                std::to_string(ce_folds_.size()) + " cross_entropy grad(s) by their own kernel), " +
                std::to_string(constants_.size()) + " value(s) made once, not at each run");
-  if (plan_.groups.empty()) return;
+  if (plan_.groups.empty()) {
+    plan_side_steps();
+    return;
+  }
   lowered_.reserve(plan_.groups.size());
   for (size_t k = 0; k < plan_.groups.size(); ++k) {
     const FusionGroup& grp = plan_.groups[k];
@@ -259,9 +238,105 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
     log_decision(std::to_string(n) +
                  " kernel(s) writing into the input they change store only the changed elements");
   plan_append_folds();
+  plan_side_steps();
   dims_ = input_dims(*g_);
   sms_ = device_code::multiprocessors(device_.index);
   build(/*defer_first=*/g_->dynamic_sizes());
+}
+
+std::vector<const graph::Value*> CudaCompiledGraph::step_reads(size_t s) const {
+  const auto& nodes = g_->nodes();
+  std::vector<const graph::Value*> r;
+  auto add = [&](const auto& vs) { r.insert(r.end(), vs.begin(), vs.end()); };
+  const Step& st = steps_[s];
+  if (st.casts == 1) {
+    add(first_sources_);
+  } else if (st.casts == 2) {
+    add(last_sources_);
+    for (int i : tail_views_) add(nodes[size_t(i)]->inputs);
+  } else if (st.kernel >= 0) {
+    add(plan_.groups[size_t(st.kernel)].inputs);
+    if (const int e = embedding_fold_of_group_[size_t(st.kernel)]; e >= 0) {
+      const EmbeddingFold& f = embedding_folds_[size_t(e)];
+      add(std::vector<const graph::Value*>{f.a_weight, f.a_index, f.b_weight, f.b_index});
+    }
+  } else if (const int f = fold_of_node_[size_t(st.index)]; f >= 0) {
+    add(fold_reads(folds_[size_t(f)]));
+  } else if (const int b = bias_fold_of_node_[size_t(st.index)]; b >= 0) {
+    add(st.node->inputs);
+    const BiasFold& f = bias_folds_[size_t(b)];
+    if (f.bias) r.push_back(f.bias);
+    if (f.residual) r.push_back(f.residual);
+    if (f.ln_node >= 0) add(nodes[size_t(f.ln_node)]->inputs);  // the layer_norm's, read by the gemv
+  } else {
+    add(st.node->inputs);
+  }
+  return r;
+}
+
+// A weight's grad needs nothing after it but the grad casts: recorded beside the chain of input
+// grads it hangs off, the two products of a layer's backward (and its bias grads) run at once,
+// each too small to fill the device alone.
+void CudaCompiledGraph::plan_side_steps() {
+  side_.assign(steps_.size(), 0);
+  join_before_.assign(steps_.size(), 0);
+  side_reads_.assign(steps_.size(), {});
+  if (!g_->mutations().empty() || !env_switch("EMBER_SIDE_BRANCHES", true)) return;
+  const auto& values = g_->values();
+  std::vector<std::vector<int>> readers(values.size());
+  for (size_t s = 0; s < steps_.size(); ++s)
+    for (const graph::Value* v : step_reads(s)) readers[size_t(v->id)].push_back(int(s));
+  auto is_view = [&](size_t s) {
+    const graph::Node* n = steps_[s].node;
+    return steps_[s].kernel < 0 && n && op_info(n->op).kind == OpKind::View && n->inputs.size() == 1;
+  };
+  for (size_t s = steps_.size(); s-- > 0;) {
+    const Step& st = steps_[s];
+    if (st.casts != 0) continue;
+    bool candidate = false;
+    std::vector<const graph::Value*> outs;
+    if (st.kernel >= 0) {
+      const int k = st.kernel;
+      candidate = embedding_fold_of_group_[size_t(k)] < 0 && append_fold_of_group_[size_t(k)] < 0 &&
+                  ce_fold_of_group_[size_t(k)] < 0 && write_into_[size_t(k)] < 0;
+      const FusionGroup& grp = plan_.groups[size_t(k)];
+      outs.push_back(grp.output);
+      outs.insert(outs.end(), grp.extra_outputs.begin(), grp.extra_outputs.end());
+    } else if (st.node) {
+      candidate = fold_of_node_[size_t(st.index)] < 0 && bias_fold_of_node_[size_t(st.index)] < 0 &&
+                  append_fold_of_node_[size_t(st.index)] < 0 && !graph::is_random(st.node->op) && !st.node->skipped_draws &&
+                  (st.node->op == OpId::matmul || is_view(s));
+      outs.assign(st.node->outputs.begin(), st.node->outputs.end());
+    }
+    for (const graph::Value* v : outs)
+      for (int r : readers[size_t(v->id)])
+        candidate &= (side_[size_t(r)] && is_view(size_t(r))) || steps_[size_t(r)].casts == 2;
+    side_[s] = candidate;
+  }
+  // A view alone on the branch launches nothing: only where it views the branch's results.
+  std::vector<char> made_on_side(values.size(), 0);
+  int count = 0;
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const std::vector<const graph::Value*> reads = step_reads(s);
+    if (side_[s] && is_view(s) && !made_on_side[size_t(reads[0]->id)]) side_[s] = 0;
+    if (side_[s]) {
+      for (const graph::Value* v : reads) side_reads_[s].push_back(v->id);
+      const std::vector<graph::Value*> outs = steps_[s].kernel >= 0 ? std::vector<graph::Value*>() : steps_[s].node->outputs;
+      for (const graph::Value* v : outs) made_on_side[size_t(v->id)] = 1;
+      if (steps_[s].kernel >= 0) {
+        const FusionGroup& grp = plan_.groups[size_t(steps_[s].kernel)];
+        made_on_side[size_t(grp.output->id)] = 1;
+        for (const graph::Value* v : grp.extra_outputs) made_on_side[size_t(v->id)] = 1;
+      }
+      count += !is_view(s);
+      continue;
+    }
+    for (const graph::Value* v : reads)
+      if (made_on_side[size_t(v->id)]) join_before_[s] = 1;
+    if (join_before_[s]) std::fill(made_on_side.begin(), made_on_side.end(), 0);
+  }
+  if (count == 0) std::fill(side_.begin(), side_.end(), 0);
+  else log_decision(std::to_string(count) + " step(s) recorded on a side branch beside the others");
 }
 
 // A mutation's new contents computed by a pointwise kernel go straight into the input they
@@ -714,27 +789,51 @@ std::vector<Tensor> CudaCompiledGraph::execute(const std::vector<Tensor>& inputs
   for (const auto& [id, t] : constants_) env[size_t(id)] = t;
   if (owned) owned->clear();
   const std::vector<RandomRange> draws = draws_ ? g_->reserve_draws() : std::vector<RandomRange>();
+  // Recording: the side steps on a branch of their own, what they read kept until the join.
+  std::optional<cuda_graph::SideBranch> side;
+  std::vector<Tensor> side_reads;
+  if (std::find(side_.begin(), side_.end(), 1) != side_.end()) {
+    side.emplace(device_.index);
+    if (!side->recording()) side.reset();
+  }
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& st = steps_[s];
-    if (st.casts == 1) {
-      run_casts(first_casts_, first_sources_, env);
-    } else if (st.casts == 2) {
-      run_casts(last_casts_, last_sources_, env);
-      for (int i : tail_views_) run_node(*g_->nodes()[size_t(i)], env);
+    auto step = [&] {
+      if (st.casts == 1) {
+        run_casts(first_casts_, first_sources_, env);
+      } else if (st.casts == 2) {
+        run_casts(last_casts_, last_sources_, env);
+        for (int i : tail_views_) run_node(*g_->nodes()[size_t(i)], env);
+      }
+      else if (st.kernel >= 0 && embedding_fold_of_group_[size_t(st.kernel)] >= 0)
+        run_embedding_fold(embedding_folds_[size_t(embedding_fold_of_group_[size_t(st.kernel)])], env);
+      else if (st.kernel >= 0)
+        run_kernel(st.kernel, env);
+      else if (const int f = fold_of_node_[size_t(st.index)]; f >= 0)
+        run_fold(folds_[size_t(f)], env);
+      else if (const int b = bias_fold_of_node_[size_t(st.index)]; b >= 0)
+        run_bias_fold(bias_folds_[size_t(b)], env);
+      else if (const int a = append_fold_of_node_[size_t(st.index)]; a >= 0)
+        run_append_fold(append_folds_[size_t(a)], env);
+      else
+        run_node(*st.node, env, draws_ ? &draws[size_t(st.index)] : nullptr);
+    };
+    if (side && side_[s]) {
+      for (int id : side_reads_[s]) side_reads.push_back(env[size_t(id)]);
+      side->run(step);
+    } else {
+      if (side && join_before_[s]) {
+        side->join();
+        side_reads.clear();
+      }
+      step();
     }
-    else if (st.kernel >= 0 && embedding_fold_of_group_[size_t(st.kernel)] >= 0)
-      run_embedding_fold(embedding_folds_[size_t(embedding_fold_of_group_[size_t(st.kernel)])], env);
-    else if (st.kernel >= 0)
-      run_kernel(st.kernel, env);
-    else if (const int f = fold_of_node_[size_t(st.index)]; f >= 0)
-      run_fold(folds_[size_t(f)], env);
-    else if (const int b = bias_fold_of_node_[size_t(st.index)]; b >= 0)
-      run_bias_fold(bias_folds_[size_t(b)], env);
-    else if (const int a = append_fold_of_node_[size_t(st.index)]; a >= 0)
-      run_append_fold(append_folds_[size_t(a)], env);
-    else
-      run_node(*st.node, env, draws_ ? &draws[size_t(st.index)] : nullptr);
     for (int id : release_after_[s]) env[size_t(id)] = Tensor();
+  }
+  if (side) {
+    side->join();
+    side_reads.clear();
+    count_side_steps(side->steps());
   }
   return finish_run(*g_, inputs, env);
 }

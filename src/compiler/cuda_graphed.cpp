@@ -16,13 +16,17 @@
 namespace ember {
 
 namespace {
-std::atomic<int64_t> g_recordings{0}, g_replays{0}, g_unrecorded{0}, g_moved{0};
+std::atomic<int64_t> g_recordings{0}, g_replays{0}, g_unrecorded{0}, g_moved{0}, g_side{0};
 }  // namespace
 
 CudaGraphCounters cuda_graph_counters() {
   return {g_recordings.load(), g_replays.load(), g_unrecorded.load(), g_moved.load(),
-          int64_t(cuda_graph::live_pool_bytes())};
+          int64_t(cuda_graph::live_pool_bytes()), g_side.load()};
 }
+
+namespace compiler {
+void count_side_steps(int64_t n) { g_side += n; }
+}  // namespace compiler
 
 namespace compiler {
 
@@ -107,7 +111,8 @@ class CudaGraphed : public capture::Runnable {
     std::vector<const char*> in_place;  // per input: the address read in place, or null
     std::vector<Tensor> buffers;        // per copied input: the view it is copied into
     std::vector<int64_t> passed_offset;  // per input: the offset of the tensor recorded
-    std::vector<Tensor> outputs;        // the recorded outputs (they hold the pool's blocks)
+    std::vector<Tensor> outputs;  // the recorded outputs (holding the pool's blocks; an input's
+                                  // view, its layout alone)
     // Per output: -1 the pool's memory, given out as a new alias each replay; i >= 0 a view of
     // input i; -2 other memory, given out as recorded.
     std::vector<int> alias;
@@ -176,6 +181,19 @@ class CudaGraphed : public capture::Runnable {
     return inner_->run(inputs);
   }
 
+  // t's sizes, strides, offset and type, with no storage.
+  static Tensor layout_only(const Tensor& t) {
+    const TensorImpl& m = *t.impl();
+    auto impl = std::make_shared<TensorImpl>();
+    impl->sizes = m.sizes;
+    impl->strides = m.strides;
+    impl->offset = m.offset;
+    impl->dtype = m.dtype;
+    impl->device = m.device;
+    impl->is_view = m.is_view;
+    return Tensor(std::move(impl));
+  }
+
   // Outputs of r's last replay the caller still holds get memory of their own.
   static void move_out_held(Recording& r) {
     for (auto& w : r.handed)
@@ -229,15 +247,9 @@ class CudaGraphed : public capture::Runnable {
         s->device = m.storage->device;
         r.handed.push_back(s);
       }
-      auto impl = std::make_shared<TensorImpl>();
-      impl->storage = s;
-      impl->sizes = m.sizes;
-      impl->strides = m.strides;
-      impl->offset = m.offset;
-      impl->dtype = m.dtype;
-      impl->device = m.device;
-      impl->is_view = m.is_view;
-      outs.emplace_back(std::move(impl));
+      Tensor t = layout_only(o);
+      t.impl()->storage = s;
+      outs.push_back(std::move(t));
     }
     return outs;
   }
@@ -316,6 +328,10 @@ class CudaGraphed : public capture::Runnable {
       for (size_t i = 0; i < passed.size() && r.alias[k] == -2; ++i)
         if (passed[i].impl()->storage.get() == s) r.alias[k] = int(i);
       if (r.alias[k] == -2 && cuda_graph::in_a_pool(s->data)) r.alias[k] = -1;
+      // A view of an input keeps its layout only: holding the input would keep alive what the
+      // caller means to free or reuse (a training step's random states, drawn into a buffer
+      // reused once nothing holds it).
+      if (r.alias[k] >= 0) outs[k] = layout_only(outs[k]);
     }
     r.outputs = std::move(outs);
     r.last_used = ++uses_;

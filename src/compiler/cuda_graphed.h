@@ -19,6 +19,9 @@
 
 namespace ember::compiler {
 
+// Counts steps a recording put on a side branch (CudaGraphCounters::side_steps).
+void count_side_steps(int64_t n);
+
 std::shared_ptr<const capture::Runnable> record_cuda_graphs(
     std::shared_ptr<const capture::Runnable> inner, std::shared_ptr<const graph::Graph> g,
     Device device);

@@ -5,7 +5,9 @@
 // allocator implement it; a build without CUDA records nothing (available() is false).
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "ember/tensor_impl.h"
 
@@ -45,6 +47,46 @@ size_t live_pool_bytes();
 // device's stream) in place of the block it had, which it frees (or, for storage it did not
 // own, leaves). Every tensor on `s` sees the new block.
 void move_out(Storage& s);
+
+// Blocks freed on this thread while a FreesHeld scope is alive stay allocated, listed in
+// `into`, until free_held(into) frees them: work recorded on a side branch may still be using
+// them after the host has moved on.
+class FreesHeld {
+ public:
+  explicit FreesHeld(std::vector<void*>* into);
+  ~FreesHeld();
+  FreesHeld(const FreesHeld&) = delete;
+  FreesHeld& operator=(const FreesHeld&) = delete;
+
+ private:
+  std::vector<void*>* prev_;
+};
+void free_held(std::vector<void*>& blocks);
+
+// Work recorded beside the stream's own (a training step's weight grads beside its input grads).
+// While the device's stream is recording, the work run() runs goes into the graph depending on
+// all that was recorded before it (so it may take memory the stream's earlier work freed) and on
+// the branch's earlier work, with the branch's counters and library handles
+// (cuda::detail::SideBranchScope) and with the blocks it frees held; the stream's later work
+// does not wait for it until join(), which also frees the held blocks. The caller keeps what
+// the work reads alive until join() and joins before anything reads what it wrote. Not
+// recording, run() runs the work in line. Destruction joins.
+class SideBranch {
+ public:
+  explicit SideBranch(int device);
+  ~SideBranch();
+  SideBranch(const SideBranch&) = delete;
+  SideBranch& operator=(const SideBranch&) = delete;
+  bool recording() const;
+  void run(const std::function<void()>& work);
+  void join();
+  // Steps run() recorded on the branch.
+  int steps() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
 
 // A recorded CUDA graph, ready to launch.
 class Recording;

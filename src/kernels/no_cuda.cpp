@@ -72,6 +72,16 @@ std::shared_ptr<Recording> end(int) { no_cuda("a CUDA graph"); }
 void abort(int) {}
 void launch(const Recording&) { no_cuda("a CUDA graph"); }
 size_t nodes(const Recording&) { return 0; }
+FreesHeld::FreesHeld(std::vector<void*>*) : prev_(nullptr) {}
+FreesHeld::~FreesHeld() {}
+void free_held(std::vector<void*>&) {}
+struct SideBranch::State {};
+SideBranch::SideBranch(int) {}
+SideBranch::~SideBranch() {}
+bool SideBranch::recording() const { return false; }
+void SideBranch::run(const std::function<void()>& work) { work(); }
+void SideBranch::join() {}
+int SideBranch::steps() const { return 0; }
 }  // namespace cuda_graph
 
 namespace cuda {

@@ -183,12 +183,47 @@ void expect_training_steps_match_default_mode(double dropout) {
     EXPECT_LE(rel_err(params[1][i], params[0][i]), 1e-4) << "parameter " << i;
   EXPECT_GE(c1.recordings - c0.recordings, 2);  // the forward graph and the backward graph
   EXPECT_GE(c1.replays - c0.replays, 6);
+  EXPECT_GT(c1.side_steps - c0.side_steps, 0);  // the weights' grads beside the input grads
 }
 
 TEST_F(CudaGraphs, TrainingStepsMatchDefaultMode) { expect_training_steps_match_default_mode(0); }
 
 TEST_F(CudaGraphs, TrainingStepsWithDropoutMatchDefaultMode) {
   expect_training_steps_match_default_mode(0.2);
+}
+
+// Weight grads recorded on a side branch, beside the input grads they hang off: every replay's
+// grads equal the default mode's bit for bit (the same kernels in another order), on fresh
+// inputs, the branch's products reading buffers the main chain frees and reuses meanwhile.
+TEST_F(CudaGraphs, SideBranchGradsEqualDefaultModes) {
+  EnableGradGuard grad;
+  manual_seed(8);
+  const Tensor a = (randn({96, 128}, gpu()) * 0.1).requires_grad_(true);
+  const Tensor b = (randn({128, 160}, gpu()) * 0.1).requires_grad_(true);
+  const Tensor c = (randn({160, 64}, gpu()) * 0.1).requires_grad_(true);
+  auto f = [](const Tensor& x, const Tensor& a, const Tensor& b, const Tensor& c) {
+    Tensor h = x.matmul(a).relu();
+    h = h.matmul(b).tanh();
+    const Tensor y = h.matmul(c);
+    return (y * y).sum();
+  };
+  auto plain = compile(f, compiler_opts());
+  auto recorded = compile(f, graphed());
+  const CudaGraphCounters c0 = cuda_graph_counters();
+  for (int i = 0; i < 6; ++i) {
+    const Tensor x = randn({512, 96}, gpu());
+    std::vector<std::vector<Tensor>> grads(2);
+    for (int mode = 0; mode < 2; ++mode) {
+      for (const Tensor& p : {a, b, c}) p.set_grad(Tensor());
+      (mode ? recorded : plain)(x, a, b, c).backward();
+      for (const Tensor& p : {a, b, c}) grads[size_t(mode)].push_back(p.grad().cpu());
+    }
+    for (size_t k = 0; k < 3; ++k)
+      EXPECT_EQ(rel_err(grads[1][k], grads[0][k]), 0.0) << "call " << i << ", weight " << k;
+  }
+  const CudaGraphCounters c1 = cuda_graph_counters();
+  EXPECT_GE(c1.replays - c0.replays, 6);
+  EXPECT_GE(c1.side_steps - c0.side_steps, 3);  // a product a weight
 }
 
 TEST_F(CudaGraphs, GraphsThatDrawRandomNumbersRunUnrecordedWithFreshDraws) {

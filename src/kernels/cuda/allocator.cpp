@@ -15,6 +15,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "ember/cuda.h"
 #include "kernels/cuda/runtime.h"
@@ -202,7 +203,14 @@ void* cuda_malloc(int device, size_t nbytes) {
   return b->ptr;
 }
 
+// The blocks held instead of freed on this thread (cuda_graph::FreesHeld), if any.
+thread_local std::vector<void*>* tl_held = nullptr;
+
 void cuda_free(void* ptr, size_t) {
+  if (tl_held) {
+    tl_held->push_back(ptr);
+    return;
+  }
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
   auto it = c.live.find(ptr);
@@ -329,6 +337,15 @@ size_t live_pool_bytes() {
 std::shared_ptr<Pool> new_pool(int device) {
   cuda::detail::check_device(device, "a CUDA graph's memory pool");
   return std::make_shared<Pool>(device);
+}
+
+FreesHeld::FreesHeld(std::vector<void*>* into) : prev_(tl_held) { tl_held = into; }
+FreesHeld::~FreesHeld() { tl_held = prev_; }
+void free_held(std::vector<void*>& blocks) {
+  std::vector<void*>* prev = std::exchange(tl_held, nullptr);
+  for (void* p : blocks) cuda_free(p, 0);
+  tl_held = prev;
+  blocks.clear();
 }
 
 PoolScope::PoolScope(Pool* pool) : prev_(tl_pool) { tl_pool = pool; }

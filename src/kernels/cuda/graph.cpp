@@ -1,5 +1,7 @@
 // Recording a device's stream into a CUDA graph and launching it (kernels/cuda_graph.h).
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/runtime.h"
 #include "kernels/cuda_graph.h"
@@ -73,5 +75,92 @@ void launch(const Recording& r) {
 }
 
 size_t nodes(const Recording& r) { return r.nodes; }
+
+namespace {
+
+using Nodes = std::vector<cudaGraphNode_t>;
+
+// The nodes the stream's next recorded work will depend on.
+Nodes dependencies(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaGraphNode_t* deps = nullptr;
+  size_t n = 0;
+  cuda::detail::check(cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, nullptr, &n),
+                      "cudaStreamGetCaptureInfo");
+  return Nodes(deps, deps + n);
+}
+
+void set_dependencies(cudaStream_t stream, Nodes deps) {
+  std::sort(deps.begin(), deps.end());
+  deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+  cuda::detail::check(cudaStreamUpdateCaptureDependencies(stream, deps.data(), nullptr, deps.size(),
+                                                          cudaStreamSetCaptureDependencies),
+                      "cudaStreamUpdateCaptureDependencies");
+}
+
+Nodes joined(Nodes a, const Nodes& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace
+
+struct SideBranch::State {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  bool recording = false;
+  Nodes last;                // the branch's latest work
+  std::vector<void*> held;   // blocks its work freed
+  int steps = 0;
+};
+
+SideBranch::SideBranch(int device) : s_(std::make_unique<State>()) {
+  s_->device = device;
+  s_->stream = cuda::detail::stream(device);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cuda::detail::check(cudaStreamIsCapturing(s_->stream, &status), "cudaStreamIsCapturing");
+  s_->recording = status == cudaStreamCaptureStatusActive;
+}
+
+SideBranch::~SideBranch() {
+  try {
+    join();
+  } catch (...) {  // the recording failed (it is discarded): the blocks go back all the same
+    free_held(s_->held);
+  }
+}
+
+bool SideBranch::recording() const { return s_->recording; }
+int SideBranch::steps() const { return s_->steps; }
+
+void SideBranch::run(const std::function<void()>& work) {
+  if (!s_->recording) {
+    work();
+    return;
+  }
+  const Nodes main = dependencies(s_->stream);
+  set_dependencies(s_->stream, joined(main, s_->last));
+  try {
+    cuda::detail::SideBranchScope side;
+    FreesHeld hold(&s_->held);
+    work();
+  } catch (...) {
+    set_dependencies(s_->stream, joined(main, s_->last));
+    s_->last.clear();
+    throw;
+  }
+  s_->last = dependencies(s_->stream);
+  set_dependencies(s_->stream, main);
+  s_->steps++;
+}
+
+void SideBranch::join() {
+  if (!s_->recording) return;
+  if (!s_->last.empty()) {
+    set_dependencies(s_->stream, joined(dependencies(s_->stream), s_->last));
+    s_->last.clear();
+  }
+  free_held(s_->held);
+}
 
 }  // namespace ember::cuda_graph

@@ -30,16 +30,26 @@ void check_blas(cublasStatus_t s, const char* what) {
               " (", cublasGetStatusString(s), ")");
 }
 
+// A handle a device, and a second one for work on a side branch of a recording, which may run
+// beside the stream's.
 cublasHandle_t handle(int device) {
   constexpr int kMaxDevices = 64;
-  static std::array<cublasHandle_t, kMaxDevices> handles{};
-  static std::array<std::once_flag, kMaxDevices> made;
-  std::call_once(made[size_t(device)], [&] {
+  static std::array<std::array<cublasHandle_t, 2>, kMaxDevices> handles{};
+  static std::array<std::array<std::once_flag, 2>, kMaxDevices> made;
+  const int side = detail::on_side_branch() ? 1 : 0;
+  std::call_once(made[size_t(device)][size_t(side)], [&] {
     detail::use_device(device);
-    check_blas(cublasCreate(&handles[size_t(device)]), "cublasCreate");
-    check_blas(cublasSetStream(handles[size_t(device)], detail::stream(device)), "cublasSetStream");
+    cublasHandle_t& h = handles[size_t(device)][size_t(side)];
+    check_blas(cublasCreate(&h), "cublasCreate");
+    check_blas(cublasSetStream(h, detail::stream(device)), "cublasSetStream");
+    // A workspace of its own, of one size for both (so that both choose the same kernels):
+    // the side branch's handle is made while recording.
+    constexpr size_t kWorkspace = size_t(32) << 20;  // cuBLAS's suggestion for Hopper
+    void* ws = nullptr;
+    detail::check(cudaMalloc(&ws, kWorkspace), "cudaMalloc (a cuBLAS workspace)");
+    check_blas(cublasSetWorkspace(h, ws, kWorkspace), "cublasSetWorkspace");
   });
-  return handles[size_t(device)];
+  return handles[size_t(device)][size_t(side)];
 }
 
 // One operand as cuBLAS takes it: row-major rows x cols, its leading dimension, whether it is

@@ -61,10 +61,11 @@ DeviceStreams& device_streams(int device) {
     check(cudaStreamCreateWithFlags(&s.streams[size_t(device)], cudaStreamNonBlocking),
           "cudaStreamCreate");
     void* c = nullptr;
-    check(cudaMalloc(&c, size_t(kCounters) * sizeof(int)), "cudaMalloc (counters)");
+    // The stream's counters, then a side branch's.
+    check(cudaMalloc(&c, size_t(2 * kCounters) * sizeof(int)), "cudaMalloc (counters)");
     // Zeroed on the stream itself (a non-blocking stream does not wait for the legacy one),
     // and waited for, before anything else is queued there.
-    check(cudaMemsetAsync(c, 0, size_t(kCounters) * sizeof(int), s.streams[size_t(device)]),
+    check(cudaMemsetAsync(c, 0, size_t(2 * kCounters) * sizeof(int), s.streams[size_t(device)]),
           "cudaMemsetAsync (counters)");
     check(cudaStreamSynchronize(s.streams[size_t(device)]), "cudaStreamSynchronize (counters)");
     s.counters[size_t(device)] = static_cast<int*>(c);
@@ -88,8 +89,16 @@ cudaStream_t stream(int device) {
   return device_streams(device).streams[size_t(device)];
 }
 
+namespace {
+thread_local bool tls_side_branch = false;
+}  // namespace
+
+bool on_side_branch() { return tls_side_branch; }
+SideBranchScope::SideBranchScope() : prev_(tls_side_branch) { tls_side_branch = true; }
+SideBranchScope::~SideBranchScope() { tls_side_branch = prev_; }
+
 int* counters(int device) {
-  return device_streams(device).counters[size_t(device)];
+  return device_streams(device).counters[size_t(device)] + (tls_side_branch ? kCounters : 0);
 }
 
 namespace {

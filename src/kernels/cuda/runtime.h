@@ -19,8 +19,22 @@ cudaStream_t stream(int device);
 // and zeroed with its stream (so before any CUDA graph capture on it), zero at rest: a kernel
 // sets back to 0 each counter it used before it ends. Kernels on the stream run in turn, so
 // they may all use them.
+// Work recorded on a side branch of a CUDA graph (cuda_graph::SideBranch) may run beside the
+// stream's: it takes counters and library handles of its own (on this thread, while a
+// SideBranchScope is alive).
 constexpr int64_t kCounters = 1 << 16;
 int* counters(int device);
+bool on_side_branch();
+class SideBranchScope {
+ public:
+  SideBranchScope();
+  ~SideBranchScope();
+  SideBranchScope(const SideBranchScope&) = delete;
+  SideBranchScope& operator=(const SideBranchScope&) = delete;
+
+ private:
+  bool prev_;
+};
 // Raises an Error unless `device` names a visible device.
 void check_device(int device, const char* what);
 // The device's fault slot, as a pointer kernels can write (see fault.cuh).
