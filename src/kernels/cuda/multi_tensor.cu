@@ -9,6 +9,7 @@
 
 #include "core/make_tensor.h"
 #include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/row_registers.cuh"  // Pack
 #include "kernels/cuda/runtime.h"
 #include "kernels/multi_tensor.h"
 
@@ -16,6 +17,7 @@ namespace ember::multi_tensor {
 
 namespace {
 
+using cuda::Pack;
 using cuda::detail::check;
 using cuda::detail::stream;
 using cuda::detail::use_device;
@@ -33,6 +35,28 @@ struct List {
   int64_t first_block[kListSize + 1];
   int count;
 };
+
+// A whole chunk whose tensors all start on their packs' alignment goes as kPacks packs of four
+// elements a thread, every load issued before any result is stored (several loads in flight a
+// thread, where an element at a time waits a round of memory latency each): the packed path.
+// Pack k of thread t holds elements 4 (t + k kThreads) .. + 3 of the chunk.
+constexpr int kPacks = int(kChunk) / (4 * kThreads);
+static_assert(kPacks * 4 * kThreads == kChunk, "a chunk is whole packs a thread");
+template <class T>
+__device__ __forceinline__ bool pack_aligned(const T* p) {
+  return reinterpret_cast<uintptr_t>(p) % sizeof(Pack<T, 4>) == 0;
+}
+__device__ __forceinline__ int64_t pack_at(int k) {
+  return 4 * (int64_t(threadIdx.x) + int64_t(k) * kThreads);
+}
+template <class T>
+__device__ __forceinline__ Pack<T, 4> load_pack(const T* p, int k) {
+  return *reinterpret_cast<const Pack<T, 4>*>(p + pack_at(k));
+}
+template <class T>
+__device__ __forceinline__ void store_pack(T* p, int k, const Pack<T, 4>& v) {
+  *reinterpret_cast<Pack<T, 4>*>(p + pack_at(k)) = v;
+}
 
 __device__ __forceinline__ int find_tensor(const List& l, int64_t block) {
   int lo = 0, hi = l.count - 1;
@@ -73,14 +97,36 @@ __global__ void adamw_kernel(List l, AdamWScalars s) {
   const int64_t begin = (int64_t(blockIdx.x) - l.first_block[t]) * kChunk;
   const int64_t end = ::min(l.numel[t], begin + kChunk);
   const float decay = l.decay[t];
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const float gi = g[i];
-    float pi = __fmul_rn(p[i], decay);
-    const float mi = __fadd_rn(__fmul_rn(m[i], s.beta1), __fmul_rn(gi, s.one_minus_beta1));
-    const float vi = __fadd_rn(__fmul_rn(v[i], s.beta2),
-                               __fmul_rn(__fmul_rn(gi, gi), s.one_minus_beta2));
+  auto update = [&](float& pi, float gi, float& mi, float& vi) {
+    pi = __fmul_rn(pi, decay);
+    mi = __fadd_rn(__fmul_rn(mi, s.beta1), __fmul_rn(gi, s.one_minus_beta1));
+    vi = __fadd_rn(__fmul_rn(vi, s.beta2), __fmul_rn(__fmul_rn(gi, gi), s.one_minus_beta2));
     const float denom = __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, s.bias_correction2)), s.eps);
     pi = __fsub_rn(pi, __fmul_rn(__fdiv_rn(mi, denom), s.step_size));
+  };
+  if (end - begin == kChunk && pack_aligned(p) && pack_aligned(g) && pack_aligned(m) &&
+      pack_aligned(v)) {
+    Pack<float, 4> pp[kPacks], gg[kPacks], mm[kPacks], vv[kPacks];
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      pp[k] = load_pack(p + begin, k);
+      gg[k] = load_pack(g + begin, k);
+      mm[k] = load_pack(m + begin, k);
+      vv[k] = load_pack(v + begin, k);
+    }
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) update(pp[k].v[j], gg[k].v[j], mm[k].v[j], vv[k].v[j]);
+      store_pack(p + begin, k, pp[k]);
+      store_pack(m + begin, k, mm[k]);
+      store_pack(v + begin, k, vv[k]);
+    }
+    return;
+  }
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    float pi = p[i], mi = m[i], vi = v[i];
+    update(pi, g[i], mi, vi);
     p[i] = pi;
     m[i] = mi;
     v[i] = vi;
@@ -95,6 +141,18 @@ __global__ void clip_kernel(List l, const double* sum_sq, double max_norm) {
   float* x = l.ptr[0][t];
   const int64_t begin = (int64_t(blockIdx.x) - l.first_block[t]) * kChunk;
   const int64_t end = ::min(l.numel[t], begin + kChunk);
+  if (end - begin == kChunk && pack_aligned(x)) {
+    Pack<float, 4> xx[kPacks];
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) xx[k] = load_pack(x + begin, k);
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) xx[k].v[j] = __fmul_rn(xx[k].v[j], coef);
+      store_pack(x + begin, k, xx[k]);
+    }
+    return;
+  }
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) x[i] = __fmul_rn(x[i], coef);
 }
 
@@ -141,6 +199,19 @@ __global__ void cast_kernel(List l) {
   D* y = reinterpret_cast<D*>(l.ptr[1][t]);
   const int64_t begin = (int64_t(blockIdx.x) - l.first_block[t]) * kChunk;
   const int64_t end = ::min(l.numel[t], begin + kChunk);
+  if (end - begin == kChunk && pack_aligned(x) && pack_aligned(y)) {
+    Pack<S, 4> xx[kPacks];
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) xx[k] = load_pack(x + begin, k);
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      Pack<D, 4> yy;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) cuda::store(&yy.v[j], cuda::load(&xx[k].v[j]));
+      store_pack(y + begin, k, yy);
+    }
+    return;
+  }
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) cuda::store(y + i, cuda::load(x + i));
 }
 
