@@ -76,13 +76,14 @@ EMBER_ATTN_DEVICE uint32_t load2(const void* p) {
 }
 
 // Shared memory: the tile's flags as bytes. Threads a block: the draws of a tile (up to 17
-// Philox blocks a row) spread over 512, so that each thread's part is short.
+// Philox blocks a row) spread over 512, so that each thread's part is short; four blocks a
+// multiprocessor (32 registers a thread).
 constexpr size_t kKeepBitsSmem = size_t(kRows) * kRows;
 constexpr int kKeepBitsThreads = 512;
 #ifdef EMBER_CUDA_EMULATION
 #define EMBER_KEEP_BITS_KERNEL
 #else
-#define EMBER_KEEP_BITS_KERNEL __global__ __launch_bounds__(kKeepBitsThreads)
+#define EMBER_KEEP_BITS_KERNEL __global__ __launch_bounds__(kKeepBitsThreads, 4)
 #endif
 
 // A template on the kernels' storage type T, which it does not read, as the kernels it runs
@@ -91,9 +92,12 @@ template <class T>
 EMBER_KEEP_BITS_KERNEL void attention_keep_bits_kernel(KeepBitsArgs a) {
   unsigned char* keep = shared_memory();
   const Problem<float> p = a.p.drawn();
-  const int64_t qt = (p.L + kRows - 1) / kRows, kt = (p.S + kRows - 1) / kRows;
-  const int64_t tile = block_index(), b = tile / (qt * kt);
-  const int64_t r0 = (tile / kt) % qt * kRows, c0 = tile % kt * kRows;
+  // The tile's place in 32-bit arithmetic (keep_bits_limit() keeps the tiles far below 2^31):
+  // 64-bit divisions cost tens of instructions each.
+  const unsigned qt = unsigned((p.L + kRows - 1) / kRows), kt = unsigned((p.S + kRows - 1) / kRows);
+  const unsigned tile = unsigned(block_index()), b = tile / (qt * kt), rest = tile - b * (qt * kt);
+  const unsigned qi = rest / kt;
+  const int64_t r0 = int64_t(qi) * kRows, c0 = int64_t(rest - qi * kt) * kRows;
   const int rows = min_rows(p.L - r0, kRows), cols = min_rows(p.S - c0, kRows);
   if (p.causal && c0 > r0 + rows - 1) return;  // hidden whole: no kernel reads its flags
   const int tid = thread_index();
@@ -108,7 +112,7 @@ EMBER_KEEP_BITS_KERNEL void attention_keep_bits_kernel(KeepBitsArgs a) {
   constexpr int kPerRow = kKeepBitsThreads / kRows;
   const int r = tid / kPerRow;
   if (r < rows) {
-    const uint64_t first = uint64_t((b * p.L + r0 + r) * p.S + c0);
+    const uint64_t first = uint64_t((int64_t(b) * p.L + r0 + r) * p.S + c0);
     const int o = int(first % 4);
     const uint64_t block0 = p.base_block + first / 4;
     // The cols the row sees: all, or under the causal mask up to its own position.
@@ -155,7 +159,7 @@ EMBER_KEEP_BITS_KERNEL void attention_keep_bits_kernel(KeepBitsArgs a) {
     }
   }
   word |= shfl_xor(word, 1);
-  if (!idle && tid % 2 == 0) (by_key ? a.key : a.query)[tile * kKeepWords + w] = word;
+  if (!idle && tid % 2 == 0) (by_key ? a.key : a.query)[int64_t(tile) * kKeepWords + w] = word;
 }
 
 // This thread's word of the flags of (batch entry b, query tile qi, key tile kj) in one layout.
