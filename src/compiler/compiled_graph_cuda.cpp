@@ -275,8 +275,8 @@ std::vector<const graph::Value*> CudaCompiledGraph::step_reads(size_t s) const {
 }
 
 // A weight's grad needs nothing after it but the grad casts: recorded beside the chain of input
-// grads it hangs off, the two products of a layer's backward (and its bias grads) run at once,
-// each too small to fill the device alone.
+// grads it hangs off, the two products of a layer's backward (and its bias grads, sums over
+// rows) run at once, each too small to fill the device alone.
 void CudaCompiledGraph::plan_side_steps() {
   side_.assign(steps_.size(), 0);
   join_before_.assign(steps_.size(), 0);
@@ -305,7 +305,7 @@ void CudaCompiledGraph::plan_side_steps() {
     } else if (st.node) {
       candidate = fold_of_node_[size_t(st.index)] < 0 && bias_fold_of_node_[size_t(st.index)] < 0 &&
                   append_fold_of_node_[size_t(st.index)] < 0 && !graph::is_random(st.node->op) && !st.node->skipped_draws &&
-                  (st.node->op == OpId::matmul || is_view(s));
+                  (st.node->op == OpId::matmul || st.node->op == OpId::sum || is_view(s));
       outs.assign(st.node->outputs.begin(), st.node->outputs.end());
     }
     for (const graph::Value* v : outs)

@@ -117,9 +117,9 @@ class CudaCompiledGraph : public capture::Runnable {
   std::vector<std::vector<int>> release_after_;  // per step: value ids read for the last time
   // The values step s reads.
   std::vector<const graph::Value*> step_reads(size_t s) const;
-  // Steps recorded on a side branch (cuda_graph::SideBranch) beside the others: a matmul or a
-  // fused kernel (or a view of their results) whose results only the grad casts read, or the
-  // caller (a weight's grad, a bias's). In a graph that writes no input.
+  // Steps recorded on a side branch (cuda_graph::SideBranch) beside the others: a matmul, a sum
+  // or a fused kernel (or a view of their results) whose results only the grad casts read, or
+  // the caller (a weight's grad, a bias's). In a graph that writes no input.
   void plan_side_steps();
   std::vector<char> side_;                  // per step: on the side branch
   std::vector<char> join_before_;           // per step: reads what the side branch wrote
