@@ -290,30 +290,44 @@ void CudaCompiledGraph::plan_side_steps() {
     const graph::Node* n = steps_[s].node;
     return steps_[s].kernel < 0 && n && op_info(n->op).kind == OpKind::View && n->inputs.size() == 1;
   };
-  for (size_t s = steps_.size(); s-- > 0;) {
-    const Step& st = steps_[s];
-    if (st.casts != 0) continue;
-    bool candidate = false;
+  auto outputs_of = [&](size_t s) {
     std::vector<const graph::Value*> outs;
-    if (st.kernel >= 0) {
-      const int k = st.kernel;
-      candidate = embedding_fold_of_group_[size_t(k)] < 0 && append_fold_of_group_[size_t(k)] < 0 &&
-                  ce_fold_of_group_[size_t(k)] < 0 && write_into_[size_t(k)] < 0;
-      const FusionGroup& grp = plan_.groups[size_t(k)];
+    if (steps_[s].kernel >= 0) {
+      const FusionGroup& grp = plan_.groups[size_t(steps_[s].kernel)];
       outs.push_back(grp.output);
       outs.insert(outs.end(), grp.extra_outputs.begin(), grp.extra_outputs.end());
-    } else if (st.node) {
-      candidate = fold_of_node_[size_t(st.index)] < 0 && bias_fold_of_node_[size_t(st.index)] < 0 &&
-                  append_fold_of_node_[size_t(st.index)] < 0 && !graph::is_random(st.node->op) && !st.node->skipped_draws &&
-                  (st.node->op == OpId::matmul || st.node->op == OpId::sum || is_view(s));
-      outs.assign(st.node->outputs.begin(), st.node->outputs.end());
+    } else if (steps_[s].node) {
+      outs.assign(steps_[s].node->outputs.begin(), steps_[s].node->outputs.end());
     }
-    for (const graph::Value* v : outs)
+    return outs;
+  };
+  // Whether step s may go on the branch at all: a plain fused kernel, or a matmul, a sum or a
+  // view run through the dispatcher (no fold, no draws).
+  auto may_branch = [&](size_t s) {
+    const Step& st = steps_[s];
+    if (st.casts != 0) return false;
+    if (st.kernel >= 0) {
+      const size_t k = size_t(st.kernel);
+      return embedding_fold_of_group_[k] < 0 && append_fold_of_group_[k] < 0 &&
+             ce_fold_of_group_[k] < 0 && write_into_[k] < 0;
+    }
+    const size_t i = size_t(st.index);
+    return st.node && fold_of_node_[i] < 0 && bias_fold_of_node_[i] < 0 &&
+           append_fold_of_node_[i] < 0 && !graph::is_random(st.node->op) &&
+           !st.node->skipped_draws &&
+           (st.node->op == OpId::matmul || st.node->op == OpId::sum || is_view(s));
+  };
+  // From the end: a step whose every result is read only by the grad casts or by views on the
+  // branch (or by nobody: an output).
+  for (size_t s = steps_.size(); s-- > 0;) {
+    bool side = may_branch(s);
+    for (const graph::Value* v : outputs_of(s))
       for (int r : readers[size_t(v->id)])
-        candidate &= (side_[size_t(r)] && is_view(size_t(r))) || steps_[size_t(r)].casts == 2;
-    side_[s] = candidate;
+        side &= (side_[size_t(r)] && is_view(size_t(r))) || steps_[size_t(r)].casts == 2;
+    side_[s] = side;
   }
-  // A view alone on the branch launches nothing: only where it views the branch's results.
+  // A view alone on the branch launches nothing: only where it views the branch's results. A
+  // step off the branch that reads them joins the branch first.
   std::vector<char> made_on_side(values.size(), 0);
   int count = 0;
   for (size_t s = 0; s < steps_.size(); ++s) {
@@ -321,13 +335,7 @@ void CudaCompiledGraph::plan_side_steps() {
     if (side_[s] && is_view(s) && !made_on_side[size_t(reads[0]->id)]) side_[s] = 0;
     if (side_[s]) {
       for (const graph::Value* v : reads) side_reads_[s].push_back(v->id);
-      const std::vector<graph::Value*> outs = steps_[s].kernel >= 0 ? std::vector<graph::Value*>() : steps_[s].node->outputs;
-      for (const graph::Value* v : outs) made_on_side[size_t(v->id)] = 1;
-      if (steps_[s].kernel >= 0) {
-        const FusionGroup& grp = plan_.groups[size_t(steps_[s].kernel)];
-        made_on_side[size_t(grp.output->id)] = 1;
-        for (const graph::Value* v : grp.extra_outputs) made_on_side[size_t(v->id)] = 1;
-      }
+      for (const graph::Value* v : outputs_of(s)) made_on_side[size_t(v->id)] = 1;
       count += !is_view(s);
       continue;
     }
