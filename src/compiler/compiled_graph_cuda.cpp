@@ -54,6 +54,11 @@ void log_decision(const std::string& text) {
 }
 
 // The EMBER_PROFILE_OPS row of a generated kernel: its kind, its ops and its output's type.
+void log_side_steps(int count) {
+  if (count > 0)
+    log_decision(std::to_string(count) + " step(s) recorded on a side branch beside the others");
+}
+
 std::string profile_key(const FusionGroup& g) {
   return (g.row ? "generated row " : "generated pointwise ") + group_ops_str(g);
 }
@@ -216,7 +221,7 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
                std::to_string(ce_folds_.size()) + " cross_entropy grad(s) by their own kernel), " +
                std::to_string(constants_.size()) + " value(s) made once, not at each run");
   if (plan_.groups.empty()) {
-    plan_side_steps();
+    log_side_steps(plan_side_steps());
     return;
   }
   lowered_.reserve(plan_.groups.size());
@@ -238,148 +243,10 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
     log_decision(std::to_string(n) +
                  " kernel(s) writing into the input they change store only the changed elements");
   plan_append_folds();
-  plan_side_steps();
+  log_side_steps(plan_side_steps());
   dims_ = input_dims(*g_);
   sms_ = device_code::multiprocessors(device_.index);
   build(/*defer_first=*/g_->dynamic_sizes());
-}
-
-std::vector<const graph::Value*> CudaCompiledGraph::step_reads(size_t s) const {
-  const auto& nodes = g_->nodes();
-  std::vector<const graph::Value*> r;
-  auto add = [&](const auto& vs) { r.insert(r.end(), vs.begin(), vs.end()); };
-  const Step& st = steps_[s];
-  if (st.casts == 1) {
-    add(first_sources_);
-  } else if (st.casts == 2) {
-    add(last_sources_);
-    for (int i : tail_views_) add(nodes[size_t(i)]->inputs);
-  } else if (st.kernel >= 0) {
-    add(plan_.groups[size_t(st.kernel)].inputs);
-    if (const int e = embedding_fold_of_group_[size_t(st.kernel)]; e >= 0) {
-      const EmbeddingFold& f = embedding_folds_[size_t(e)];
-      add(std::vector<const graph::Value*>{f.a_weight, f.a_index, f.b_weight, f.b_index});
-    }
-  } else if (const int f = fold_of_node_[size_t(st.index)]; f >= 0) {
-    add(fold_reads(folds_[size_t(f)]));
-  } else if (const int b = bias_fold_of_node_[size_t(st.index)]; b >= 0) {
-    add(st.node->inputs);
-    const BiasFold& f = bias_folds_[size_t(b)];
-    if (f.bias) r.push_back(f.bias);
-    if (f.residual) r.push_back(f.residual);
-    if (f.ln_node >= 0) add(nodes[size_t(f.ln_node)]->inputs);  // the layer_norm's, read by the gemv
-  } else {
-    add(st.node->inputs);
-  }
-  return r;
-}
-
-// A weight's grad needs nothing after it but the grad casts: recorded beside the chain of input
-// grads it hangs off, the two products of a layer's backward (and its bias grads, sums over
-// rows) run at once, each too small to fill the device alone.
-void CudaCompiledGraph::plan_side_steps() {
-  side_.assign(steps_.size(), 0);
-  join_before_.assign(steps_.size(), 0);
-  side_reads_.assign(steps_.size(), {});
-  if (!g_->mutations().empty() || !env_switch("EMBER_SIDE_BRANCHES", true)) return;
-  const auto& values = g_->values();
-  std::vector<std::vector<int>> readers(values.size());
-  for (size_t s = 0; s < steps_.size(); ++s)
-    for (const graph::Value* v : step_reads(s)) readers[size_t(v->id)].push_back(int(s));
-  auto is_view = [&](size_t s) {
-    const graph::Node* n = steps_[s].node;
-    return steps_[s].kernel < 0 && n && op_info(n->op).kind == OpKind::View && n->inputs.size() == 1;
-  };
-  auto outputs_of = [&](size_t s) {
-    std::vector<const graph::Value*> outs;
-    if (steps_[s].kernel >= 0) {
-      const FusionGroup& grp = plan_.groups[size_t(steps_[s].kernel)];
-      outs.push_back(grp.output);
-      outs.insert(outs.end(), grp.extra_outputs.begin(), grp.extra_outputs.end());
-    } else if (steps_[s].node) {
-      outs.assign(steps_[s].node->outputs.begin(), steps_[s].node->outputs.end());
-    }
-    return outs;
-  };
-  // Whether step s may go on the branch at all: a plain fused kernel, or a matmul, a sum or a
-  // view run through the dispatcher (no fold, no draws).
-  auto may_branch = [&](size_t s) {
-    const Step& st = steps_[s];
-    if (st.casts != 0) return false;
-    if (st.kernel >= 0) {
-      const size_t k = size_t(st.kernel);
-      return embedding_fold_of_group_[k] < 0 && append_fold_of_group_[k] < 0 &&
-             ce_fold_of_group_[k] < 0 && write_into_[k] < 0;
-    }
-    const size_t i = size_t(st.index);
-    return st.node && fold_of_node_[i] < 0 && bias_fold_of_node_[i] < 0 &&
-           append_fold_of_node_[i] < 0 && !graph::is_random(st.node->op) &&
-           !st.node->skipped_draws &&
-           (st.node->op == OpId::matmul || st.node->op == OpId::sum || is_view(s));
-  };
-  // From the end: a step whose every result is read only by the grad casts or by views on the
-  // branch (or by nobody: an output).
-  for (size_t s = steps_.size(); s-- > 0;) {
-    bool side = may_branch(s);
-    for (const graph::Value* v : outputs_of(s))
-      for (int r : readers[size_t(v->id)])
-        side &= (side_[size_t(r)] && is_view(size_t(r))) || steps_[size_t(r)].casts == 2;
-    side_[s] = side;
-  }
-  // A view alone on the branch launches nothing: only where it views the branch's results. A
-  // step off the branch that reads them joins the branch first.
-  std::vector<char> made_on_side(values.size(), 0);
-  int count = 0;
-  for (size_t s = 0; s < steps_.size(); ++s) {
-    const std::vector<const graph::Value*> reads = step_reads(s);
-    if (side_[s] && is_view(s) && !made_on_side[size_t(reads[0]->id)]) side_[s] = 0;
-    if (side_[s]) {
-      for (const graph::Value* v : reads) side_reads_[s].push_back(v->id);
-      for (const graph::Value* v : outputs_of(s)) made_on_side[size_t(v->id)] = 1;
-      count += !is_view(s);
-      continue;
-    }
-    for (const graph::Value* v : reads)
-      if (made_on_side[size_t(v->id)]) join_before_[s] = 1;
-    if (join_before_[s]) std::fill(made_on_side.begin(), made_on_side.end(), 0);
-  }
-  if (count == 0) std::fill(side_.begin(), side_.end(), 0);
-  else log_decision(std::to_string(count) + " step(s) recorded on a side branch beside the others");
-}
-
-// A mutation's new contents computed by a pointwise kernel go straight into the input they
-// replace (a cache written each step), not into a buffer copied over it after the run, when
-// that is safe: the kernel reads the input only at the index it writes (same sizes, no other
-// view of it among its inputs), nothing after it reads the old contents (the input or a view
-// of it), both are laid out contiguously, and the new contents are not a graph output.
-void CudaCompiledGraph::plan_writes_into_inputs(const std::vector<int>& last) {
-  write_into_.assign(plan_.groups.size(), -1);
-  std::vector<int> step_of(plan_.groups.size(), -1);
-  for (size_t st = 0; st < steps_.size(); ++st)
-    if (steps_[st].kernel >= 0) step_of[size_t(steps_[st].kernel)] = int(st);
-  const auto& outs = g_->outputs();
-  for (const graph::Mutation& m : g_->mutations()) {
-    const graph::Value *v = m.value, *t = m.target;
-    if (v == t) continue;
-    // The kernel whose result it is.
-    const auto it = std::find_if(plan_.groups.begin(), plan_.groups.end(),
-                                 [&](const FusionGroup& grp) { return grp.output == v; });
-    if (it == plan_.groups.end()) continue;
-    const int k = int(it - plan_.groups.begin());
-    if (step_of[size_t(k)] < 0 || ce_fold_of_group_[size_t(k)] >= 0) continue;
-    const FusionGroup& grp = *it;
-    if (grp.row || grp.gemm || grp.attn_qk || !grp.extra_outputs.empty()) continue;
-    if (v->meta.sizes != t->meta.sizes || v->meta.dtype != t->meta.dtype || !contiguous(*t) ||
-        std::find(outs.begin(), outs.end(), v) != outs.end())
-      continue;
-    const int at = step_of[size_t(k)];
-    bool safe = std::find(grp.inputs.begin(), grp.inputs.end(), t) != grp.inputs.end();
-    for (const graph::Value* in : grp.inputs)
-      safe &= in == t || graph::view_root(in) != t;
-    for (const auto& u : g_->values())
-      if (graph::view_root(u.get()) == t) safe &= last[size_t(u->id)] <= at;
-    if (safe) write_into_[size_t(k)] = t->input_index;
-  }
 }
 
 void CudaCompiledGraph::build(bool defer_first) {
@@ -800,7 +667,7 @@ std::vector<Tensor> CudaCompiledGraph::execute(const std::vector<Tensor>& inputs
   // Recording: the side steps on a branch of their own, what they read kept until the join.
   std::optional<cuda_graph::SideBranch> side;
   std::vector<Tensor> side_reads;
-  if (std::find(side_.begin(), side_.end(), 1) != side_.end()) {
+  if (has_side_) {
     side.emplace(device_.index);
     if (!side->recording()) side.reset();
   }

@@ -120,7 +120,9 @@ class CudaCompiledGraph : public capture::Runnable {
   // Steps recorded on a side branch (cuda_graph::SideBranch) beside the others: a matmul, a sum
   // or a fused kernel (or a view of their results) whose results only the grad casts read, or
   // the caller (a weight's grad, a bias's). In a graph that writes no input.
-  void plan_side_steps();
+  // Gives the count of those that launch work (views launch nothing).
+  int plan_side_steps();
+  bool has_side_ = false;                   // some step goes on the side branch
   std::vector<char> side_;                  // per step: on the side branch
   std::vector<char> join_before_;           // per step: reads what the side branch wrote
   std::vector<std::vector<int>> side_reads_;  // per side step: value ids it reads

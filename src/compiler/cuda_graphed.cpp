@@ -25,10 +25,8 @@ CudaGraphCounters cuda_graph_counters() {
 }
 
 namespace compiler {
-void count_side_steps(int64_t n) { g_side += n; }
-}  // namespace compiler
 
-namespace compiler {
+void count_side_steps(int64_t n) { g_side += n; }
 
 namespace {
 

@@ -64,13 +64,13 @@ class FreesHeld {
 void free_held(std::vector<void*>& blocks);
 
 // Work recorded beside the stream's own (a training step's weight grads beside its input grads).
-// While the device's stream is recording, the work run() runs goes into the graph depending on
-// all that was recorded before it (so it may take memory the stream's earlier work freed) and on
-// the branch's earlier work, with the branch's counters and library handles
-// (cuda::detail::SideBranchScope) and with the blocks it frees held; the stream's later work
-// does not wait for it until join(), which also frees the held blocks. The caller keeps what
-// the work reads alive until join() and joins before anything reads what it wrote. Not
-// recording, run() runs the work in line. Destruction joins.
+// While this thread records the device's stream (begin() to end()), the work run() runs goes
+// into the graph depending on all that was recorded before it (so it may take memory the
+// stream's earlier work freed) and on the branch's earlier work, with the branch's counters and
+// library handles (cuda::detail::SideBranchScope) and with the blocks it frees held; the
+// stream's later work does not wait for it until join(), which also frees the held blocks. The
+// caller keeps what the work reads alive until join() and joins before anything reads what it
+// wrote. Not recording, run() runs the work in line. Destruction joins.
 class SideBranch {
  public:
   explicit SideBranch(int device);

@@ -461,15 +461,20 @@ TEST_F(Training, FusedAttentionDropoutDrawsFromAHoistedRngState) {
   EXPECT_NE(losses[0], losses[1]);
 }
 
+// Dropout of h with probability p as the GPU's front end runs it under capture: dropout_rng on
+// an rng_state node reserving h's draws.
+Tensor captured_dropout(const Tensor& h, double p) {
+  Attrs a;
+  a.value = p;
+  Tensor rng = reserve_random_tensor(uint64_t(h.numel()), h.device(), "dropout");
+  return dispatch1(OpId::dropout_rng, {h, rng}, a);
+}
+
 // Dropout as the GPU's front end runs it under capture (dropout_rng on an rng_state node, here
 // on the CPU's kernels): grads equal eager's from one seed, and each call draws a fresh mask.
 TEST_F(Training, DropoutRngDrawsFromAHoistedRngState) {
   auto fn = [](const Tensor& x, const Tensor& w) {
-    Attrs a;
-    a.value = 0.4;
-    const Tensor h = x.matmul(w);
-    Tensor rng = reserve_random_tensor(uint64_t(h.numel()), h.device(), "dropout");
-    return (dispatch1(OpId::dropout_rng, {h, rng}, a).tanh() * x.sum({-1}, true)).sum();
+    return (captured_dropout(x.matmul(w), 0.4).tanh() * x.sum({-1}, true)).sum();
   };
   auto f = compile(fn, eager_backend());
   std::vector<double> losses;
@@ -494,15 +499,13 @@ TEST_F(Training, DropoutRngDrawsFromAHoistedRngState) {
 // still draw eager's. Every result and grad equals eager's bit for bit.
 TEST_F(Training, HeldHoistedDrawsAreNotOverwritten) {
   auto fn = [](const Tensor& x, const Tensor& w) {
-    Attrs a;
-    a.value = 0.3;
     const Tensor h = x.matmul(w);
-    Tensor r = reserve_random_tensor(uint64_t(h.numel()), h.device(), "dropout");
+    const Tensor d = captured_dropout(h, 0.3);  // its draws come before the attention's
     const Tensor att =
         fused_attention(h.view({2, 4, 4}), h.view({2, 4, 4}), h.view({2, 4, 4}), true, 0.4,
                         std::nullopt)
             .out;
-    return (dispatch1(OpId::dropout_rng, {h, r}, a) * att.view({8, 4})).sum();
+    return (d * att.view({8, 4})).sum();
   };
   auto f = compile(fn, eager_backend());
   struct Call {
@@ -537,15 +540,10 @@ TEST_F(Training, HeldHoistedDrawsAreNotOverwritten) {
 // where eager leaves it.
 TEST_F(Training, SeveralHoistedRngStatesDrawEagersRanges) {
   auto fn = [](const Tensor& x, const Tensor& w) {
-    Attrs a;
-    a.value = 0.25;
     const Tensor h = x.matmul(w);
-    Tensor r1 = reserve_random_tensor(uint64_t(h.numel()), h.device(), "dropout");
-    const Tensor d1 = dispatch1(OpId::dropout_rng, {h, r1}, a);
-    const Tensor q = d1.view({2, 4, 4}), k = h.view({2, 4, 4}).tanh();
+    const Tensor q = captured_dropout(h, 0.25).view({2, 4, 4}), k = h.view({2, 4, 4}).tanh();
     const Tensor att = fused_attention(q, k, k, true, 0.3, std::nullopt).out;
-    Tensor r2 = reserve_random_tensor(uint64_t(att.numel()), att.device(), "dropout");
-    return (dispatch1(OpId::dropout_rng, {att, r2}, a) * x.view({2, 4, 4})).sum();
+    return (captured_dropout(att, 0.25) * x.view({2, 4, 4})).sum();
   };
   auto f = compile(fn, eager_backend());
   for (uint64_t seed : {3u, 4u}) {

@@ -25,15 +25,22 @@ class Recording {
 
 bool available() { return true; }
 
+namespace {
+// The device whose stream this thread is recording (begin to end or abort), or -1.
+thread_local int tl_recording = -1;
+}  // namespace
+
 void begin(int device) {
   cuda::detail::use_device(device);
   // Relaxed: the allocator may take a new segment (cudaMalloc) for the pool while recording.
   cuda::detail::check(
       cudaStreamBeginCapture(cuda::detail::stream(device), cudaStreamCaptureModeRelaxed),
       "starting a CUDA graph recording (cudaStreamBeginCapture)");
+  tl_recording = device;
 }
 
 std::shared_ptr<Recording> end(int device) {
+  tl_recording = -1;
   cuda::detail::use_device(device);
   cudaGraph_t g = nullptr;
   cudaError_t e = cudaStreamEndCapture(cuda::detail::stream(device), &g);
@@ -57,6 +64,7 @@ std::shared_ptr<Recording> end(int device) {
 }
 
 void abort(int device) {
+  tl_recording = -1;
   cuda::detail::use_device(device);
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   cudaStreamIsCapturing(cuda::detail::stream(device), &status);
@@ -106,7 +114,6 @@ Nodes joined(Nodes a, const Nodes& b) {
 }  // namespace
 
 struct SideBranch::State {
-  int device = 0;
   cudaStream_t stream = nullptr;
   bool recording = false;
   Nodes last;                // the branch's latest work
@@ -115,11 +122,8 @@ struct SideBranch::State {
 };
 
 SideBranch::SideBranch(int device) : s_(std::make_unique<State>()) {
-  s_->device = device;
-  s_->stream = cuda::detail::stream(device);
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  cuda::detail::check(cudaStreamIsCapturing(s_->stream, &status), "cudaStreamIsCapturing");
-  s_->recording = status == cudaStreamCaptureStatusActive;
+  s_->recording = tl_recording == device;
+  if (s_->recording) s_->stream = cuda::detail::stream(device);
 }
 
 SideBranch::~SideBranch() {
