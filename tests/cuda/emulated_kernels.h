@@ -42,11 +42,8 @@ inline C shfl_xor(C v, int lane_mask) {
 inline unsigned char* shared_memory() {
   return test::emu::shared_memory();
 }
-inline void thread_fence() {}  // blocks run one after another
-inline int atomic_add(int* p, int v) {
-  const int old = *p;
-  *p = old + v;
-  return old;
+inline int count_in(int* p) {  // blocks run one after another: no ordering to give
+  return (*p)++;
 }
 template <class C>
 inline C load_shared_by_blocks(const C* p) {
@@ -93,6 +90,8 @@ inline void copy16_async(void* dst, const void* src) {
 }
 inline void async_commit() {}
 inline void async_wait() {}
+template <int N>
+inline void async_wait_pending() {}
 inline void ldsm_emulated(uint32_t (&r)[4], const void* row, bool trans) {
   const std::array<const void*, 32> rows = test::emu::warp_gather(row);
   const int lane = thread_index() % 32, g = lane / 4, q = lane % 4;

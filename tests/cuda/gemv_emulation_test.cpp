@@ -163,7 +163,8 @@ TEST(GemvEmulation, ColumnsInTurnGiveTheGemvKernelsBits) {
         else cuda::gemv::gemv_kernel<T, 1>(a);
       });
       a.out = got.impl()->data();
-      emu::run_blocks(2, cuda::attn::kThreads, smem, [&] {
+      emu::run_blocks(2, cuda::attn::kThreads,
+                      cuda::gemv::columns_shared_bytes(c.ln, c.K, dtype_size(c.dtype)), [&] {
         if (c.ln) cuda::gemv::columns_kernel<T, true>(a);
         else cuda::gemv::columns_kernel<T>(a);
       });

@@ -214,25 +214,12 @@ struct CudaRunner {
   template <class Args>
   void operator()(void (*kernel)(Args), int64_t blocks, size_t smem, const Args& args,
                   int threads = kThreads) const {
-    if (smem > 48 * 1024) {
-      // Asked once a (kernel, device, size): a later launch finds it set.
-      static std::mutex mu;
-      static std::set<std::tuple<const void*, int, size_t>> opted;
-      const std::tuple<const void*, int, size_t> key{reinterpret_cast<const void*>(kernel), device,
-                                                     smem};
-      std::lock_guard<std::mutex> lock(mu);
-      if (!opted.count(key)) {
-        int optin = 0;
-        detail::check(
-            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), op);
-        EMBER_CHECK(smem <= size_t(optin), op, ": the kernel needs ", smem,
-                    " bytes of shared memory a block and device ", device, " offers ", optin,
-                    "; use head sizes up to 64 or float32/16-bit inputs on it");
-        detail::check(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-            op);
-        opted.insert(key);
-      }
+    int optin = 0;
+    if (!detail::allow_shared(reinterpret_cast<const void*>(kernel), device, smem, op)) {
+      detail::check(
+          cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), op);
+      EMBER_CHECK(false, op, ": the kernel needs ", smem, " bytes of shared memory a block and device ",
+                  device, " offers ", optin, "; use head sizes up to 64 or float32/16-bit inputs on it");
     }
     kernel<<<unsigned(blocks), unsigned(threads), smem, stream>>>(args);
     detail::check(cudaGetLastError(), op);

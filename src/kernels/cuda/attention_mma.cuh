@@ -14,7 +14,7 @@
 // accumulator tiles of adjacent columns, rounded to 16 bits, are one A fragment (a_from_acc).
 //
 // The warp-wide primitives (ldsm_x4, ldsm_x4_t, mma_16816) and exp2_of and the asynchronous
-// copies (copy16_async, async_commit, async_wait) are CUDA's here; with
+// copies (copy16_async, async_commit, async_wait, async_wait_pending) are CUDA's here; with
 // EMBER_CUDA_EMULATION the includer supplies host versions (tests/cuda/emulated_kernels.h).
 #pragma once
 #include "kernels/cuda/attention_tiles.cuh"
@@ -65,6 +65,12 @@ EMBER_ATTN_DEVICE void async_commit() {
 }
 EMBER_ATTN_DEVICE void async_wait() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+// Waits until at most N of this thread's committed groups are still in flight: the older ones
+// have landed, for this thread to read (others' copies need a barrier too).
+template <int N>
+EMBER_ATTN_DEVICE void async_wait_pending() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 EMBER_ATTN_DEVICE float exp2_of(float x) {
   float y;

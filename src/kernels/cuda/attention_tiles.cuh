@@ -62,12 +62,22 @@ EMBER_ATTN_DEVICE C shfl_xor(C v, int lane_mask) {
 EMBER_ATTN_DEVICE unsigned char* shared_memory() {
   return ember_attention_smem;
 }
-// Orders this thread's global writes before its later ones, for every block to see.
-EMBER_ATTN_DEVICE void thread_fence() {
+// Counts a block in at *p (a counter the blocks of one launch add to) and returns the count
+// before: one atomic that releases what the block wrote (its threads' writes ordered before
+// this thread's by a barrier) and acquires what the blocks counted in before it wrote, at the
+// device's scope. No full fence: __threadfence is a sequentially consistent one (MEMBAR.SC),
+// microseconds on the critical path of a short kernel.
+EMBER_ATTN_DEVICE int count_in(int* p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
+  return old;
+#else
   __threadfence();
-}
-EMBER_ATTN_DEVICE int atomic_add(int* p, int v) {
-  return atomicAdd(p, v);
+  const int old = atomicAdd(p, 1);
+  __threadfence();
+  return old;
+#endif
 }
 // Programmatic dependent launch (a kernel launched with it may start before the one before it
 // in the stream ends): waits until the grids before this one have finished and their writes

@@ -384,17 +384,13 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
   }
   if (!a.early) allow_dependent_grids();  // the next kernel's blocks may start their setup
   if (!a.counters) return;  // the join kernel follows
-  // The block's stores come before thread 0's fence (the barrier), and that fence before it
-  // counts the block in: the block that makes the count the row's splits taking part sees
-  // every one's.
+  // The block's stores come before thread 0 counts it in (the barrier), and the count
+  // releases them: the block that makes the count the row's splits taking part acquires
+  // every one's, and its threads see them after the next barrier.
   sync_block();
-  if (tid == 0) {
-    thread_fence();
-    red[0] = atomic_add(&a.counters[r], 1) == cached_taking_part(n) - 1 ? C(1) : C(0);
-  }
+  if (tid == 0) red[0] = count_in(&a.counters[r]) == cached_taking_part(n) - 1 ? C(1) : C(0);
   sync_block();
   if (red[0] == C(0)) return;
-  thread_fence();
   cached_join_row<T, C>(a, ws, r, part, red);
   if (tid == 0) a.counters[r] = 0;  // zero at rest, for the next launch
 }

@@ -85,10 +85,17 @@ bool run(const void* x, int64_t ldx, const void* w, int64_t ldw, const void* bia
   const bool in_turn = columns_in_turn() && columns_in_turn_fit(a, dtype_size(dt)) &&
                        grid > columns_past(device) &&
                        grid > 2 * int64_t(device_code::multiprocessors(device));
-  if (in_turn) grid = unsigned(2 * device_code::multiprocessors(device));
+  if (in_turn) {
+    grid = unsigned(2 * device_code::multiprocessors(device));
+    smem = columns_shared_bytes(ln, k, dtype_size(dt));
+  }
   cudaStream_t s = detail::stream(device);
   auto launch = [&]<class T>() {
     auto go = [&](void (*kernel)(Args)) {
+      EMBER_CHECK(detail::allow_shared(reinterpret_cast<const void*>(kernel), device, smem,
+                                       "matmul (few rows)"),
+                  "matmul (few rows): device ", device, " offers a block less than the ", smem,
+                  " bytes of shared memory its kernel takes; set EMBER_GEMV_COLUMNS=0");
       detail::launch_after(kernel, dim3(grid), dim3(attn::kThreads), smem, s, "matmul (few rows)",
                            a);
     };

@@ -9,6 +9,7 @@
 // GPU has warps for every column (a gemm's tiles would leave most of it idle at one row). Written on attention_tiles.cuh's primitives, so the
 // block emulator runs it on the host too (tests/cuda/gemv_emulation_test.cpp).
 #pragma once
+#include "kernels/cuda/attention_mma.cuh"  // copy16_async
 #include "kernels/cuda/attention_tiles.cuh"
 #include "kernels/functors.h"
 
@@ -71,7 +72,7 @@ inline int layer_norm_threads(int64_t k) {
 }
 // What a launch with the layer_norm adds to its shared memory: the folds' 64 partials, then the
 // normalized rows (M of k elements of T).
-inline size_t layer_norm_shared_bytes(int64_t rows, int64_t k, size_t t_size) {
+EMBER_ATTN_HOST_DEVICE size_t layer_norm_shared_bytes(int64_t rows, int64_t k, size_t t_size) {
   return 64 * sizeof(float) + size_t(rows * k) * t_size;
 }
 
@@ -272,47 +273,62 @@ inline bool columns_in_turn_fit(const Args& a, size_t t_size) {
          a.K <= int64_t(32) * int64_t(16 / t_size) * kLoads;
 }
 
+// Columns a warp of columns_kernel has in flight: their weights copied into the warp's ring in
+// shared memory (cp.async: no registers held), so that enough of the weight streams in at once
+// to keep the memory busy (two in registers left it at 2.3 TB/s on an H200).
+constexpr int kColumnStages = 4;
+// Where columns_kernel's rings start in its shared memory: after the gemv kernel's partial sums
+// and the layer-normalized row (with a layer_norm), on 16 bytes.
+EMBER_ATTN_HOST_DEVICE size_t columns_ring_offset(bool ln, int64_t k, size_t t_size) {
+  const size_t o = kSharedBytes + (ln ? layer_norm_shared_bytes(1, k, t_size) : 0);
+  return (o + 15) / 16 * 16;
+}
+// Dynamic shared memory of a columns_kernel launch (past 48 KiB: the launch opts in).
+EMBER_ATTN_HOST_DEVICE size_t columns_shared_bytes(bool ln, int64_t k, size_t t_size) {
+  return columns_ring_offset(ln, k, t_size) + size_t(kWarps) * kColumnStages * kLoads * 32 * 16;
+}
+
 // A product of many columns (the logits' projection: tens of thousands) in one wave of blocks:
-// warp w of the grid takes columns w, w + W, w + 2W ... (W the grid's warps), with the weights
-// (and bias and residual) of the kDepth - 1 columns after the one it sums in flight, so that
-// the launch does not wait on a round of memory latency per wave of blocks (or per column). x's
-// vectors are loaded once for all the warp's columns. Each column sums in gemv_kernel's order:
-// the same bits. Launched with at most as many blocks as are resident (two a multiprocessor:
-// the columns' loads in flight take registers a third block would need).
+// warp w of the grid takes columns w, w + W, w + 2W ... (W the grid's warps). Each lane copies
+// its vectors of the kColumnStages columns after the one it sums into its slots of the warp's
+// ring (a group of copies a column, waited for in order), so that the launch does not wait on a
+// round of memory latency per column. x's vectors are loaded once for all the warp's columns.
+// Each column sums in gemv_kernel's order: the same bits. Launched with at most as many blocks as
+// are resident (two a multiprocessor: the rings' shared memory).
 // kLn: x is first layer-normalized in each block (layer_norm_rows, the op's bits), as the gemv
 // kernel does it.
 template <class T, bool kLn = false>
 EMBER_ATTN_KERNEL_BLOCKS(2) void columns_kernel(Args a) {
   using Raw = attn::Raw<T>;
-  // Columns in flight a warp. Three hold 128 registers in the 16-bit kernels and ran a GPT-2
-  // decode step slower on an H200 (docs/bench.md); four spill.
-  constexpr int kDepth = 2;
+  constexpr int D = kColumnStages;
   constexpr int V = 16 / int(sizeof(T));
+  constexpr bool kNormed = kLn && sizeof(T) == 2;
   const int lane = attn::thread_index() % 32, warp = attn::thread_index() / 32;
   const int64_t W = attn::grid_blocks() * kWarps, step = int64_t(32) * V, first = int64_t(lane) * V;
   if (a.early) attn::allow_dependent_grids();  // its reads still wait for this grid's end
   const T* w = static_cast<const T*>(a.w);
   const T* bias = static_cast<const T*>(a.bias);
   const T* residual = static_cast<const T*>(a.residual);
-  // Column n0 + warp of the block's rounds n0 (the same rounds for all its warps, so that they
-  // reach the exchanges together; a warp past the last column idles through them). kDepth
-  // columns' weights in flight a warp: buffer d holds column n0 + d W + warp of round n0, and
-  // once summed is refilled with the column kDepth rounds on.
-  const int64_t n_first = attn::block_index() * kWarps;
-  Raw wb[kDepth][kLoads];
-  float bb[kDepth] = {}, rb[kDepth] = {};
-  auto load = [&](int64_t n, Raw* wr, float* b) {  // a column's weights and bias
-    if (n >= a.N) return;
-    EMBER_UNROLL
-    for (int g = 0; g < kLoads; ++g)
-      if (first + g * step < a.K) wr[g] = attn::load16<Raw>(w + n * a.ldw + first + g * step);
-    if (lane == 0 && bias) *b = widen<float>(bias[n]);
+  unsigned char* ring = attn::shared_memory() + columns_ring_offset(kNormed, a.K, sizeof(T)) +
+                        size_t(warp) * D * kLoads * 32 * 16;
+  auto slot = [&](int d, int g) { return ring + ((d * kLoads + g) * 32 + lane) * 16; };
+  // Column n's weights into slot d (one group of copies, empty past the last column) and its
+  // bias into bb[d].
+  float bb[D] = {}, rb[D] = {};
+  auto fetch = [&](int64_t n, int d) {
+    if (n < a.N) {
+      EMBER_UNROLL
+      for (int g = 0; g < kLoads; ++g)
+        if (first + g * step < a.K) attn::copy16_async(slot(d, g), w + n * a.ldw + first + g * step);
+      if (lane == 0 && bias) bb[d] = widen<float>(bias[n]);
+    }
+    attn::async_commit();
   };
-  // No kernel writes the weights: asked for before the wait (with a layer_norm to make, the
-  // first column's alone; the others after it, whose registers the layer_norm needs).
-  constexpr bool kNormed = kLn && sizeof(T) == 2;
+  // Column n0 + d W + warp of the block's rounds n0 sits in slot d. No kernel writes the weights:
+  // the first D columns are asked for before the wait.
+  const int64_t n_first = attn::block_index() * kWarps;
   EMBER_UNROLL
-  for (int d = 0; d < (kNormed ? 1 : kDepth); ++d) load(n_first + d * W + warp, wb[d], &bb[d]);
+  for (int d = 0; d < D; ++d) fetch(n_first + d * W + warp, d);
   attn::wait_for_prior_grids();
   const T* x = static_cast<const T*>(a.x);
   if constexpr (kNormed) {  // x is the layer_norm of a.x's row, made here
@@ -320,33 +336,33 @@ EMBER_ATTN_KERNEL_BLOCKS(2) void columns_kernel(Args a) {
     T* xs = reinterpret_cast<T*>(sh + 64 * sizeof(float));
     layer_norm_rows<T, 1>(a, xs, reinterpret_cast<float*>(sh));
     x = xs;
-    EMBER_UNROLL
-    for (int d = 1; d < kDepth; ++d) load(n_first + d * W + warp, wb[d], &bb[d]);
   }
   Raw xv[kLoads];
   EMBER_UNROLL
   for (int g = 0; g < kLoads; ++g)
     if (first + g * step < a.K) xv[g] = attn::load16<Raw>(x + first + g * step);
   EMBER_UNROLL
-  for (int d = 0; d < kDepth; ++d) {
+  for (int d = 0; d < D; ++d) {
     const int64_t n = n_first + d * W + warp;
     if (n < a.N && lane == 0 && residual) rb[d] = widen<float>(residual[n]);
   }
-  for (int64_t n0 = n_first; n0 < a.N; n0 += kDepth * W) {
+  for (int64_t n0 = n_first; n0 < a.N; n0 += D * W) {
     EMBER_UNROLL
-    for (int d = 0; d < kDepth; ++d) {
-      const int64_t n = n0 + d * W + warp, next = n + kDepth * W;
+    for (int d = 0; d < D; ++d) {
+      const int64_t n = n0 + d * W + warp, next = n + D * W;
+      attn::async_wait_pending<D - 1>();  // slot d's group, the oldest, has landed
       float acc[kMaxRows] = {};
       if (n < a.N) {
         EMBER_UNROLL
         for (int g = 0; g < kLoads; ++g)
-          if (first + g * step < a.K)
-            for (int e = 0; e < V; ++e)
-              acc[0] += widen<float>(xv[g].v[e]) * widen<float>(wb[d][g].v[e]);
+          if (first + g * step < a.K) {
+            const Raw wv = attn::load16<Raw>(slot(d, g));
+            for (int e = 0; e < V; ++e) acc[0] += widen<float>(xv[g].v[e]) * widen<float>(wv.v[e]);
+          }
       }
       for (int s = 16; s > 0; s >>= 1) acc[0] += attn::shfl_xor(acc[0], s);
       if (n < a.N && lane == 0) store_column<T, 1>(a, n, acc, bb[d], &rb[d]);
-      load(next, wb[d], &bb[d]);  // in flight while the next kDepth - 1 columns sum
+      fetch(next, d);  // slot d read (its values summed): refilled, in flight for D columns
       if (next < a.N && lane == 0 && residual) rb[d] = widen<float>(residual[next]);
     }
   }

@@ -469,12 +469,10 @@ __global__ void __launch_bounds__(1024)
   if (threadIdx.x == 0) {
     pv[o * splits + s] = v;
     pi[o * splits + s] = i;
-    __threadfence();
-    last = atomicAdd(&counters[o], 1) == splits - 1;
+    last = attn::count_in(&counters[o]) == splits - 1;  // releases them, acquires the others'
   }
   __syncthreads();
   if (!last) return;
-  __threadfence();
   // The row's splits, a thread each, folded over the block (they were written by other
   // blocks of this launch: read past the SM's cache).
   ArgBest<A, Max> best;

@@ -6,7 +6,9 @@
 #include <array>
 #include <cstdlib>
 #include <mutex>
+#include <set>
 #include <string>
+#include <tuple>
 
 #include "core/env.h"
 #include "ember/cuda.h"
@@ -83,6 +85,22 @@ bool programmatic_launch() {
 bool early_dependents() {
   static const bool on = programmatic_launch() && env_switch("EMBER_PDL_EARLY", true);
   return on;
+}
+
+bool allow_shared(const void* kernel, int device, size_t smem, const char* what) {
+  if (smem <= 48 * 1024) return true;
+  static std::mutex mu;
+  static std::set<std::tuple<const void*, int, size_t>> opted;
+  const std::tuple<const void*, int, size_t> key{kernel, device, smem};
+  std::lock_guard<std::mutex> lock(mu);
+  if (opted.count(key)) return true;
+  int optin = 0;
+  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), what);
+  if (smem > size_t(optin)) return false;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+        what);
+  opted.insert(key);
+  return true;
 }
 
 cudaStream_t stream(int device) {

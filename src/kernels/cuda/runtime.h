@@ -4,6 +4,8 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+
 #include "ember/error.h"
 #include "kernels/cuda/fault.cuh"
 
@@ -13,6 +15,10 @@ namespace ember::cuda::detail {
 void check(cudaError_t e, const char* what);
 // Makes `device` current on this thread (cheap when it already is).
 void use_device(int device);
+// Lets `kernel` take `smem` bytes of dynamic shared memory a block on `device` (past 48 KiB it
+// needs the opt-in attribute, set once a kernel, device and size); false where the device
+// offers a block less (the caller's error says what to do).
+bool allow_shared(const void* kernel, int device, size_t smem, const char* what);
 // The device's stream, created on first use.
 cudaStream_t stream(int device);
 // Counters a kernel may count its blocks' arrivals in: kCounters ints on the device, allocated
