@@ -269,8 +269,11 @@ cuda::attn::CachedArgs cached_args(const Tensor& q, const Tensor& k, const Tenso
 
 // cached_attention's kernels on the emulator for `dtype`, over `rows` query rows: the split
 // kernel, then the join kernel where a has no counters. With stage_v, the values are staged in
-// shared memory where they fit, as a launch stages them (CachedArgs::v_staged).
-void run_cached(cuda::attn::CachedArgs a, DType dtype, int64_t rows, bool stage_v = true) {
+// shared memory where they fit, as a launch stages them (CachedArgs::v_staged); with vectors,
+// the vector path where it fits, as a launch takes it (CachedArgs::vectors). Returns whether
+// it took the vector path.
+bool run_cached(cuda::attn::CachedArgs a, DType dtype, int64_t rows, bool stage_v = true,
+                bool vectors = true) {
   const bool wide = dtype == DType::Float64;
   const Tensor ws = make_tensor({cuda::attn::cached_workspace(rows, a.S, a.F)},
                                 wide ? DType::Float64 : DType::Float32);
@@ -278,10 +281,13 @@ void run_cached(cuda::attn::CachedArgs a, DType dtype, int64_t rows, bool stage_
     using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
     C* w = static_cast<C*>(ws.impl()->data());
     a.v_staged = stage_v && cuda::attn::cached_v_stages(a.F, sizeof(T));
-    const size_t smem = cuda::attn::cached_attention_smem<C>() +
+    a.vectors = vectors && cuda::attn::cached_vectors_fit(a, sizeof(T));
+    const size_t smem = cuda::attn::cached_attention_smem<C>(a.F, a.vectors) +
                         (a.v_staged ? cuda::attn::cached_v_stage_bytes(a.F, sizeof(T)) : 0);
-    emu::run_blocks(rows * a.splits, cuda::attn::kThreads, smem,
-                    [&] { cuda::attn::cached_attention_split_kernel<T, C>(a, w); });
+    emu::run_blocks(rows * a.splits, cuda::attn::kThreads, smem, [&] {
+      if (a.vectors) cuda::attn::cached_attention_split_kernel<T, C, true>(a, w);
+      else cuda::attn::cached_attention_split_kernel<T, C, false>(a, w);
+    });
     if (!a.counters)
       emu::run_blocks(rows, cuda::attn::kThreads, cuda::attn::cached_join_smem<C>(),
                       [&] { cuda::attn::cached_attention_join_kernel<T, C>(a, w); });
@@ -292,6 +298,7 @@ void run_cached(cuda::attn::CachedArgs a, DType dtype, int64_t rows, bool stage_
     case DType::Float16: launch.operator()<__half>(); break;
     default: launch.operator()<__nv_bfloat16>();
   }
+  return a.vectors;
 }
 
 // cached_attention's kernel against the CPU kernel: q [B, H, L, E] as the decode step passes it
@@ -336,14 +343,19 @@ TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
     // The row's last block joins it (counted in `counters`), or a second kernel does; the values
     // staged in shared memory (where they fit) or read where they lie.
     Tensor staged;
+    for (const bool vectors : {true, false})
     for (const bool counted : {true, false})
       for (const bool stage_v : {true, false}) {
         std::vector<int> counters(size_t(rows), 0);
         a.counters = counted ? counters.data() : nullptr;
         got.fill_(NAN);
-        run_cached(a, c.dtype, rows, stage_v);
+        const bool vectored = run_cached(a, c.dtype, rows, stage_v, vectors);
+        if (!vectors && vectored) ADD_FAILURE() << what << ": the vector path taken unasked";
+        // Heads of 64 in every dtype fit the vector path (a transposed q's strides too).
+        if (vectors && c.E == 64 && c.F == 64) EXPECT_TRUE(vectored) << what;
         const std::string how = what + (counted ? " (joined by the last block)" : " (join kernel)") +
-                                (stage_v ? "" : " (values not staged)");
+                                (stage_v ? "" : " (values not staged)") +
+                                (vectored ? " (vectors)" : "");
         EXPECT_LE(max_rel_error(got, want), tolerance(c.dtype)) << how;
         if (c.pos < 0) {
           EXPECT_EQ(got.abs().amax().item(), 0.0) << how;
@@ -363,7 +375,8 @@ TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
 // take the new key and value rows, written into the caches by the blocks of their splits, and
 // the output is the op's over the written caches. The slot at the position, and slots past the
 // visible ones too (written, never read), in a split that sees none and in one that sees some;
-// two rows a batch entry; k_new and v_new read through the strides of a split of a wider tensor.
+// two rows a batch entry; k_new and v_new read through the strides of a split of a wider tensor;
+// on the vector path and the element path.
 TEST(AttentionEmulation, CachedAttentionWritesTheAppendedSlots) {
   struct Case {
     int64_t B, H, L, S, E, pos;
@@ -375,6 +388,7 @@ TEST(AttentionEmulation, CachedAttentionWritesTheAppendedSlots) {
       {2, 2, 1, 130, 16, 64, {64, 100}, DType::Float32},
       {1, 2, 2, 70, 8, 10, {10, 11}, DType::Float64},
   };
+  for (const bool vectors : {true, false})
   for (const Case& c : cases) {
     manual_seed(uint64_t(c.S + c.E));
     const std::string what = "B " + std::to_string(c.B) + " H " + std::to_string(c.H) + " L " +
@@ -408,7 +422,8 @@ TEST(AttentionEmulation, CachedAttentionWritesTheAppendedSlots) {
     const int64_t rows = want.numel() / c.E;
     std::vector<int> counters(size_t(rows), 0);
     a.counters = counters.data();
-    run_cached(a, c.dtype, rows);
+    // Every case fits the vector path (the new rows' strides too): both paths write the slots.
+    EXPECT_EQ(run_cached(a, c.dtype, rows, true, vectors), vectors) << what;
     // The caches as the where writes them, bit for bit.
     EXPECT_EQ(k.to(DType::Float64).sub(k_want.to(DType::Float64)).abs().amax().item(), 0.0)
         << what << ": the keys' cache";

@@ -23,6 +23,13 @@ bool value_staging() {
   return on;
 }
 
+// Whether cached_attention takes its vector path where it fits (CachedArgs::vectors): unless
+// EMBER_ATTN_CACHED_VECTORS=0 (read once).
+bool vector_path() {
+  static const bool on = env_switch("EMBER_ATTN_CACHED_VECTORS", true);
+  return on;
+}
+
 // Launches the split kernel (and the join kernel where the device has too few counters) over
 // a's operands, its q, caches and output already set: out has `rows` query rows.
 void launch(attn::CachedArgs& a, DType dtype, int64_t rows, Device device, const char* op) {
@@ -39,14 +46,17 @@ void launch(attn::CachedArgs& a, DType dtype, int64_t rows, Device device, const
     // Under 3 KB, whatever the head, and the staged values' 8 KB for a 16-bit head of 64.
     a.v_staged = attn::cached_v_stages(a.F, sizeof(T)) &&
                  reinterpret_cast<uintptr_t>(a.v) % 16 == 0 && value_staging();
-    const size_t smem = attn::cached_attention_smem<C>() +
+    a.vectors = attn::cached_vectors_fit(a, sizeof(T)) && vector_path();
+    const size_t smem = attn::cached_attention_smem<C>(a.F, a.vectors) +
                         (a.v_staged ? attn::cached_v_stage_bytes(a.F, sizeof(T)) : 0);
     C* w = static_cast<C*>(ws.impl()->data());
     // A row's last block joins it, counted in the device's counters (one launch), where there
     // are enough of them; else a second kernel joins the rows.
     a.counters = rows <= detail::kCounters ? detail::counters(dev) : nullptr;
     a.early = detail::early_dependents();
-    detail::launch_after(attn::cached_attention_split_kernel<T, C>, dim3(unsigned(rows * splits)),
+    detail::launch_after(a.vectors ? attn::cached_attention_split_kernel<T, C, true>
+                                   : attn::cached_attention_split_kernel<T, C, false>,
+                         dim3(unsigned(rows * splits)),
                          dim3(attn::kThreads), smem, detail::stream(dev), op, a, w);
     if (!a.counters) {
       attn::cached_attention_join_kernel<T, C>

@@ -7,8 +7,9 @@
 // visible slots leave at once. Its blocks are short, so loads are grouped into registers ahead
 // of their use: few rounds of memory latency a block. A row's splits are then joined by the
 // last of its blocks to finish (counted in a per-row counter), or by a second kernel where
-// there are no counters. Written on attention_tiles.cuh's primitives, so the block emulator
-// runs it on the host too (tests/cuda/attention_emulation_test.cpp).
+// there are no counters. Rows of 16-byte vectors take a vector path (cached_split_vectors).
+// Written on attention_tiles.cuh's primitives, so the block emulator runs it on the host too
+// (tests/cuda/attention_emulation_test.cpp).
 #pragma once
 #include "ember/tensor.h"
 #include "kernels/cuda/attention_mma.cuh"  // copy16_async
@@ -32,6 +33,9 @@ struct CachedArgs {
   // with the keys' loads, so that the values cost no round of memory latency of their own after
   // the softmax; where a split's rows fit (cached_v_stages) and v is 16-byte aligned.
   bool v_staged = false;
+  // q, the caches and the new rows read (and the new rows written) in 16-byte vectors, the split's
+  // softmax taken by every warp without block reductions: cached_vectors_fit.
+  bool vectors = false;
   int64_t qs0 = 0, qs1 = 0, qs2 = 0, qs3 = 1;
   double scale = 1;
   // Keys and values appended first (a decode step's cache write joined to its attention):
@@ -77,11 +81,15 @@ inline int64_t cached_splits(int64_t S) {
 inline int64_t cached_workspace(int64_t rows, int64_t S, int64_t F) {
   return rows * cached_splits(S) * (F + 2);
 }
+// The first kernel's partial sums of the output: a thread's, or (vectors) a warp's row of F.
+EMBER_ATTN_HOST_DEVICE int64_t cached_part_len(int64_t F, bool vectors) {
+  return vectors && (kThreads / 32) * F > kThreads ? (kThreads / 32) * F : kThreads;
+}
 // Dynamic shared memory of the first kernel: the split's scores and appended marks, the
 // output's partial sums, the block reduction's 32 values.
 template <class C>
-inline size_t cached_attention_smem() {
-  return size_t(2 * kChunk + kThreads + 32) * sizeof(C);
+inline size_t cached_attention_smem(int64_t F, bool vectors) {
+  return size_t(2 * kChunk + cached_part_len(F, vectors) + 32) * sizeof(C);
 }
 
 // Whether a split's value rows (F elements of t_size bytes each) are staged in shared memory:
@@ -92,6 +100,21 @@ inline bool cached_v_stages(int64_t F, size_t t_size) {
 // What staging adds to the first kernel's shared memory, after cached_attention_smem's.
 inline size_t cached_v_stage_bytes(int64_t F, size_t t_size) {
   return size_t(kChunk * F) * t_size;
+}
+
+// Whether a launch takes the vector path (CachedArgs::vectors): rows of whole 16-byte vectors
+// starting on 16 bytes (q's by its strides, the caches', the new rows'), and a value row of at
+// most 32 vectors, a power of two (the lanes of one vector column in a warp sum by shuffles).
+inline bool cached_vectors_fit(const CachedArgs& a, size_t t_size) {
+  const int64_t v = 16 / int64_t(t_size), fv = a.F / v;
+  auto on16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  bool fit = a.E % v == 0 && a.F % v == 0 && fv >= 1 && fv <= 32 && (fv & (fv - 1)) == 0 &&
+             on16(a.q) && on16(a.k) && on16(a.v) && a.qs3 == 1 && a.qs0 % v == 0 &&
+             a.qs1 % v == 0 && a.qs2 % v == 0;
+  if (a.put)
+    fit = fit && on16(a.k_new) && on16(a.v_new) && a.kn3 == 1 && a.vn3 == 1 && a.kn0 % v == 0 &&
+          a.kn1 % v == 0 && a.vn0 % v == 0 && a.vn1 % v == 0;
+  return fit;
 }
 
 // v over the block (max when `max`, else the sum); every thread gets it. `red` holds 32 values.
@@ -243,6 +266,113 @@ EMBER_ATTN_DEVICE void cached_append_slot(const CachedArgs& a, const T* kn, cons
   }
 }
 
+// A split's n visible value elements (one contiguous run from vb) copied into vs by the block's
+// threads (cp.async, one group): there after async_wait and a barrier.
+template <class T>
+EMBER_ATTN_DEVICE void cached_stage_values(T* vs, const T* vb, int64_t n) {
+  const int64_t pieces = n * int64_t(sizeof(T)) / 16;
+  for (int64_t h = thread_index(); h < pieces; h += kThreads)
+    copy16_async(reinterpret_cast<unsigned char*>(vs) + h * 16,
+                 reinterpret_cast<const unsigned char*>(vb) + h * 16);
+  async_commit();
+}
+
+// A split's scores, softmax and value sums in 16-byte vectors (CachedArgs::vectors), for the
+// first kernel: the kThreadsPerSlot lanes of a slot take interleaved vectors of its key; after
+// one barrier every warp takes the split's max and sum of exponentials from the scores itself;
+// thread (g, c) then sums vector column c of slots g, g + groups ... times their numerators,
+// and the groups' sums are added over a warp's lanes by shuffles and over its warps in shared
+// memory. Fewer instructions and registers than the element path, and two barriers in all.
+// Writes the split's F sums, max and sum to wsr.
+template <class T, class C>
+EMBER_ATTN_DEVICE void cached_split_vectors(const CachedArgs& a, int64_t b, int64_t i, int64_t j0,
+                                            int64_t cnt, bool put, const T* kn, const T* vn, C* w,
+                                            const C* mark, C* part, T* vs, C* wsr) {
+  using Raw = attn::Raw<T>;
+  constexpr int V = 16 / int(sizeof(T));
+  constexpr int kLoads = 4;  // vectors a thread loads at once (a 16-bit head of 64 takes one set)
+  const int tid = thread_index(), lane = tid % 32, warp = tid / 32;
+  const int64_t jj = tid / kThreadsPerSlot, p = tid % kThreadsPerSlot;
+  const T* qr = static_cast<const T*>(a.q) + (b / a.B1) * a.qs0 + (b % a.B1) * a.qs1 + i * a.qs2;
+  T* vb = static_cast<T*>(const_cast<void*>(a.v)) + (b * a.S + j0) * a.F;
+  if (a.v_staged) cached_stage_values(vs, vb, cnt * a.F);  // as the element path stages them
+  {
+    C acc = 0;
+    if (jj < cnt) {
+      T* kc = static_cast<T*>(const_cast<void*>(a.k)) + (b * a.S + j0 + jj) * a.E;
+      const T* kr = put ? kn : kc;
+      for (int64_t e0 = p * V; e0 < a.E; e0 += kThreadsPerSlot * V * kLoads) {
+        Raw qv[kLoads], kv[kLoads];
+        EMBER_UNROLL
+        for (int u = 0; u < kLoads; ++u) {
+          const int64_t e = e0 + u * kThreadsPerSlot * V;
+          if (e < a.E) {
+            qv[u] = load16<Raw>(qr + e);
+            kv[u] = load16<Raw>(kr + e);
+          }
+        }
+        EMBER_UNROLL
+        for (int u = 0; u < kLoads; ++u) {
+          const int64_t e = e0 + u * kThreadsPerSlot * V;
+          if (e < a.E) {
+            for (int x = 0; x < V; ++x) acc += widen<C>(qv[u].v[x]) * widen<C>(kv[u].v[x]);
+            if (put) store16(kc + e, kv[u]);
+          }
+        }
+      }
+    }
+    for (int m = 1; m < kThreadsPerSlot; m <<= 1) acc += shfl_xor(acc, m);
+    if (p == 0 && jj < cnt) w[jj] = acc * C(a.scale);
+  }
+  if (a.v_staged) async_wait();  // this thread's copies, seen by all after the barrier
+  sync_block();
+  // The split's max and sum of exponentials, by every warp alike.
+  C mx = C(-INFINITY), z = 0;
+  for (int64_t j = lane; j < cnt; j += 32) mx = max_of(mx, w[j]);
+  for (int s = 16; s > 0; s >>= 1) mx = max_of(mx, shfl_xor(mx, s));
+  for (int64_t j = lane; j < cnt; j += 32) z += exp_of(w[j] - mx);
+  for (int s = 16; s > 0; s >>= 1) z += shfl_xor(z, s);
+  const int64_t fv = a.F / V, groups = kThreads / fv, g = tid / fv, c = tid % fv;
+  C acc[V] = {};
+  for (int64_t jb = g; jb < cnt; jb += groups * kLoads) {
+    Raw vv[kLoads];
+    bool fresh[kLoads];  // an appended slot: from v_new, then stored into the cache
+    EMBER_UNROLL
+    for (int u = 0; u < kLoads; ++u) {
+      const int64_t j = jb + u * groups;
+      fresh[u] = j < cnt && mark[j] != C(0);
+      if (j < cnt)
+        vv[u] = fresh[u]     ? load16<Raw>(vn + c * V)
+                : a.v_staged ? load16<Raw>(vs + j * a.F + c * V)
+                             : load16<Raw>(vb + j * a.F + c * V);
+    }
+    EMBER_UNROLL
+    for (int u = 0; u < kLoads; ++u) {
+      const int64_t j = jb + u * groups;
+      if (j < cnt) {
+        const C e = exp_of(w[j] - mx);
+        for (int x = 0; x < V; ++x) acc[x] += e * widen<C>(vv[u].v[x]);
+        if (fresh[u]) store16(vb + j * a.F + c * V, vv[u]);
+      }
+    }
+  }
+  // Lanes l, l + fv ... of a warp hold the same vector column (fv divides 32).
+  for (int64_t m = fv; m < 32; m <<= 1)
+    for (int x = 0; x < V; ++x) acc[x] += shfl_xor(acc[x], int(m));
+  if (lane < fv)
+    for (int x = 0; x < V; ++x) part[warp * a.F + c * V + x] = acc[x];
+  sync_block();
+  for (int64_t f = tid; f < a.F; f += kThreads) {
+    C sum = 0;
+    for (int h = 0; h < kThreads / 32; ++h) sum += part[h * a.F + f];
+    wsr[f] = sum;
+  }
+  if (tid == 0) {
+    wsr[a.F] = mx;
+    wsr[a.F + 1] = z;
+  }
+}
+
 // First kernel: block (row, split) scores the split's visible slots, and writes its softmax
 // numerators times the values, their max and their sum to the workspace `ws` (a split past
 // the row's visible slots leaves at once: cached_taking_part). With
@@ -253,12 +383,12 @@ EMBER_ATTN_DEVICE void cached_append_slot(const CachedArgs& a, const T* kn, cons
 // An appended slot (a.put) is read from k_new and v_new, never from the caches, and written
 // into them by the threads that loaded it: no block waits on its own stores, and none reads
 // a slot another writes.
-template <class T, class C>
+template <class T, class C, bool kVectors = false>
 EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
   C* w = reinterpret_cast<C*>(shared_memory());  // [kChunk]: scores, then exp(score - max)
   C* mark = w + kChunk;                          // [kChunk]: 1 where the slot is appended
-  C* part = mark + kChunk;                       // [kThreads]: partial sums of the output
-  C* red = part + kThreads;                      // [32]
+  C* part = mark + kChunk;                       // partial sums of the output: cached_part_len
+  C* red = part + cached_part_len(a.F, kVectors);  // [32]
   const int tid = thread_index();
   const int64_t splits = a.splits, r = block_index() / splits, s = block_index() % splits,
                 b = r / a.L, i = r % a.L;
@@ -294,6 +424,9 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
       wsr[a.F] = C(0);
       wsr[a.F + 1] = C(0);
     }
+  } else if constexpr (kVectors) {  // the same branch for the whole block, as below
+    cached_split_vectors<T, C>(a, b, i, j0, cnt, put, kn, vn, w, mark, part,
+                               reinterpret_cast<T*>(red + 32), wsr);
   } else {  // the same branch for the whole block, so its barriers stay together
     const T* qr =
         static_cast<const T*>(a.q) + (b / a.B1) * a.qs0 + (b % a.B1) * a.qs1 + i * a.qs2;
@@ -301,14 +434,8 @@ EMBER_ATTN_KERNEL void cached_attention_split_kernel(CachedArgs a, C* ws) {
     // Staged: the split's visible value rows (one contiguous run) into shared memory after the
     // reductions' space, asked for before the keys' loads (an appended slot's cache row comes
     // too, and v_new's replaces it below). They land by the barrier after the scores.
-    T* vs = reinterpret_cast<T*>(red + 32);  // at cached_attention_smem<C>()
-    if (a.v_staged) {
-      const int64_t pieces = cnt * a.F * int64_t(sizeof(T)) / 16;
-      for (int64_t h = tid; h < pieces; h += kThreads)
-        copy16_async(reinterpret_cast<unsigned char*>(vs) + h * 16,
-                     reinterpret_cast<const unsigned char*>(vb) + h * 16);
-      async_commit();
-    }
+    T* vs = reinterpret_cast<T*>(red + 32);  // at cached_attention_smem<C>(F, false)
+    if (a.v_staged) cached_stage_values(vs, vb, cnt * a.F);
     {
       C acc = 0;
       if (jj < cnt) {
