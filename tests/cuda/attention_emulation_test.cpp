@@ -14,18 +14,13 @@ namespace {
 using emu::max_rel_error;
 using emu::tolerance;
 
-int g_tensor_core_launches = 0;  // launches of the tensor-core kernels (128 or 256 threads)
+int g_tensor_core_launches = 0;  // launches of the 128-thread (tensor-core) kernels
 
 struct Emulated {
   template <class Args>
   void operator()(void (*kernel)(Args), int64_t blocks, size_t smem, const Args& args,
                   int threads = cuda::attn::kThreads) const {
-    const void* k = reinterpret_cast<const void*>(kernel);
-    const bool mma_forward =
-        k == reinterpret_cast<const void*>(&cuda::attn::mma::attention_forward_kernel<__half>) ||
-        k == reinterpret_cast<const void*>(
-                 &cuda::attn::mma::attention_forward_kernel<__nv_bfloat16>);
-    g_tensor_core_launches += threads == cuda::attn::mma::kThreads || mma_forward;
+    g_tensor_core_launches += threads == cuda::attn::mma::kThreads;
     emu::run_blocks(blocks, threads, smem, [&] { kernel(args); });
   }
 };
