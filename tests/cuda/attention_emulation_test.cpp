@@ -14,27 +14,15 @@ namespace {
 using emu::max_rel_error;
 using emu::tolerance;
 
-int g_tensor_core_launches = 0;  // launches of the tensor-core kernels (128 or 256 threads)
-int g_two_group_launches = 0;    // of those, the forward in two warp groups
-int g_multiprocessors = 132;     // what the emulated device says it has (an H100's or H200's)
-
-template <class T, int G>
-bool forward_of(const void* k) {
-  return k == reinterpret_cast<const void*>(&cuda::attn::mma::attention_forward_kernel<T, G>);
-}
+int g_tensor_core_launches = 0;  // launches of the 128-thread (tensor-core) kernels
 
 struct Emulated {
   template <class Args>
   void operator()(void (*kernel)(Args), int64_t blocks, size_t smem, const Args& args,
                   int threads = cuda::attn::kThreads) const {
-    const void* k = reinterpret_cast<const void*>(kernel);
-    const bool two_groups = forward_of<__half, 2>(k) || forward_of<__nv_bfloat16, 2>(k);
-    g_two_group_launches += two_groups;
-    g_tensor_core_launches += threads == cuda::attn::mma::kThreads || two_groups;
+    g_tensor_core_launches += threads == cuda::attn::mma::kThreads;
     emu::run_blocks(blocks, threads, smem, [&] { kernel(args); });
   }
-  // The forward takes two warp groups where its blocks are at most twice this (forward_groups).
-  int multiprocessors() const { return g_multiprocessors; }
 };
 
 struct Config {
@@ -191,30 +179,21 @@ TEST(AttentionEmulation, ResultsWrittenThroughHeadsInnerViews) {
 }
 
 TEST(AttentionEmulation, TensorCoreKernelsTake16BitHeadsUpTo64) {
-  // Each config must run the forward and both backward kernels on the tensor-core path; the
-  // forward in two warp groups where the device has multiprocessors for its few blocks, in one
-  // where it has none (forward_groups), so both forms are checked.
-  struct Restore {
-    ~Restore() { g_multiprocessors = 132; }
-  } restore;
-  for (const int sms : {132, 0}) {
-    g_multiprocessors = sms;
-    auto on_tensor_cores = [&](const Config& c) {
-      const int before = g_tensor_core_launches, two_before = g_two_group_launches;
-      check(c);
-      EXPECT_EQ(g_tensor_core_launches - before, c.S > 0 ? 3 : 2) << c.str();
-      EXPECT_EQ(g_two_group_launches - two_before, sms > 0 ? 1 : 0) << c.str();
-    };
-    for (DType t : {DType::BFloat16, DType::Float16})
-      for (bool causal : {false, true}) {
-        on_tensor_cores({{2}, 130, 130, 64, 64, causal, 0.0, t});    // GPT heads, partial tiles
-        on_tensor_cores({{1}, 70, 150, 32, 16, causal, 0.25, t});    // dropout, E != F
-        on_tensor_cores({{1}, 150, 40, 8, 24, causal, 0.0, t});      // L > S
-        on_tensor_cores({{2, 3}, 40, 40, 16, 16, causal, 0.2, t, 1});  // heads of [B, L, H, E]
-        on_tensor_cores({{2, 3}, 12, 17, 8, 16, causal, 0.1, t, 3});   // k, v broadcast
-      }
-    on_tensor_cores({{2}, 5, 0, 8, 8, true, 0.5, DType::BFloat16});  // no keys
-  }
+  // Each config must run the forward and both backward kernels on the tensor-core path.
+  auto on_tensor_cores = [](const Config& c) {
+    const int before = g_tensor_core_launches;
+    check(c);
+    EXPECT_EQ(g_tensor_core_launches - before, c.S > 0 ? 3 : 2) << c.str();
+  };
+  for (DType t : {DType::BFloat16, DType::Float16})
+    for (bool causal : {false, true}) {
+      on_tensor_cores({{2}, 130, 130, 64, 64, causal, 0.0, t});    // GPT heads, partial tiles
+      on_tensor_cores({{1}, 70, 150, 32, 16, causal, 0.25, t});    // dropout, E != F
+      on_tensor_cores({{1}, 150, 40, 8, 24, causal, 0.0, t});      // L > S
+      on_tensor_cores({{2, 3}, 40, 40, 16, 16, causal, 0.2, t, 1});  // heads of [B, L, H, E]
+      on_tensor_cores({{2, 3}, 12, 17, 8, 16, causal, 0.1, t, 3});   // k, v broadcast
+    }
+  on_tensor_cores({{2}, 5, 0, 8, 8, true, 0.5, DType::BFloat16});  // no keys
 }
 
 TEST(AttentionEmulation, DropoutFlagsPastTheLimitTakeTheFloatKernels) {

@@ -198,7 +198,6 @@ inline int64_t grid_blocks(int64_t batch, int64_t tiles, const char* op) {
 
 #ifndef EMBER_CUDA_EMULATION
 #include "kernels/cuda/runtime.h"
-#include "kernels/device_code.h"
 
 namespace ember::cuda::attn {
 
@@ -223,8 +222,6 @@ struct CudaRunner {
     kernel<<<unsigned(blocks), unsigned(threads), smem, stream>>>(args);
     detail::check(cudaGetLastError(), op);
   }
-  // The device's multiprocessors (a launch's shape may depend on how its blocks fill them).
-  int multiprocessors() const { return device_code::multiprocessors(device); }
 };
 
 // The runner for the device of `t`, made current.

@@ -21,10 +21,6 @@
 
 #ifndef EMBER_CUDA_EMULATION
 #define EMBER_ATTN_MMA_KERNEL __global__ __launch_bounds__(128)
-// The forward of G warp groups (attention_mma_fwd.cuh): 128 registers, four blocks a
-// multiprocessor with one group, two with two.
-#define EMBER_ATTN_MMA_FORWARD_KERNEL(G) \
-  __global__ __launch_bounds__(128 * (G), (G) == 1 ? 4 : 2)
 namespace ember::cuda::attn {
 // Four 8 x 8 matrices of 16-bit elements from shared memory: lane t gives the address of row
 // t % 8 of matrix t / 8; r[m] gets (row g, cols 2q, 2q+1) of matrix m.
@@ -84,7 +80,6 @@ EMBER_ATTN_DEVICE float exp2_of(float x) {
 }  // namespace ember::cuda::attn
 #else
 #define EMBER_ATTN_MMA_KERNEL
-#define EMBER_ATTN_MMA_FORWARD_KERNEL(G)
 #endif
 
 namespace ember::cuda::attn::mma {
@@ -145,13 +140,11 @@ EMBER_ATTN_DEVICE void a_from_acc(uint32_t (&a)[4], const float (&lo)[4], const 
 // Starts dst (kRows x kHead, row stride kLd) = rows [0, rows) and cols [0, cols) of src, zeros
 // elsewhere; src rows are 16-byte aligned and cols a multiple of 8 (vec_loadable). The copies
 // are asynchronous: the tile is there after async_commit(), async_wait() and a block barrier,
-// so a kernel loads the next tile while it computes with the current one. `threads` threads
-// share the copies, this one being thread `tid` of them (by default the block's).
+// so a kernel loads the next tile while it computes with the current one.
 template <class T>
-EMBER_ATTN_DEVICE void load_tile(T* dst, const T* src, int64_t row_stride, int rows, int cols,
-                                 int tid = thread_index(), int threads = kThreads) {
+EMBER_ATTN_DEVICE void load_tile(T* dst, const T* src, int64_t row_stride, int rows, int cols) {
   constexpr int kChunks = kHead / 8;
-  for (int t = tid; t < kRows * kChunks; t += threads) {
+  for (int t = thread_index(); t < kRows * kChunks; t += kThreads) {
     const int r = t / kChunks, c = (t % kChunks) * 8;
     if (r < rows && c < cols) {
       copy16_async(dst + r * kLd + c, src + r * row_stride + c);

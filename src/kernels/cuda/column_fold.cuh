@@ -1,11 +1,10 @@
 // The second pass of the column reductions (bias and norm-weight grads, the column sums): fold
 // `splits` rows of partials [splits, n] (in the accumulation type A) into n results of type T.
 // A block covers 32 columns with 16 row lanes, each lane folding every 16th partial row of its
-// column (sixteen of them loaded at once); lane 0 then folds the lanes' results in lane order.
-// The order is fixed, so results do not depend on timing, and a column's hundreds of partials
-// are read by 16 threads at once (a thread a column waited on each load in turn). blockIdx.y
-// picks one of up to two stacked sets of partials (set s at partial + s * splits * n, written
-// to out[s]).
+// column; lane 0 then folds the lanes' results in lane order. The order is fixed, so results do
+// not depend on timing, and a column's hundreds of partials are read by 16 threads at once (a
+// thread a column waited on each load in turn). blockIdx.y picks one of up to two stacked sets
+// of partials (set s at partial + s * splits * n, written to out[s]).
 #pragma once
 #include <cstdint>
 
@@ -30,21 +29,9 @@ __global__ void fold_partial_rows_kernel(const A* partial, int splits, int64_t n
   const int64_t c = int64_t(blockIdx.x) * kFoldColumns + threadIdx.x;
   A acc = op.template init<A>();
   if (c < n) {
-    // kInFlight of the lane's partials loaded before any is folded (one round of memory
-    // latency for a layer_norm backward's 512 partial rows where four at a time took eight),
-    // then folded in the same order as one at a time.
-    constexpr int kInFlight = 16;
-    for (int s0 = threadIdx.y; s0 < splits; s0 += kFoldLanes * kInFlight) {
-      A v[kInFlight];
-#pragma unroll
-      for (int u = 0; u < kInFlight; ++u) {
-        const int s = s0 + u * kFoldLanes;
-        v[u] = s < splits ? part[int64_t(s) * n + c] : A();
-      }
-#pragma unroll
-      for (int u = 0; u < kInFlight; ++u)
-        if (s0 + u * kFoldLanes < splits) acc = op.fold(acc, v[u]);
-    }
+#pragma unroll 4
+    for (int s = threadIdx.y; s < splits; s += kFoldLanes)
+      acc = op.fold(acc, part[int64_t(s) * n + c]);
   }
   tile[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
