@@ -6,7 +6,10 @@
 #pragma once
 #include <algorithm>
 #include <climits>
+#include <mutex>
 #include <optional>
+#include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -211,13 +214,12 @@ struct CudaRunner {
   template <class Args>
   void operator()(void (*kernel)(Args), int64_t blocks, size_t smem, const Args& args,
                   int threads = kThreads) const {
+    int optin = 0;
     if (!detail::allow_shared(reinterpret_cast<const void*>(kernel), device, smem, op)) {
-      int optin = 0;
       detail::check(
           cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), op);
-      EMBER_CHECK(false, op, ": the kernel needs ", smem, " bytes of shared memory a block and ",
-                  "device ", device, " offers ", optin,
-                  "; use head sizes up to 64 or float32/16-bit inputs on it");
+      EMBER_CHECK(false, op, ": the kernel needs ", smem, " bytes of shared memory a block and device ",
+                  device, " offers ", optin, "; use head sizes up to 64 or float32/16-bit inputs on it");
     }
     kernel<<<unsigned(blocks), unsigned(threads), smem, stream>>>(args);
     detail::check(cudaGetLastError(), op);
