@@ -53,12 +53,12 @@ void log_decision(const std::string& text) {
   if (on) std::fprintf(stderr, "[ember:compiler] %s\n", text.c_str());
 }
 
-// The EMBER_PROFILE_OPS row of a generated kernel: its kind, its ops and its output's type.
 void log_side_steps(int count) {
   if (count > 0)
     log_decision(std::to_string(count) + " step(s) recorded on a side branch beside the others");
 }
 
+// The EMBER_PROFILE_OPS row of a generated kernel: its kind, its ops and its output's type.
 std::string profile_key(const FusionGroup& g) {
   return (g.row ? "generated row " : "generated pointwise ") + group_ops_str(g);
 }

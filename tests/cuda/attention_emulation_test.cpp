@@ -350,7 +350,6 @@ TEST(AttentionEmulation, CachedAttentionKernelMatchesTheCpuKernel) {
         a.counters = counted ? counters.data() : nullptr;
         got.fill_(NAN);
         const bool vectored = run_cached(a, c.dtype, rows, stage_v, vectors);
-        if (!vectors && vectored) ADD_FAILURE() << what << ": the vector path taken unasked";
         // Heads of 64 in every dtype fit the vector path (a transposed q's strides too).
         if (vectors && c.E == 64 && c.F == 64) EXPECT_TRUE(vectored) << what;
         const std::string how = what + (counted ? " (joined by the last block)" : " (join kernel)") +
