@@ -189,6 +189,7 @@ CudaCompiledGraph::CudaCompiledGraph(std::shared_ptr<const graph::Graph> g, Devi
       steps_.push_back({k, nullptr});
   }
   if (!last_casts_.empty()) steps_.push_back({-1, nullptr, -1, 2});
+  hoist_keep_steps();
   // Last readers: intermediates are released as early as eager code would release them.
   std::vector<int> last(g_->values().size(), -1);
   for (size_t s = 0; s < steps_.size(); ++s)
@@ -334,7 +335,9 @@ std::vector<const graph::Value*> CudaCompiledGraph::fold_reads(const LayerNormFo
   return r;
 }
 
-void CudaCompiledGraph::run_fold(const LayerNormFold& f, std::vector<Tensor>& env) const {
+void CudaCompiledGraph::run_fold(const LayerNormFold& f, std::vector<Tensor>& env,
+                                 cuda_graph::SideBranch* side,
+                                 std::vector<Tensor>* side_reads) const {
   const graph::Node& n = *g_->nodes()[size_t(f.node)];
   auto at = [&](const graph::Value* v) -> const Tensor& { return env[size_t(v->id)]; };
   const Tensor& x = at(n.inputs[1]);
@@ -342,12 +345,17 @@ void CudaCompiledGraph::run_fold(const LayerNormFold& f, std::vector<Tensor>& en
   TensorOptions o(DType::Float32);
   o.device = device_;
   Tensor dx = empty(x.sizes(), o), dw = empty(w.sizes(), o), db = empty(w.sizes(), o);
+  const layer_norm_grad::FoldLauncher defer =
+      [&](const Tensor& partials, const std::function<void()>& launch) {
+        side_reads->push_back(partials);
+        side->run(launch);
+      };
   const bool done = profiled(
       device_,
       [&] {
         return layer_norm_grad::backward_fused(at(f.grad), x, at(n.inputs[2]), at(n.inputs[3]),
                                                w, f.residual ? at(f.residual) : Tensor(), dx,
-                                               dw, db);
+                                               dw, db, side ? &defer : nullptr);
       },
       [&] {
         return std::string("layer_norm_backward") + (f.cast_group >= 0 ? " + grad cast" : "") +
@@ -685,7 +693,8 @@ std::vector<Tensor> CudaCompiledGraph::execute(const std::vector<Tensor>& inputs
       else if (st.kernel >= 0)
         run_kernel(st.kernel, env);
       else if (const int f = fold_of_node_[size_t(st.index)]; f >= 0)
-        run_fold(folds_[size_t(f)], env);
+        run_fold(folds_[size_t(f)], env, side && fold_on_side_[s] ? &*side : nullptr,
+                 &side_reads);
       else if (const int b = bias_fold_of_node_[size_t(st.index)]; b >= 0)
         run_bias_fold(bias_folds_[size_t(b)], env);
       else if (const int a = append_fold_of_node_[size_t(st.index)]; a >= 0)

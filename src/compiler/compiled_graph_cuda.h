@@ -15,6 +15,10 @@
 #include "compiler/render_cuda.h"
 #include "kernels/device_code.h"
 
+namespace ember::cuda_graph {
+class SideBranch;
+}
+
 namespace ember::compiler {
 
 class CudaCompiledGraph : public capture::Runnable {
@@ -49,8 +53,11 @@ class CudaCompiledGraph : public capture::Runnable {
   void run_casts(const std::vector<int>& groups, const std::vector<const graph::Value*>& sources,
                  std::vector<Tensor>& env) const;
   // A layer_norm_backward with its folded neighbours in one kernel (the plan's steps where the
-  // kernel does not take the tensors); the values it reads.
-  void run_fold(const LayerNormFold& f, std::vector<Tensor>& env) const;
+  // kernel does not take the tensors); the values it reads. With `side`, the weight and bias
+  // grads' fold goes on that branch, its partials kept in `side_reads` until the join.
+  void run_fold(const LayerNormFold& f, std::vector<Tensor>& env,
+                cuda_graph::SideBranch* side = nullptr,
+                std::vector<Tensor>* side_reads = nullptr) const;
   std::vector<const graph::Value*> fold_reads(const LayerNormFold& f) const;
   // A matmul with the bias add after it in one gemm (the matmul and the add group where the
   // gemm does not take the tensors).
@@ -117,14 +124,22 @@ class CudaCompiledGraph : public capture::Runnable {
   std::vector<std::vector<int>> release_after_;  // per step: value ids read for the last time
   // The values step s reads.
   std::vector<const graph::Value*> step_reads(size_t s) const;
+  // Moves each attention_keep step (the flags of a layer's attention dropout, which read only
+  // the draws' rng_state) up to just after the attention step before it, or to where its input
+  // is made when that is later: the step's work then waits on nothing recorded after it.
+  void hoist_keep_steps();
   // Steps recorded on a side branch (cuda_graph::SideBranch) beside the others: a matmul, a sum
   // or a fused kernel (or a view of their results) whose results only the grad casts read, or
-  // the caller (a weight's grad, a bias's). In a graph that writes no input.
-  // Gives the count of those that launch work (views launch nothing).
+  // the caller (a weight's grad, a bias's); and attention_keep (the next attention's flags,
+  // drawn beside the layer before it; the attention joins the branch). In a graph that writes
+  // no input. Gives the count of those that launch work (views launch nothing).
   int plan_side_steps();
   bool has_side_ = false;                   // some step goes on the side branch
   std::vector<char> side_;                  // per step: on the side branch
   std::vector<char> join_before_;           // per step: reads what the side branch wrote
+  // Per step: a layer_norm_backward fold (run_fold) whose weight and bias grads' fold goes on
+  // the side branch (those grads are read only by the grad casts or the caller).
+  std::vector<char> fold_on_side_;
   std::vector<std::vector<int>> side_reads_;  // per side step: value ids it reads
   // Values made once, when the graph is built, instead of by a step of every run (made_once):
   // (value id, its tensor), bound into each run's environment.

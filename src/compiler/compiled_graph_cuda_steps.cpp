@@ -2,6 +2,7 @@
 // branch, and which kernels write straight into the input they replace
 // (compiled_graph_cuda.h): decided once, when the graph is compiled.
 #include <algorithm>
+#include <optional>
 
 #include "compiler/compiled_graph_cuda.h"
 #include "core/env.h"
@@ -39,12 +40,44 @@ std::vector<const graph::Value*> CudaCompiledGraph::step_reads(size_t s) const {
   return r;
 }
 
+void CudaCompiledGraph::hoist_keep_steps() {
+  auto op_of = [&](size_t s) {
+    return steps_[s].kernel < 0 && steps_[s].node ? std::optional<OpId>(steps_[s].node->op)
+                                                  : std::nullopt;
+  };
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    if (op_of(s) != OpId::attention_keep) continue;
+    // The place after the last step before s that makes its input or is an attention.
+    size_t to = steps_[0].casts == 1 ? 1 : 0;
+    const graph::Value* in = steps_[s].node->inputs[0];
+    for (size_t r = s; r-- > to;) {
+      const std::optional<OpId> op = op_of(r);
+      bool makes = false;
+      if (steps_[r].kernel >= 0) {
+        const FusionGroup& grp = plan_.groups[size_t(steps_[r].kernel)];
+        makes = grp.output == in || std::find(grp.extra_outputs.begin(), grp.extra_outputs.end(),
+                                              in) != grp.extra_outputs.end();
+      } else if (steps_[r].node) {
+        const auto& outs = steps_[r].node->outputs;
+        makes = std::find(outs.begin(), outs.end(), in) != outs.end();
+      }
+      if (makes || op == OpId::attention || op == OpId::attention_keep) {
+        to = r + 1;
+        break;
+      }
+    }
+    std::rotate(steps_.begin() + std::ptrdiff_t(to), steps_.begin() + std::ptrdiff_t(s),
+                steps_.begin() + std::ptrdiff_t(s) + 1);
+  }
+}
+
 // A weight's grad needs nothing after it but the grad casts: recorded beside the chain of input
 // grads it hangs off, the two products of a layer's backward (and its bias grads, sums over
 // rows) run at once, each too small to fill the device alone.
 int CudaCompiledGraph::plan_side_steps() {
   side_.assign(steps_.size(), 0);
   join_before_.assign(steps_.size(), 0);
+  fold_on_side_.assign(steps_.size(), 0);
   side_reads_.assign(steps_.size(), {});
   has_side_ = false;
   if (!g_->mutations().empty() || !env_switch("EMBER_SIDE_BRANCHES", true)) return 0;
@@ -81,12 +114,21 @@ int CudaCompiledGraph::plan_side_steps() {
     return st.node && fold_of_node_[i] < 0 && bias_fold_of_node_[i] < 0 &&
            append_fold_of_node_[i] < 0 && !graph::is_random(st.node->op) &&
            !st.node->skipped_draws &&
-           (st.node->op == OpId::matmul || st.node->op == OpId::sum || is_view(s));
+           (st.node->op == OpId::matmul || st.node->op == OpId::sum ||
+            st.node->op == OpId::attention_keep || is_view(s));
+  };
+  auto keeps = [&](size_t s) {
+    return steps_[s].kernel < 0 && steps_[s].node && steps_[s].node->op == OpId::attention_keep;
   };
   // From the end: a step whose every result is read only by the grad casts or by views on the
   // branch (or by nobody: an output).
+  // attention_keep's flags: whoever reads them joins the branch first.
   for (size_t s = steps_.size(); s-- > 0;) {
     bool side = may_branch(s);
+    if (keeps(s)) {
+      side_[s] = side;
+      continue;
+    }
     for (const graph::Value* v : outputs_of(s))
       for (int r : readers[size_t(v->id)])
         side &= (side_[size_t(r)] && is_view(size_t(r))) || steps_[size_t(r)].casts == 2;
@@ -108,8 +150,20 @@ int CudaCompiledGraph::plan_side_steps() {
     for (const graph::Value* v : reads)
       if (made_on_side[size_t(v->id)]) join_before_[s] = 1;
     if (join_before_[s]) std::fill(made_on_side.begin(), made_on_side.end(), 0);
+    // A layer_norm_backward fold's weight and bias grads: their fold on the branch.
+    const Step& st = steps_[s];
+    if (st.kernel < 0 && st.casts == 0 && st.node && fold_of_node_[size_t(st.index)] >= 0 &&
+        st.node->outputs.size() == 3) {
+      fold_on_side_[s] = 1;
+      made_on_side[size_t(st.node->outputs[1]->id)] = 1;
+      made_on_side[size_t(st.node->outputs[2]->id)] = 1;
+      ++count;
+    }
   }
-  if (count == 0) std::fill(side_.begin(), side_.end(), 0);
+  if (count == 0) {
+    std::fill(side_.begin(), side_.end(), 0);
+    std::fill(fold_on_side_.begin(), fold_on_side_.end(), 0);
+  }
   has_side_ = count > 0;
   return count;
 }

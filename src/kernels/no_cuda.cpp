@@ -102,7 +102,8 @@ void cast_(std::span<const Tensor>, std::span<const Tensor>) { no_cuda("multi_te
 
 namespace ember::layer_norm_grad {
 bool backward_fused(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                    const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+                    const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                    const FoldLauncher*) {
   return false;
 }
 }  // namespace ember::layer_norm_grad

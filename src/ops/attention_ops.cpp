@@ -2,8 +2,10 @@
 // the probabilities from the saved logsumexp) and the front end fused_attention (ops/attention.h).
 #include <cmath>
 
+#include "core/env.h"
 #include "core/generator.h"
 #include "core/shape.h"
+#include "kernels/attention_keep.h"
 #include "kernels/attention_layout.h"
 #include "kernels/cpu/attention.h"
 #include "ops/attention.h"
@@ -42,19 +44,41 @@ MetaList infer_attention_backward(std::span<const Tensor> in, const Attrs& a) {
 // mask). The grad of lse is not propagated: it is a statistic saved for this formula.
 std::vector<Tensor> grad_attention(const GradCtx& c) {
   const Tensor& g = c.grads[0];
-  const bool rng = c.inputs.size() == 4;  // the draws' tensor (not differentiable)
   if (!g.defined()) return std::vector<Tensor>(c.inputs.size());
   std::vector<Tensor> ins{c.inputs[0], c.inputs[1],  c.inputs[2],
                           c.outputs[0], c.outputs[1], cast_to(g, c.outputs[0].dtype())};
-  if (rng) ins.push_back(c.inputs[3]);
+  // The draws' tensor and the flags drawn from it (not differentiable): the forward's mask.
+  for (size_t i = 3; i < c.inputs.size(); ++i) ins.push_back(c.inputs[i]);
   std::vector<Tensor> grads = dispatch(OpId::attention_backward, std::move(ins), c.attrs);
   for (size_t i = 0; i < 3; ++i) {
     if (!c.needs_grad[i]) grads[i] = Tensor();
     // Heads-inner grads [B, L, H, E] as the [B, H, L, E] of q, k and v.
     else if (attention_layout::heads_inner(c.attrs)) grads[i] = grads[i].transpose(1, 2);
   }
-  if (rng) grads.emplace_back();
+  grads.resize(c.inputs.size());
   return grads;
+}
+
+// Whether the GPU's tensor-core attention kernels would take q, k and v (16-bit, heads of at
+// most attention_keep::kHead) with flags of at most attention_keep::kLimitBytes: the flags are
+// then drawn ahead (attention_keep). Where they would not after all (operands not aligned for
+// their loads), the kernels that run draw their own and ignore the words.
+bool keeps_ahead(const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch) {
+  static const bool on = env_switch("EMBER_ATTN_KEEP_AHEAD", true);
+  const DType t = q.dtype();
+  if (!on) return false;
+  if (q.device().type != DeviceType::CUDA || (t != DType::BFloat16 && t != DType::Float16))
+    return false;
+  if (q.size(-1) > attention_keep::kHead || v.size(-1) > attention_keep::kHead) return false;
+  const int64_t words = attention_keep::words(batch, q.size(-2), k.size(-2));
+  return words > 0 && words <= attention_keep::kLimitBytes / 4;
+}
+Attrs keep_attrs(const Attrs& a, int64_t batch, const Tensor& q, const Tensor& k) {
+  Attrs s;
+  s.shape = {batch, q.size(-2), k.size(-2)};
+  s.value = a.value;
+  s.flag = a.flag;
+  return s;
 }
 
 Shape batch_of(const Tensor& t) {
@@ -69,7 +93,22 @@ Tensor expand_batch(const Tensor& t, const Shape& batch) {
 }
 }  // namespace
 
-const OpImpl op_impl_attention{infer_attention, cpu::attention, grad_attention, 0b1111, 0b11};
+const OpImpl op_impl_attention{infer_attention, cpu::attention, grad_attention, 0b11111, 0b11};
+
+namespace {
+MetaList infer_attention_keep(std::span<const Tensor> in, const Attrs& a) {
+  EMBER_CHECK(a.shape.size() == 3 && a.shape[0] >= 0 && a.shape[1] >= 0 && a.shape[2] >= 0,
+              "attention_keep: attrs.shape must be the scores' {batch, L, S}, got ",
+              shape_str(a.shape));
+  EMBER_CHECK(in[0].dtype() == DType::Int64 && in[0].numel() == 2,
+              "attention_keep: the draws' tensor must be an rng_state (int64 [2]), got ",
+              dtype_name(in[0].dtype()), " ", in[0].shape_str());
+  return {TensorMeta{{attention_keep::words(a.shape[0], a.shape[1], a.shape[2])}, {}, 0,
+                     DType::Int32}};
+}
+}  // namespace
+
+const OpImpl op_impl_attention_keep{infer_attention_keep, cpu::attention_keep, nullptr};
 
 namespace {
 MetaList infer_cached_attention(std::span<const Tensor> in, const Attrs&) {
@@ -123,6 +162,11 @@ AttentionResult fused_attention(const Tensor& q_in, const Tensor& k_in, const Te
     if (capture_hook()) {
       // As a tensor (which autograd saves for the backward), not as attrs.
       ins.push_back(reserve_random_tensor(draws, q.device(), op));
+      // Where the GPU's tensor-core kernels take the problem, the flags drawn once for the
+      // forward and the backward: a captured graph runs both, each of which would draw them.
+      const int64_t rows = checked_numel(batch, op);
+      if (keeps_ahead(q, k, v, rows))
+        ins.push_back(dispatch1(OpId::attention_keep, {ins.back()}, keep_attrs(a, rows, q, k)));
     } else {
       const RandomRange r = reserve_random(draws, op);
       a.seed = r.seed;

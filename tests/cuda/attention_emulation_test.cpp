@@ -7,6 +7,8 @@
 // found, as they are with the CUDA backend.
 #if __has_include(<cuda_bf16.h>)
 #include "cuda/emulated_kernels.h"
+// (after the emulated kernels, which must be the first to include the CUDA headers)
+#include "capture/capture_test_util.h"
 
 namespace ember::test {
 namespace {
@@ -15,12 +17,14 @@ using emu::max_rel_error;
 using emu::tolerance;
 
 int g_tensor_core_launches = 0;  // launches of the 128-thread (tensor-core) kernels
+int g_keep_launches = 0;         // launches of the keep flags' kernel
 
 struct Emulated {
   template <class Args>
   void operator()(void (*kernel)(Args), int64_t blocks, size_t smem, const Args& args,
                   int threads = cuda::attn::kThreads) const {
     g_tensor_core_launches += threads == cuda::attn::mma::kThreads;
+    g_keep_launches += threads == cuda::attn::mma::kKeepBitsThreads;
     emu::run_blocks(blocks, threads, smem, [&] { kernel(args); });
   }
 };
@@ -248,6 +252,78 @@ TEST(AttentionEmulation, DropoutDrawsFromAnRngStateInput) {
     cuda::attn::backward(b7, bg, blank, Emulated{});
     for (int i = 0; i < 3; ++i) EXPECT_LE(max_rel_error(bg[i], bw[i]), 4 * tolerance(t)) << i;
   }
+}
+
+TEST(AttentionEmulation, KeepFlagsDrawnAheadAreTheKernelsOwn) {
+  // The attention_keep op's words (both layouts) from the kernel match its CPU reference word for
+  // word; given to the forward and the backward as their extra input, the tensor-core kernels
+  // draw nothing (no keep launch) and give exactly what they give drawing the flags themselves.
+  for (bool causal : {false, true})
+    for (const std::array<int64_t, 3> ls : {std::array<int64_t, 3>{2, 130, 130},
+                                            std::array<int64_t, 3>{3, 70, 150}}) {
+      const int64_t B = ls[0], L = ls[1], S = ls[2];
+      SCOPED_TRACE(std::string(causal ? "causal " : "") + std::to_string(B) + " x " +
+                   std::to_string(L) + " x " + std::to_string(S));
+      const DType t = DType::BFloat16;
+      manual_seed(uint64_t(L + S));
+      const Tensor q = randn({B, L, 64}).to(t), k = randn({B, S, 64}).to(t),
+                   v = randn({B, S, 64}).to(t), go = randn({B, L, 64}).to(t);
+      Attrs a;  // a captured node's: the draws from the rng_state input
+      a.flag = causal;
+      a.value = 0.3;
+      a.value2 = 0.125;
+      Tensor rng = make_tensor({2}, DType::Int64, kCPU);
+      static_cast<int64_t*>(rng.impl()->data())[0] = 777;
+      static_cast<int64_t*>(rng.impl()->data())[1] = 4 * 5001;
+      Attrs ka;
+      ka.shape = {B, L, S};
+      ka.value = a.value;
+      ka.flag = causal;
+      const int64_t n = attention_keep::words(B, L, S);
+      // Every word written, hidden tiles' too: the buffer starts all ones.
+      Tensor want = make_tensor({n}, DType::Int32), drawn = full({n}, -1.0, DType::Int32);
+      const Tensor rng_in[1] = {rng};
+      Tensor want_out[1] = {want};
+      cpu::attention_keep(rng_in, want_out, ka);
+      cuda::attn::Problem<float> p;
+      p.batch = B;
+      p.L = L;
+      p.S = S;
+      p.causal = causal;
+      cuda::attn::set_dropout(p, ka, &rng, "test");
+      const int keeps = g_keep_launches;
+      cuda::attn::mma::draw_keep(p, static_cast<uint32_t*>(drawn.impl()->data()), Emulated{},
+                                 "test");
+      EXPECT_EQ(g_keep_launches - keeps, 1);
+      EXPECT_TRUE(test::bits_equal(drawn, want)) << "the kernel's words against the CPU reference";
+
+      const DType st = stats_dtype(t);
+      Tensor own[2] = {make_tensor({B, L, 64}, t), make_tensor({B, L}, st)};
+      Tensor ahead[2] = {make_tensor({B, L, 64}, t), make_tensor({B, L}, st)};
+      const Tensor in4[4] = {q, k, v, rng}, in5[5] = {q, k, v, rng, want};
+      int before = g_keep_launches;
+      cuda::attn::forward(in4, own, a, Emulated{});
+      EXPECT_EQ(g_keep_launches - before, 1) << "the forward drawing its own flags";
+      before = g_keep_launches;
+      const int cores = g_tensor_core_launches;
+      cuda::attn::forward(in5, ahead, a, Emulated{});
+      EXPECT_EQ(g_keep_launches - before, 0) << "the forward given the flags";
+      EXPECT_EQ(g_tensor_core_launches - cores, 1);
+      EXPECT_TRUE(test::bits_equal(ahead[0], own[0])) << "out";
+      EXPECT_TRUE(test::bits_equal(ahead[1], own[1])) << "lse";
+
+      const Tensor b7[7] = {q, k, v, own[0], own[1], go, rng},
+                   b8[8] = {q, k, v, own[0], own[1], go, rng, want};
+      Tensor gown[3] = {make_tensor(q.sizes(), t), make_tensor(k.sizes(), t),
+                        make_tensor(v.sizes(), t)};
+      Tensor gahead[3] = {make_tensor(q.sizes(), t), make_tensor(k.sizes(), t),
+                          make_tensor(v.sizes(), t)};
+      cuda::attn::backward(b7, gown, a, Emulated{});
+      before = g_keep_launches;
+      cuda::attn::backward(b8, gahead, a, Emulated{});
+      EXPECT_EQ(g_keep_launches - before, 0) << "the backward given the flags";
+      for (int i = 0; i < 3; ++i) EXPECT_TRUE(test::bits_equal(gahead[i], gown[i])) << "grad " << i;
+    }
 }
 
 // The split kernel's arguments for q, caches k [.., S, E] and v [.., S, F], pos and out, at the

@@ -227,6 +227,48 @@ TEST_F(CudaGraphs, SideBranchGradsEqualDefaultModes) {
   EXPECT_GE(c1.side_steps - c0.side_steps, 4);  // a product a weight, the bias's sum
 }
 
+// Two bfloat16 attentions under dropout (the tensor-core kernels): each one's keep flags drawn
+// once (attention_keep) for the forward and the backward, and in a recording drawn on the side
+// branch while the layer before runs. Every replay's loss and grads equal the default mode's
+// bit for bit (the same kernels and masks), with fresh masks each call.
+TEST_F(CudaGraphs, AttentionFlagsDrawnBesideEqualDefaultModes) {
+  EnableGradGuard grad;
+  manual_seed(12);
+  const TensorOptions o = gpu(DType::BFloat16);
+  std::vector<Tensor> leaves;
+  for (int i = 0; i < 3; ++i) leaves.push_back(randn({2, 3, 80, 64}, o).requires_grad_(true));
+  leaves.push_back((randn({64, 64}, o) * 0.1).requires_grad_(true));
+  auto f = [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w) {
+    const Tensor h = scaled_dot_product_attention(q, k, v, true, 0.3).matmul(w);
+    const Tensor y = scaled_dot_product_attention(h, k, v, true, 0.3).to(DType::Float32);
+    return (y * y).sum();
+  };
+  auto plain = compile(f, compiler_opts());
+  auto recorded = compile(f, graphed());
+  const CudaGraphCounters c0 = cuda_graph_counters();
+  std::vector<float> losses;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<std::vector<Tensor>> grads(2);
+    std::vector<Tensor> loss(2);
+    for (int mode = 0; mode < 2; ++mode) {
+      for (const Tensor& p : leaves) p.set_grad(Tensor());
+      manual_seed(uint64_t(100 + i));
+      loss[size_t(mode)] = (mode ? recorded : plain)(leaves[0], leaves[1], leaves[2], leaves[3]);
+      loss[size_t(mode)].backward();
+      for (const Tensor& p : leaves) grads[size_t(mode)].push_back(p.grad().cpu());
+    }
+    EXPECT_TRUE(bits_equal(loss[1].detach().cpu(), loss[0].detach().cpu())) << "call " << i;
+    for (size_t k = 0; k < leaves.size(); ++k)
+      EXPECT_TRUE(bits_equal(grads[1][k], grads[0][k])) << "call " << i << ", leaf " << k;
+    losses.push_back(loss[0].detach().cpu().item<float>());
+  }
+  EXPECT_NE(losses[0], losses[1]);  // fresh masks
+  const CudaGraphCounters c1 = cuda_graph_counters();
+  EXPECT_GE(c1.replays - c0.replays, 6);  // forward and backward, from the third call on
+  // Both attentions' flags beside the forward, w's grad beside the backward.
+  EXPECT_GE(c1.side_steps - c0.side_steps, 3);
+}
+
 TEST_F(CudaGraphs, GraphsThatDrawRandomNumbersRunUnrecordedWithFreshDraws) {
   nn::Dropout drop(0.5);
   drop.train();

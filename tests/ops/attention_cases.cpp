@@ -13,6 +13,18 @@
 namespace ember::test {
 
 namespace {
+// An rng_state on q's device holding the draws of dropout over the [..., L, S] scores of q and
+// k, reserved after manual_seed(kDropoutSeed) (so at offset 0 of that seed).
+Tensor dropout_rng_state(const Tensor& q, const Tensor& k);
+// The attention op's attrs for causal attention with dropout 0.3 from an rng_state input.
+Attrs dropout_attrs(const Tensor& q) {
+  Attrs a;
+  a.flag = true;
+  a.value = 0.3;
+  a.value2 = 1 / std::sqrt(double(q.size(-1)));
+  return a;
+}
+
 // q [B, L, E], k [B, S, E], v [B, S, F] -> [B, L, F]
 Ref ref_attention(const Ref& q, const Ref& k, const Ref& v, bool causal) {
   int64_t B = q.shape[0], L = q.shape[1], E = q.shape[2], S = k.shape[1], F = v.shape[2];
@@ -79,6 +91,59 @@ std::vector<Ref> ref_fused(const Ref& q, const Ref& k, const Ref& v, bool causal
 }
 
 constexpr uint64_t kDropoutSeed = 0xa77e5eedull;
+
+Tensor dropout_rng_state(const Tensor& q, const Tensor& k) {
+  manual_seed(kDropoutSeed);
+  const uint64_t draws = uint64_t(q.numel() / q.size(-1) * k.size(-2));
+  const RandomRange r = reserve_random(draws, "test");
+  Attrs s;
+  s.shape = {2};
+  s.dtype = DType::Int64;
+  s.device = q.device();
+  s.end = int64_t(draws);
+  s.seed = r.seed;
+  s.offset = r.offset;
+  return dispatch1(OpId::rng_state, {}, s);
+}
+
+// The attention_keep op's attrs for attention of q and k under dropout_attrs.
+Attrs keep_attrs(const Tensor& q, const Tensor& k) {
+  Attrs a;
+  a.shape = {q.numel() / (q.size(-2) * q.size(-1)), q.size(-2), k.size(-2)};
+  a.value = 0.3;
+  a.flag = true;
+  return a;
+}
+
+// attention_keep's words for scores [batch, L, S] from draws at (seed, offset 0): tile by tile
+// (64 x 64), 128 words a tile, all tiles query-major then all key-major; word w = 32 m + 4 g + q
+// holds at bit 4 n + 2 h + e the flag of row 16 m + g + 8 h, col 8 n + 2 q + e of the tile
+// (query row and key col, or key row and query col), 0 past the edges and under the mask.
+Ref ref_keep_words(int64_t batch, int64_t L, int64_t S, bool causal, double p, uint64_t seed) {
+  const uint64_t threshold = uint64_t((1 - p) * 4294967296.0);
+  const int64_t qt = (L + 63) / 64, kt = (S + 63) / 64, tiles = batch * qt * kt;
+  Ref out({2 * tiles * 128}, 0.0);
+  auto kept = [&](int64_t b, int64_t i, int64_t j) -> uint32_t {
+    if (i >= L || j >= S || (causal && j > i)) return 0;
+    return philox::draw(seed, uint64_t((b * L + i) * S + j)) < threshold ? 1 : 0;
+  };
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t b = t / (qt * kt), r0 = t / kt % qt * 64, c0 = t % kt * 64;
+    for (int64_t w = 0; w < 128; ++w) {
+      uint32_t by_query = 0, by_key = 0;
+      for (int n = 0; n < 8; ++n)
+        for (int h = 0; h < 2; ++h)
+          for (int e = 0; e < 2; ++e) {
+            const int64_t row = 16 * (w / 32) + w % 32 / 4 + 8 * h, col = 8 * n + 2 * (w % 4) + e;
+            by_query |= kept(b, r0 + row, c0 + col) << (4 * n + 2 * h + e);
+            by_key |= kept(b, r0 + col, c0 + row) << (4 * n + 2 * h + e);
+          }
+      out.v[size_t(t * 128 + w)] = double(int32_t(by_query));
+      out.v[size_t((tiles + t) * 128 + w)] = double(int32_t(by_key));
+    }
+  }
+  return out;
+}
 }  // namespace
 
 EMBER_OP_CASES(attention) {
@@ -142,35 +207,49 @@ EMBER_OP_CASES(attention) {
     cases.push_back(c);
   }
   // The same draws from an rng_state tensor (what capture passes instead of the attrs): the
-  // op with a fourth input keeps the elements the front end's call keeps.
-  {
+  // op with a fourth input keeps the elements the front end's call keeps; and with the flags
+  // drawn ahead from it by attention_keep as a fifth, the same (on a GPU, 16-bit heads of 64 run
+  // the tensor-core kernels, which then read the words instead of drawing).
+  for (bool ahead : {false, true}) {
     OpCase c;
-    c.name = "attention_dropout_rng_state";
+    c.name = ahead ? "attention_dropout_keep_ahead" : "attention_dropout_rng_state";
     c.covers = {OpId::rng_state};
     c.shapes = {{{2, 3, 6, 4}, {2, 3, 9, 4}, {2, 3, 9, 5}}};
-    c.run = [](const Inputs& in) {
-      manual_seed(kDropoutSeed);
-      const uint64_t draws = uint64_t(in[0].numel() / in[0].size(-1) * in[1].size(-2));
-      const RandomRange r = reserve_random(draws, "test");
-      Attrs s;
-      s.shape = {2};
-      s.dtype = DType::Int64;
-      s.device = in[0].device();
-      s.end = int64_t(draws);
-      s.seed = r.seed;
-      s.offset = r.offset;
-      Attrs a;
-      a.flag = true;
-      a.value = 0.3;
-      a.value2 = 1 / std::sqrt(double(in[0].size(-1)));
-      const Tensor rng = dispatch1(OpId::rng_state, {}, s);
-      std::vector<Tensor> outs = dispatch(OpId::attention, {in[0], in[1], in[2], rng}, a);
+    if (ahead) {
+      c.covers.push_back(OpId::attention_keep);
+      c.shapes.push_back({{2, 3, 70, 64}, {2, 3, 90, 64}, {2, 3, 90, 64}});
+    }
+    c.run = [ahead](const Inputs& in) {
+      const Tensor rng = dropout_rng_state(in[0], in[1]);
+      std::vector<Tensor> ins{in[0], in[1], in[2], rng};
+      if (ahead) ins.push_back(dispatch1(OpId::attention_keep, {rng}, keep_attrs(in[0], in[1])));
+      std::vector<Tensor> outs = dispatch(OpId::attention, std::move(ins), dropout_attrs(in[0]));
       return Inputs{outs[0], outs[1]};
     };
     c.reference = [](const std::vector<Ref>& r) {
       return ref_fused(r[0], r[1], r[2], true, 0.3, kDropoutSeed);
     };
     c.tol_scale = 4;
+    c.strided = false;
+    cases.push_back(c);
+  }
+  // attention_keep: the flags drawn ahead, word for word against the layout computed here. It
+  // reseeds (rng_state), which compiled tests leave out, as above.
+  {
+    OpCase c;
+    c.name = "attention_keep";
+    c.covers = {OpId::attention_keep, OpId::rng_state};
+    c.dtypes = {DType::Float32};  // the inputs only carry the shapes and the device
+    c.shapes = {{{3, 70, 64}, {3, 150, 64}}, {{2, 2, 130, 8}, {2, 2, 65, 8}}};
+    c.run = [](const Inputs& in) {
+      return Inputs{dispatch1(OpId::attention_keep, {dropout_rng_state(in[0], in[1])},
+                              keep_attrs(in[0], in[1]))};
+    };
+    c.reference = [](const std::vector<Ref>& r) {
+      const int64_t L = r[0].shape.end()[-2], S = r[1].shape.end()[-2];
+      return std::vector<Ref>{
+          ref_keep_words(r[0].numel() / (L * r[0].shape.back()), L, S, true, 0.3, kDropoutSeed)};
+    };
     c.strided = false;
     cases.push_back(c);
   }

@@ -14,6 +14,7 @@
 
 #include "core/philox.h"
 #include "core/shape.h"
+#include "kernels/attention_keep.h"
 #include "kernels/attention_layout.h"
 #include "kernels/cpu/reduce_loops.h"
 #include "kernels/cpu/rowwise_buffers.h"
@@ -225,6 +226,45 @@ void cached_attention(std::span<const Tensor> in, std::span<Tensor> out, const A
     }
   });
   store_buffer(o, out[0]);
+}
+
+// The flags tile by tile, word by word, as kernels/attention_keep.h lays them out.
+void attention_keep(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  namespace ak = ::ember::attention_keep;
+  const int64_t batch = a.shape[0], L = a.shape[1], S = a.shape[2];
+  const Tensor rng = in[0].contiguous();
+  const int64_t* r = static_cast<const int64_t*>(rng.impl()->data());
+  const uint64_t seed = uint64_t(r[0]), offset = uint64_t(r[1]);
+  const uint64_t threshold = philox::bernoulli_threshold(1 - a.value);
+  const bool causal = a.flag;
+  uint32_t* words = static_cast<uint32_t*>(out[0].impl()->data());
+  const int64_t qt = (L + ak::kTileRows - 1) / ak::kTileRows;
+  const int64_t kt = (S + ak::kTileRows - 1) / ak::kTileRows;
+  const int64_t tiles = ak::tiles(batch, L, S);
+  // Whether query row i keeps key col j (0 past the edges and under the causal mask).
+  auto keep = [&](int64_t b, int64_t i, int64_t j) -> uint32_t {
+    if (i >= L || j >= S || (causal && j > i)) return 0;
+    const uint64_t n = uint64_t((b * L + i) * S + j);
+    return philox::bernoulli(philox::draw(seed, offset + n), threshold) ? 1u : 0u;
+  };
+#pragma omp parallel for schedule(static) if (use_threads(tiles * ak::kTileRows * ak::kTileRows))
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t b = t / (qt * kt), qi = t / kt % qt, kj = t % kt;
+    const int64_t r0 = qi * ak::kTileRows, c0 = kj * ak::kTileRows;
+    for (int64_t w = 0; w < ak::kTileWords; ++w) {
+      const int64_t warp = w / 32, g = w % 32 / 4, q = w % 4;
+      uint32_t by_query = 0, by_key = 0;
+      for (int n = 0; n < 8; ++n)
+        for (int h = 0; h < 2; ++h)
+          for (int e = 0; e < 2; ++e) {
+            const int64_t row = 16 * warp + g + 8 * h, col = 8 * n + 2 * q + e;
+            by_query |= keep(b, r0 + row, c0 + col) << ak::bit(n, h, e);
+            by_key |= keep(b, r0 + col, c0 + row) << ak::bit(n, h, e);
+          }
+      words[t * ak::kTileWords + w] = by_query;
+      words[(tiles + t) * ak::kTileWords + w] = by_key;
+    }
+  }
 }
 
 }  // namespace ember::cpu

@@ -8,5 +8,6 @@ namespace ember::cpu {
 void attention(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void attention_backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 void cached_attention(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
+void attention_keep(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a);
 
 }  // namespace ember::cpu

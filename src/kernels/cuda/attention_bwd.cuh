@@ -270,11 +270,19 @@ void backward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a,
           grid_blocks(1, (p.batch * p.L + kRowDotRows - 1) / kRowDotRows, op), size_t(0), dot);
     }
     if constexpr (std::is_same_v<C, float>) {
-      // 16-bit heads of up to 64: tensor cores, reading the dropout flags drawn before them.
+      // 16-bit heads of up to 64: tensor cores, reading the dropout flags drawn before them
+      // (or ahead, by the attention_keep op whose words are the op's eighth input).
       Tensor bits;
-      if (mma::keep_bits_workspace(p, 2, mma::takes(args), lse.device(), bits, args.keep_bits) &&
-          mma::backward(args, run, op))
+      if (uint32_t* drawn = mma::drawn_words(in, 7, p, op)) {
+        BackwardArgs<T, C> ahead = args;
+        ahead.keep_bits = drawn;
+        ahead.keep_drawn = true;
+        if (mma::backward(ahead, run, op)) return;
+      } else if (mma::keep_bits_workspace(p, 2, mma::takes(args), lse.device(), bits,
+                                          args.keep_bits) &&
+                 mma::backward(args, run, op)) {
         return;
+      }
     }
     const bool vec = vec_loadable(args.q, p.E) && vec_loadable(args.k, p.E) &&
                      vec_loadable(args.v, p.F) && vec_loadable(args.go, p.F);

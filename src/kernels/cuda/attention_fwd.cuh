@@ -136,12 +136,19 @@ void forward(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a, 
     const Problem<C>& p = args.p;
     if (p.batch == 0 || p.L == 0) return;
     if constexpr (std::is_same_v<C, float>) {
-      // 16-bit heads of up to 64: tensor cores, reading the dropout flags drawn before them.
+      // 16-bit heads of up to 64: tensor cores, reading the dropout flags drawn before them
+      // (or ahead, by the attention_keep op whose words are the op's fifth input).
       Tensor bits;
-      if (mma::keep_bits_workspace(p, 1, mma::takes(args), out[1].device(), bits,
-                                   args.keep_bits) &&
-          mma::forward(args, run, op))
+      if (uint32_t* drawn = mma::drawn_words(in, 4, p, op)) {
+        ForwardArgs<T, C> ahead = args;
+        ahead.keep_bits = drawn;
+        ahead.keep_drawn = true;
+        if (mma::forward(ahead, run, op)) return;
+      } else if (mma::keep_bits_workspace(p, 1, mma::takes(args), out[1].device(), bits,
+                                          args.keep_bits) &&
+                 mma::forward(args, run, op)) {
         return;
+      }
     }
     const bool vec =
         vec_loadable(args.q, p.E) && vec_loadable(args.k, p.E) && vec_loadable(args.v, p.F);

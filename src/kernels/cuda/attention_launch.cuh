@@ -104,6 +104,26 @@ bool vec_loadable(const Operand<T>& o, int64_t cols) {
   return true;
 }
 
+// p's dropout from the op's attrs and its rng_state input `rng` (nullptr: the draws are the
+// attrs').
+template <class C>
+void set_dropout(Problem<C>& p, const Attrs& a, const Tensor* rng, const char* op) {
+  p.dropout = a.value > 0;
+  if (!p.dropout) return;
+  EMBER_CHECK(a.offset % 4 == 0, op, ": the random offset ", a.offset,
+              " must start a Philox block (a multiple of 4)");
+  p.seed = a.seed;
+  p.base_block = a.offset / 4;
+  if (rng) {
+    EMBER_CHECK(rng->dtype() == DType::Int64 && rng->numel() == 2 && rng->is_contiguous(), op,
+                ": the draws' tensor must be an rng_state (int64 [2]), got ",
+                dtype_name(rng->dtype()), " ", rng->shape_str());
+    p.rng = static_cast<const int64_t*>(rng->impl()->data());
+  }
+  p.threshold = philox::bernoulli_threshold(1 - a.value);
+  p.inv_keep = C(1 / (1 - a.value));
+}
+
 // The problem of q [..., L, E], k [..., S, E], v [..., S, F] (equal batch dims), the op's attrs
 // and its rng_state input `rng` (nullptr: the draws are the attrs').
 template <class C>
@@ -118,21 +138,7 @@ Problem<C> problem_of(const Tensor& q, const Tensor& k, const Tensor& v, const A
   for (int64_t d = 0; d + 2 < q.dim(); ++d) p.batch *= q.size(d);
   p.scale = C(a.value2);
   p.causal = a.flag;
-  p.dropout = a.value > 0;
-  if (p.dropout) {
-    EMBER_CHECK(a.offset % 4 == 0, op, ": the random offset ", a.offset,
-                " must start a Philox block (a multiple of 4)");
-    p.seed = a.seed;
-    p.base_block = a.offset / 4;
-    if (rng) {
-      EMBER_CHECK(rng->dtype() == DType::Int64 && rng->numel() == 2 && rng->is_contiguous(), op,
-                  ": the draws' tensor must be an rng_state (int64 [2]), got ",
-                  dtype_name(rng->dtype()), " ", rng->shape_str());
-      p.rng = static_cast<const int64_t*>(rng->impl()->data());
-    }
-    p.threshold = philox::bernoulli_threshold(1 - a.value);
-    p.inv_keep = C(1 / (1 - a.value));
-  }
+  set_dropout(p, a, rng, op);
   return p;
 }
 
@@ -175,8 +181,10 @@ struct ForwardArgs {
   C* lse = nullptr;  // [batch, L], contiguous
   Problem<C> p;
   // Dropout's keep flags, drawn by the tensor-core kernels' first launch for the forward after
-  // it (attention_mma_keep.cuh); null on the other kernels.
+  // it (attention_mma_keep.cuh), or drawn ahead (keep_drawn: the op's attention_keep input);
+  // null on the other kernels.
   uint32_t* keep_bits = nullptr;
+  bool keep_drawn = false;
 };
 template <class T, class C>
 struct BackwardArgs {
@@ -186,8 +194,10 @@ struct BackwardArgs {
   OutRows<T> dq, dk, dv;  // [batch, L, E], [batch, S, E], [batch, S, F]
   Problem<C> p;
   // Dropout's keep flags for the tensor-core kernels (attention_mma_keep.cuh): the query-major
-  // words of every tile, then the key-major ones; null on the other kernels.
+  // words of every tile, then the key-major ones, drawn by their first launch or drawn ahead
+  // (keep_drawn); null on the other kernels.
   uint32_t* keep_bits = nullptr;
+  bool keep_drawn = false;
 };
 
 // Blocks of a grid over `batch` entries times `tiles` tiles; gridDim.x holds up to INT_MAX.

@@ -187,8 +187,8 @@ EMBER_ATTN_MMA_KERNEL void attention_dq_kernel(BackwardArgs<T, float> a) {
 }
 
 // Launches dkdv and dq on `run` (D already in args.d; under dropout the keep flags' kernel
-// first, into args.keep_bits: 2 * keep_tiles(p) * kKeepWords words) when the kernels take the
-// problem (as forward in attention_mma_fwd.cuh); false when they do not.
+// first, into args.keep_bits: 2 * keep_tiles(p) * kKeepWords words, unless they were drawn
+// ahead) when the kernels take the problem (as forward in attention_mma_fwd.cuh); false when they do not.
 template <class T>
 bool takes(const BackwardArgs<T, float>& a) {
   const Problem<float>& p = a.p;
@@ -202,7 +202,7 @@ bool backward(const BackwardArgs<T, float>& args, Runner&& run, const char* op) 
   if constexpr (takes_type<T>) {
     const int64_t key_blocks = grid_blocks(p.batch, (p.S + kRows - 1) / kRows, op);
     const int64_t query_blocks = grid_blocks(p.batch, (p.L + kRows - 1) / kRows, op);
-    if (p.dropout && p.L > 0 && p.S > 0)
+    if (p.dropout && p.L > 0 && p.S > 0 && !args.keep_drawn)
       run(&attention_keep_bits_kernel<T>, grid_blocks(1, keep_tiles(p), op), kKeepBitsSmem,
           KeepBitsArgs{p, args.keep_bits, args.keep_bits + keep_tiles(p) * kKeepWords},
           kKeepBitsThreads);

@@ -124,8 +124,9 @@ EMBER_ATTN_MMA_KERNEL void attention_forward_kernel(ForwardArgs<T, float> a) {
 }
 
 // Launches the forward on `run` (under dropout the keep flags' kernel first, into
-// args.keep_bits: keep_tiles(p) * kKeepWords words) when the kernels take the problem
-// (takes_type, heads of at most kHead, 16-byte loadable operands); false when they do not.
+// args.keep_bits: keep_tiles(p) * kKeepWords words, unless they were drawn ahead) when the
+// kernels take the problem (takes_type, heads of at most kHead, 16-byte loadable operands);
+// false when they do not.
 template <class T>
 bool takes(const ForwardArgs<T, float>& a) {
   const Problem<float>& p = a.p;
@@ -138,7 +139,7 @@ bool forward(const ForwardArgs<T, float>& args, Runner&& run, const char* op) {
   if (!takes(args)) return false;
   if constexpr (takes_type<T>) {
     const int64_t blocks = grid_blocks(p.batch, (p.L + kRows - 1) / kRows, op);
-    if (p.dropout && p.S > 0)
+    if (p.dropout && p.S > 0 && !args.keep_drawn)
       run(&attention_keep_bits_kernel<T>, grid_blocks(1, keep_tiles(p), op), kKeepBitsSmem,
           KeepBitsArgs{p, args.keep_bits, nullptr}, kKeepBitsThreads);
     run(&attention_forward_kernel<T>, blocks, ForwardSmem::bytes<T>, args, kThreads);

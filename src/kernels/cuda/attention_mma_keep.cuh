@@ -9,8 +9,11 @@
 // holds query rows 16 w + g + 8 h and key cols 8 n + 2 q + e), key-major for dkdv (key rows
 // 16 w + g + 8 h and query cols 8 n + 2 q + e); in both, the flag of (n, h, e) is bit
 // keep_bit(n, h, e), as the accumulator fragments hold their entries (attention_mma.cuh).
+// The layouts are kernels/attention_keep.h's, which the attention_keep op draws ahead (both at
+// once) for a captured graph's forward and backward.
 #pragma once
 #include "core/make_tensor.h"
+#include "kernels/attention_keep.h"
 #include "kernels/cuda/attention_launch.cuh"
 #include "kernels/cuda/attention_mma.cuh"
 
@@ -18,6 +21,9 @@ namespace ember::cuda::attn::mma {
 
 constexpr int kKeepWords = kThreads;  // words of a tile's flags in one layout
 static_assert(kRows * kRows == 32 * kKeepWords, "a tile's flags fill its words");
+static_assert(kRows == attention_keep::kTileRows && kKeepWords == attention_keep::kTileWords &&
+                  kHead == attention_keep::kHead,
+              "the flags' tiles are kernels/attention_keep.h's");
 
 EMBER_ATTN_DEVICE constexpr int keep_bit(int n, int h, int e) { return n * 4 + 2 * h + e; }
 
@@ -36,7 +42,7 @@ EMBER_ATTN_DEVICE int64_t keep_tile_index(const Problem<float>& p, int64_t b, in
 // runs the float kernels (attention_fwd.cuh, attention_bwd.cuh), which draw theirs inside their
 // blocks and keep no workspace. 512 MiB; tests lower it.
 inline int64_t& keep_bits_limit() {
-  static int64_t bytes = int64_t(512) << 20;
+  static int64_t bytes = attention_keep::kLimitBytes;
   return bytes;
 }
 
@@ -99,8 +105,12 @@ EMBER_KEEP_BITS_KERNEL void attention_keep_bits_kernel(KeepBitsArgs a) {
   const unsigned qi = rest / kt;
   const int64_t r0 = int64_t(qi) * kRows, c0 = int64_t(rest - qi * kt) * kRows;
   const int rows = min_rows(p.L - r0, kRows), cols = min_rows(p.S - c0, kRows);
-  if (p.causal && c0 > r0 + rows - 1) return;  // hidden whole: no kernel reads its flags
   const int tid = thread_index();
+  if (p.causal && c0 > r0 + rows - 1) {  // hidden whole: no kernel reads its flags, all 0
+    if (tid < 2 * kKeepWords && (tid < kKeepWords || a.key))
+      (tid < kKeepWords ? a.query : a.key)[int64_t(tile) * kKeepWords + tid % kKeepWords] = 0;
+    return;
+  }
   // Entries past the edges, and those the causal mask hides, are not drawn (no kernel reads
   // them): 0.
   for (int i = tid; i < kRows * kRows / 8; i += kKeepBitsThreads)
@@ -171,6 +181,30 @@ EMBER_ATTN_DEVICE uint32_t keep_word(const uint32_t* words, const Problem<float>
 // Whether the flag of (n, h, e) in a thread's word is set.
 EMBER_ATTN_DEVICE bool kept(uint32_t word, int n, int h, int e) {
   return (word >> keep_bit(n, h, e)) & 1u;
+}
+
+// The words of an attention_keep input in[at] (where the op has one and p has dropout), checked
+// against p's tiles: both layouts, drawn ahead; null where there is none.
+inline uint32_t* drawn_words(std::span<const Tensor> in, size_t at, const Problem<float>& p,
+                             const char* op) {
+  if (in.size() <= at || !p.dropout) return nullptr;
+  const Tensor& w = in[at];
+  EMBER_CHECK(w.dtype() == DType::Int32 && w.is_contiguous() &&
+                  w.numel() == 2 * keep_tiles(p) * kKeepWords,
+              op, ": the keep flags drawn ahead must be attention_keep's int32 [",
+              2 * keep_tiles(p) * kKeepWords, "] for ", p.batch, " x ", p.L, " x ", p.S,
+              " scores, got ", dtype_name(w.dtype()), " ", w.shape_str());
+  return static_cast<uint32_t*>(w.impl()->data());
+}
+
+// Draws both layouts of p's flags (the attention_keep op) into `words`, 2 * keep_tiles(p) *
+// kKeepWords of them, on `run`.
+template <class Runner>
+void draw_keep(const Problem<float>& p, uint32_t* words, Runner&& run, const char* op) {
+  if (!p.dropout || p.L == 0 || p.S == 0) return;
+  run(&attention_keep_bits_kernel<__nv_bfloat16>, grid_blocks(1, keep_tiles(p), op),
+      kKeepBitsSmem, KeepBitsArgs{p, words, words + keep_tiles(p) * kKeepWords},
+      kKeepBitsThreads);
 }
 
 }  // namespace ember::cuda::attn::mma

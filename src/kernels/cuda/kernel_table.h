@@ -27,7 +27,7 @@ void register_random(KernelTable& t);        // random.cu
 void register_shape_ops(KernelTable& t);     // shape_ops.cu: cat, tril/triu, topk
 void register_factories(KernelTable& t);     // factory.cu: full, arange
 void register_nonzero(KernelTable& t);       // nonzero.cu
-void register_attention_forward(KernelTable& t);   // attention_fwd.cu
+void register_attention_forward(KernelTable& t);   // attention_fwd.cu (and attention_keep)
 void register_attention_backward(KernelTable& t);  // attention_bwd.cu
 void register_cached_attention(KernelTable& t);    // cached_attention.cu
 

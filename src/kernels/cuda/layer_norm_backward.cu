@@ -243,7 +243,8 @@ int sm_count() {
 template <class T, class G>
 bool rows_in_registers(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                        const Tensor& w, const Tensor& residual, const Tensor& dx,
-                       const Tensor& dw, const Tensor& db, int64_t n) {
+                       const Tensor& dw, const Tensor& db, int64_t n,
+                       const layer_norm_grad::FoldLauncher* defer = nullptr) {
   using C = compute_t<T>;
   constexpr int V = 16 / sizeof(T);
   const int64_t rows = mean.numel();
@@ -287,9 +288,16 @@ bool rows_in_registers(const Tensor& g, const Tensor& x, const Tensor& mean, con
         static_cast<const C*>(data(mean)), static_cast<const C*>(data(rstd)),
         static_cast<const T*>(data(w)), static_cast<const T*>(data(residual)),
         static_cast<T*>(data(dx)), rows, int(n), pw, pb);
-    fold_partial_rows(pw, int(blocks), n, static_cast<T*>(data(dw)), static_cast<T*>(data(db)),
-                      2, FoldSum{}, 0, stream);
     detail::check(cudaGetLastError(), "layer_norm_backward");
+    T *w_out = static_cast<T*>(data(dw)), *b_out = static_cast<T*>(data(db));
+    auto fold = [=] {
+      fold_partial_rows(pw, int(blocks), n, w_out, b_out, 2, FoldSum{}, 0, stream);
+      detail::check(cudaGetLastError(), "layer_norm_backward (fold)");
+    };
+    if (defer)
+      (*defer)(partial, fold);
+    else
+      fold();
   });
 }
 
@@ -352,7 +360,7 @@ namespace ember::layer_norm_grad {
 
 bool backward_fused(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                     const Tensor& w, const Tensor& residual, const Tensor& dx, const Tensor& dw,
-                    const Tensor& db) {
+                    const Tensor& db, const FoldLauncher* defer) {
   const Device d = x.device();
   auto fits = [&](const Tensor& t, DType dt, const Shape& sizes) {
     return t.defined() && t.dtype() == dt && t.device() == d && t.is_contiguous() &&
@@ -370,12 +378,14 @@ bool backward_fused(const Tensor& g, const Tensor& x, const Tensor& mean, const 
   if (n == 0 || x.numel() != mean.numel() * n) return false;
   switch (g.dtype()) {
     case DType::Float32:
-      return cuda::rows_in_registers<float, float>(g, x, mean, rstd, w, residual, dx, dw, db, n);
+      return cuda::rows_in_registers<float, float>(g, x, mean, rstd, w, residual, dx, dw, db, n,
+                                                   defer);
     case DType::BFloat16:
       return cuda::rows_in_registers<float, __nv_bfloat16>(g, x, mean, rstd, w, residual, dx, dw,
-                                                           db, n);
+                                                           db, n, defer);
     case DType::Float16:
-      return cuda::rows_in_registers<float, __half>(g, x, mean, rstd, w, residual, dx, dw, db, n);
+      return cuda::rows_in_registers<float, __half>(g, x, mean, rstd, w, residual, dx, dw, db, n,
+                                                    defer);
     default:
       return false;
   }
