@@ -8,6 +8,9 @@ namespace ember::compiler {
 // The text of kernels/functors.h as this library was compiled with it (embedded at build
 // time), so fused code computes what the eager kernels compute.
 const std::string& functors_header();
+// The text of core/philox.h, likewise: the generated CUDA code that draws (dropout) includes
+// it, given to NVRTC from here.
+const std::string& philox_header();
 
 // The directory holding kernels/functors.h identical to functors_header(); the first of:
 // $EMBER_KERNEL_INCLUDE_DIR (an explicit choice: an error when it does not match), share/ember/

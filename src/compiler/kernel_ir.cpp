@@ -116,6 +116,10 @@ std::string print(const Kernel& k) {
       case Stmt::Kind::Kept:
         os << s.out << " = kept";
         break;
+      case Stmt::Kind::Dropout:
+        os << s.out << " = dropout(" << s.args[0] << ", p " << s.constant << ") drawing #"
+           << s.buffer << " at [" << s.index.str(names) << "]";
+        break;
     }
     os << "\n";
   };
@@ -172,7 +176,7 @@ void stmt_form(const Stmt& s, std::string& out) {
   for (const std::string& a : s.args) out += a + ',';
   out += ')';
   for (const sym::Rel& r : s.when) out += " when" + std::to_string(int(r.op));
-  if (s.kind == Stmt::Kind::Const && !s.size_valued) {
+  if ((s.kind == Stmt::Kind::Const && !s.size_valued) || s.kind == Stmt::Kind::Dropout) {
     char v[40];
     std::snprintf(v, sizeof v, " %.17g", s.constant);
     out += v;

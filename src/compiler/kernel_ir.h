@@ -48,12 +48,16 @@ struct Stmt {
     Store,  // buffer[index] = args[0]
     Const,  // out = constant, in dtype (a size: `index`, when size_valued)
     Kept,   // out = the value a row step kept at this column (RowStep::keep)
+    // out = args[0] under dropout with probability `constant`: scaled by 1 / (1 - p) where
+    // draw `index` (the element's offset in the dropout's result) from the rng_state in
+    // `buffer` ({seed, offset}) keeps it, else times 0 (dropout_rng; generated CUDA only).
+    Dropout,
   };
   Kind kind = Kind::Load;
   std::string out;  // the value defined (Load, Call, Cast): a name unique in the kernel
   DType dtype = DType::Float32;  // of `out` (Store: of the buffer)
-  int buffer = -1;               // Load, Store
-  Index index = 0;               // Load, Store: element offset over the coordinates
+  int buffer = -1;               // Load, Store, Dropout (its rng_state)
+  Index index = 0;               // Load, Store, Dropout: element offset over the coordinates
   // Load: conditions on the coordinates under which the element is read; elsewhere the value
   // is 0 and nothing is read (slice_backward's grad outside the slice). Index math under
   // these conditions need not be in bounds elsewhere.
@@ -63,7 +67,7 @@ struct Stmt {
   // Store: a bool value; the element is stored only where it holds (the buffer keeps its
   // contents elsewhere: a kernel writing into the input it changes, store_only_changes.h).
   std::string store_if;
-  double constant = 0;            // Const
+  double constant = 0;            // Const; Dropout: its probability
   bool size_valued = false;       // Const: the value is the size expression `index`
   // Load of an arange's buffer (contiguous, integral start and step, every value exact in
   // dtype): the value is iota_start + iota_step * index, computed instead of read. The buffer

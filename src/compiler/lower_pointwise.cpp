@@ -131,7 +131,9 @@ kir::Kernel lower_elementwise(const FusionGroup& grp, const std::string& name) {
   for (const graph::Value* v : grp.inputs) {
     bool direct = false;
     for (const graph::Node* node : grp.nodes)
-      if (node->op != OpId::slice_backward)
+      if (node->op == OpId::dropout_rng)  // its rng_state is read by the draw itself
+        direct |= node->inputs[0] == v;
+      else if (node->op != OpId::slice_backward)
         direct |= std::find(node->inputs.begin(), node->inputs.end(), v) != node->inputs.end();
     if (!direct) continue;
     kir::Stmt s;
@@ -151,6 +153,20 @@ kir::Kernel lower_elementwise(const FusionGroup& grp, const std::string& name) {
                   "compiler: slice_backward's grad ", var(node->inputs[0]),
                   " is computed inside its kernel, which reads it at other columns");
       k.body.push_back(slice_backward_load(*node, b));
+      continue;
+    }
+    if (node->op == OpId::dropout_rng) {  // a draw at the element's offset in the result
+      kir::Stmt d;
+      d.kind = kir::Stmt::Kind::Dropout;
+      d.out = var(node->outputs[0]);
+      d.dtype = node->outputs[0]->meta.dtype;
+      d.args = {var(node->inputs[0])};
+      d.buffer = buffer_of(node->inputs[1]);
+      EMBER_CHECK(d.buffer < int(grp.inputs.size()), "compiler: dropout_rng's rng_state ",
+                  var(node->inputs[1]), " is computed inside its kernel");
+      d.index = k.contiguous_index();
+      d.constant = node->attrs.value;
+      k.body.push_back(d);
       continue;
     }
     k.body.push_back(node_stmt(*node));

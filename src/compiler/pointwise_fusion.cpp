@@ -116,9 +116,24 @@ bool fusable_cast(const graph::Node& n, const Device& target) {
   return out.meta.offset == 0 && out.meta.strides == contiguous_strides(out.meta.sizes);
 }
 
+// dropout_rng on a GPU (its draws from the rng_state input, int64 [2]): a draw per element from
+// the element's offset in the result, which is contiguous and of x's shape, so the kernel's flat
+// offset (every node of a group has the group's shape).
+bool fusable_dropout(const graph::Node& n, const Device& target) {
+  if (n.op != OpId::dropout_rng || n.inputs.size() != 2 || target.type != DeviceType::CUDA)
+    return false;
+  const graph::Value &x = *n.inputs[0], &rng = *n.inputs[1], &out = *n.outputs[0];
+  return is_floating(out.meta.dtype) && supported_dtype(out.meta.dtype) &&
+         x.meta.dtype == out.meta.dtype && x.meta.sizes == out.meta.sizes &&
+         rng.meta.dtype == DType::Int64 && shape_numel(rng.meta.sizes) == 2 &&
+         contiguous(rng) && x.device == target && rng.device == target && out.device == target &&
+         n.attrs.value > 0 && n.attrs.value < 1 && contiguous(out);
+}
+
 // Kernels fuse only values on `target`, the device the plan is for.
 bool can_fuse(const graph::Node& n, const Device& target) {
   if (fusable_slice_backward(n, target)) return true;
+  if (fusable_dropout(n, target)) return true;
   if (fusable_cast(n, target)) return true;
   const OpInfo& info = op_info(n.op);
   if (info.kind != OpKind::Pointwise || !info.has(kFusable)) return false;

@@ -6,6 +6,7 @@
 
 #include "compiler/codegen_util.h"
 #include "compiler/render_cpp.h"
+#include "core/philox.h"
 #include "ember/error.h"
 
 namespace ember::compiler {
@@ -58,7 +59,8 @@ std::string iota_value(const Stmt& s, const std::string& offset) {
 void emit_pointwise_body(std::ostringstream& os, const kir::Kernel& k, const std::string& in,
                          const std::function<std::string(const Stmt&)>& offset,
                          const std::string& store_to,
-                         const std::function<std::string(const Stmt&)>& element) {
+                         const std::function<std::string(const Stmt&)>& element,
+                         const std::function<std::string(const Stmt&)>& draw) {
   DType dt = DType::Float32;  // the output's
   for (const kir::Buffer& b : k.buffers)
     if (b.output) dt = b.dtype;
@@ -125,6 +127,22 @@ void emit_pointwise_body(std::ostringstream& os, const kir::Kernel& k, const std
         os << in << (s.store_if.empty() ? "" : "if (" + s.store_if + ") ") << store_to << " = "
            << store_value(dt, s.args[0]) << ";\n";
         break;
+      case Stmt::Kind::Dropout: {
+        // The prelude's ember_dropout (render_cuda.cpp): the CUDA renderer's alone.
+        const double p = s.constant;
+        char scale[40];
+        std::snprintf(scale, sizeof scale, "%.17g", 1 / (1 - p));
+        const char* C = compute_type(s.dtype);
+        std::string at = draw ? draw(s) : std::string();
+        if (at.empty()) {
+          const std::string e = "uint64_t(" + offset(s) + ")";
+          at = e + " >> 2, int(" + e + " & 3)";
+        }
+        os << in << value_decl(s) << "ember_dropout<" << C << ">(" << s.args[0] << ", "
+           << buffer_name(k, s.buffer) << ", " << at << ", " << philox::bernoulli_threshold(1 - p)
+           << "ull, " << C << "(" << scale << "));\n";
+        break;
+      }
       case Stmt::Kind::Const:
       case Stmt::Kind::Kept:
         EMBER_FAIL("compiler: ", k.name, ": a row statement in an elementwise kernel");
@@ -213,6 +231,8 @@ void RowSpell::operator()(std::ostringstream& os, const std::vector<Stmt>& stmts
       case Stmt::Kind::Store:
         os << ind << store_to << " = " << store_value(s.dtype, s.args[0]) << ";\n";
         break;
+      case Stmt::Kind::Dropout:
+        EMBER_FAIL("compiler: ", k.name, ": dropout in a row kernel");
     }
   }
 }

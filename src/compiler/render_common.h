@@ -30,11 +30,14 @@ std::string iota_value(const kir::Stmt& s, const std::string& offset);
 // load's element offset, `element(load)` (when given and not "") the whole element read
 // instead (a register, the output's row pointer); the store goes to `store_to`. Uniform loads
 // are left out (declared once by the caller). A load under conditions on the last coordinate
-// reads it as `j`.
+// reads it as `j`. A dropout's draw is word `lane` of Philox block `block` past its rng_state's
+// offset, with (block, lane) spelled by `draw(dropout)` when given and not "" ("block, lane":
+// the vector loop's, which neighbouring elements share), else from `offset` (offset / 4, % 4).
 void emit_pointwise_body(std::ostringstream& os, const kir::Kernel& k, const std::string& ind,
                          const std::function<std::string(const kir::Stmt&)>& offset,
                          const std::string& store_to,
-                         const std::function<std::string(const kir::Stmt&)>& element = {});
+                         const std::function<std::string(const kir::Stmt&)>& element = {},
+                         const std::function<std::string(const kir::Stmt&)>& draw = {});
 
 // Whether `name` is read by one of `stmts` or is `value`, without being defined by them (a
 // consumer may load the row op's input itself).

@@ -9,6 +9,19 @@ namespace ember::compiler {
 
 const std::string& cuda_prelude() {
   static const std::string s = R"(#include "kernels/functors.h"
+#include "core/philox.h"
+
+// Dropout of x, element i of a tensor whose draws start at rng = {seed, offset}: x scaled where
+// draw i (word lane = i % 4 of Philox block i / 4 past the offset's) passes the threshold, else
+// x * 0 (the eager dropout kernels' choice and arithmetic). Four neighbouring elements share a
+// block: the vector loop spells `block` alike for them, so the block is computed once.
+template <typename C>
+__device__ __forceinline__ C ember_dropout(C x, const int64_t* rng, uint64_t block, int lane,
+                                           uint64_t threshold, C scale) {
+  const ember::philox::Block b =
+      ember::philox::block(uint64_t(rng[0]), uint64_t(rng[1]) / 4 + block);
+  return x * (ember::philox::bernoulli(b.v[lane], threshold) ? scale : C(0));
+}
 
 // 16-byte (or smaller) groups of elements, loaded and stored as one access.
 template <typename S, int V>

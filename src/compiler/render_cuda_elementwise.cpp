@@ -232,6 +232,11 @@ CudaLaunch render_cuda_elementwise(std::ostringstream& os, const kir::Kernel& k)
       if (i < masked_vectors.size() && !masked_vectors[i].empty()) return masked_vectors[i];
       if (s.index != flat || !s.when.empty() || s.iota) return std::string();
       return "a" + std::to_string(s.buffer) + ".e[u]";
+    }, [&](const Stmt& s) {
+      // The vector's first element q * V starts a Philox block (V a multiple of 4): its
+      // elements' blocks spelled from q, alike for four neighbours.
+      if (s.index != flat || V % 4 != 0) return std::string();
+      return "uint64_t(q) * " + std::to_string(V / 4) + " + " + "uint64_t(u / 4), u & 3";
     });
     os << "      }\n"
        << "      *reinterpret_cast<" << vec(dt) << "*>(out + q * " << V << ") = o;\n"

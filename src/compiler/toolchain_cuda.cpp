@@ -70,12 +70,12 @@ const Nvrtc& nvrtc() {
   return n;
 }
 
-// The standard headers functors.h includes, as NVRTC needs them: std:: names for the device
-// math functions, fixed-width integers, memcpy (bit casts).
+// The standard headers functors.h and philox.h include, as NVRTC needs them: std:: names for
+// the device math functions, fixed-width integers, memcpy (bit casts), is_constant_evaluated.
 const char* const kCmath = R"(#pragma once
 namespace std {
 using ::copysign; using ::erf; using ::erfc; using ::exp; using ::fabs; using ::fma; using ::log;
-using ::pow; using ::sqrt; using ::tanh;
+using ::pow; using ::sqrt; using ::tanh; using ::cos; using ::sin;
 }
 #define INFINITY __int_as_float(0x7f800000)
 #define NAN __int_as_float(0x7fc00000)
@@ -90,6 +90,14 @@ typedef unsigned long long uintptr_t;
 const char* const kCstring = R"(#pragma once
 namespace std {
 __device__ __forceinline__ void* memcpy(void* d, const void* s, size_t n) { return ::memcpy(d, s, n); }
+}
+)";
+
+const char* const kTypeTraits = R"(#pragma once
+namespace std {
+__host__ __device__ constexpr bool is_constant_evaluated() noexcept {
+  return __builtin_is_constant_evaluated();
+}
 }
 )";
 
@@ -130,10 +138,13 @@ std::string nvrtc_compile(const std::string& source, const std::string& arch) {
                         "be generated; install the CUDA toolkit's NVRTC or set EMBER_NVRTC to its "
                         "path");
   const std::string& functors = functors_header();
-  const char* headers[] = {functors.c_str(), kCmath, kCstdint, kCstring};
-  const char* names[] = {"kernels/functors.h", "cmath", "cstdint", "cstring"};
+  const std::string& philox = philox_header();
+  const char* headers[] = {functors.c_str(), philox.c_str(), kCmath, kCstdint, kCstring,
+                           kTypeTraits};
+  const char* names[] = {"kernels/functors.h", "core/philox.h", "cmath", "cstdint", "cstring",
+                         "type_traits"};
   Program p = nullptr;
-  int rc = n.create(&p, source.c_str(), "ember_generated.cu", 4, headers, names);
+  int rc = n.create(&p, source.c_str(), "ember_generated.cu", 6, headers, names);
   EMBER_CHECK(rc == 0, "compiler: nvrtcCreateProgram failed: ", n.error_string(rc));
   const std::string arch_opt = "--gpu-architecture=" + arch;
   const char* opts[] = {arch_opt.c_str(), "-std=c++17", "--fmad=true"};
@@ -161,7 +172,8 @@ std::shared_ptr<const device_code::Module> load_cuda_source(const std::string& s
                                                             int device) {
   const std::string arch = cuda_arch(device);
   const std::string key = cache_entry::key(source + '\0' + functors_header() + '\0' +
-                                           nvrtc_version() + '\0' + arch);
+                                           philox_header() + '\0' + nvrtc_version() + '\0' +
+                                           arch);
   bool hit = false;
   auto mod = module_cache().get(key, [&] {
     const std::string path =

@@ -98,21 +98,25 @@ class HostModule {
   void* lib_ = nullptr;
 };
 
-graph::Value* input(graph::Graph& g, const Shape& sizes, DType t) {
+graph::Value* input(graph::Graph& g, const Shape& sizes, DType t, Device device = kCPU) {
   TensorMeta m;
   m.sizes = sizes;
   m.strides = contiguous_strides(sizes);
   m.dtype = t;
-  return g.add_input(m, kCPU, graph::InputKind::Argument, "x");
+  return g.add_input(m, device, graph::InputKind::Argument, "x");
 }
 
 // g's one elementwise group rendered for CUDA and run on the host on `inputs`, against the
 // graph's eager result.
 // `given`: the values of group inputs that are not graph inputs (a node's output left to eager).
+// `device`: the one the plan is for (a graph whose values are marked as a GPU's plans what only
+// the GPU fuses), and `eager` the same graph on the host, which gives the reference (inputs
+// are the host's all the same).
 void expect_host_run_matches(const graph::Graph& g, const std::vector<Tensor>& inputs,
                              const std::string& what,
-                             const std::vector<std::pair<const graph::Value*, Tensor>>& given = {}) {
-  const FusionPlan plan = plan_fusion(g);
+                             const std::vector<std::pair<const graph::Value*, Tensor>>& given = {},
+                             Device device = kCPU, const graph::Graph* eager = nullptr) {
+  const FusionPlan plan = plan_fusion(g, device);
   ASSERT_EQ(plan.groups.size(), 1u) << what;
   const FusionGroup& grp = plan.groups[0];
   ASSERT_TRUE(grp.row == nullptr && grp.gemm == nullptr) << what;
@@ -122,7 +126,7 @@ void expect_host_run_matches(const graph::Graph& g, const std::vector<Tensor>& i
   const CudaLaunch l = render_cuda_kernel(os, k);
   HostModule m(os.str());
   ASSERT_TRUE(m.ok()) << what;
-  const std::vector<Tensor> want = g.interpret(inputs);
+  const std::vector<Tensor> want = (eager ? *eager : g).interpret(inputs);
   ASSERT_EQ(want.size(), 1u);
   // Arguments as the compiled graph passes them: the group's inputs, then its output.
   std::vector<uint64_t> args;
@@ -161,6 +165,48 @@ TEST(RenderCudaHost, VectorLoopsWithBroadcastInputsMatchEager) {
       manual_seed(uint64_t(n));
       expect_host_run_matches(g, {randn({39, n}).to(t), randn({39, 1}).to(t), randn({n}).to(t)},
                               std::string(dtype_name(t)) + " n " + std::to_string(n));
+    }
+}
+
+// dropout_rng (dropout as a GPU graph captures it, its draws from an rng_state input) fused
+// with the add after it: each element's draw taken from its offset as the eager kernel takes
+// it, in the vector loop and in the tail.
+TEST(RenderCudaHost, DropoutFromAnRngStateMatchesEager) {
+  const Device gpu{DeviceType::CUDA, 0};
+  for (DType t : {DType::Float32, DType::BFloat16})
+    for (int64_t n : {96, 95}) {
+      // The graph as a GPU's (planned) and as the host's (interpreted for the reference).
+      auto make = [&](graph::Graph& g, Device device) {
+        graph::Value* x = input(g, {13, n}, t, device);
+        graph::Value* r = input(g, {13, n}, t, device);
+        graph::Value* rng = input(g, {2}, DType::Int64, device);
+        Attrs a;
+        a.value = 0.3;
+        graph::Value* d = g.add_node(OpId::dropout_rng, {x, rng}, a, {})->outputs[0];
+        g.set_outputs({g.add_node(OpId::add, {r, d}, {}, {})->outputs[0]});
+      };
+      graph::Graph g, host;
+      make(g, gpu);
+      make(host, kCPU);
+      manual_seed(uint64_t(n));
+      Tensor draws = zeros({2}, DType::Int64);
+      static_cast<int64_t*>(draws.impl()->data())[0] = 987654321;
+      static_cast<int64_t*>(draws.impl()->data())[1] = 4 * 12345;
+      const std::string what = std::string(dtype_name(t)) + " n " + std::to_string(n);
+      // Non-negative operands: the sum is no smaller than the dropped value, which the kernel
+      // does not round to bfloat16 before the add (eager does), so the harness's relative
+      // tolerance covers that rounding.
+      const Tensor xs = randn({13, n}).abs().to(t);
+      expect_host_run_matches(g, {xs, randn({13, n}).abs().to(t), draws}, what, {}, gpu, &host);
+      // About 30% of the elements dropped (eager's choice, which the run matched).
+      const double dropped =
+          host.interpret({xs, zeros({13, n}, t), draws})[0].eq(0.0).sum().item() / double(13 * n);
+      EXPECT_GT(dropped, 0.2) << what;
+      EXPECT_LT(dropped, 0.4) << what;
+      // The CPU plans no such kernel: its dropout is another composite, dropout_rng eager.
+      const FusionPlan cpu = plan_fusion(g, kCPU);
+      for (const FusionGroup& grp : cpu.groups)
+        for (const graph::Node* node : grp.nodes) EXPECT_NE(node->op, OpId::dropout_rng) << what;
     }
 }
 

@@ -87,6 +87,58 @@ TEST(RenderCuda, SixteenBitGeluCallsItsOwnForm) {
   }
 }
 
+// dropout_rng planned for a GPU joins the kernel of what reads it (a cast and an add, as a
+// bfloat16 residual branch under autocast), drawing at each element's flat offset from its
+// rng_state input; NVRTC builds it (with core/philox.h, which the prelude includes).
+TEST(RenderCuda, DropoutFromAnRngStateJoinsItsReadersKernel) {
+  const Device gpu{DeviceType::CUDA, 0};
+  auto on_gpu = [&](const Shape& sizes, DType t) {
+    TensorMeta m;
+    m.sizes = sizes;
+    m.strides = contiguous_strides(sizes);
+    m.dtype = t;
+    return m;
+  };
+  graph::Graph g;
+  graph::Value* x = g.add_input(on_gpu({64, 384}, DType::BFloat16), gpu,
+                                graph::InputKind::Argument, "x");
+  graph::Value* r = g.add_input(on_gpu({64, 384}, DType::Float32), gpu,
+                                graph::InputKind::Argument, "r");
+  graph::Value* rng = g.add_input(on_gpu({2}, DType::Int64), gpu, graph::InputKind::Argument,
+                                  "rng");
+  Attrs a;
+  a.value = 0.2;
+  graph::Value* d = g.add_node(OpId::dropout_rng, {x, rng}, a, {})->outputs[0];
+  Attrs c;
+  c.dtype = DType::Float32;
+  graph::Value* wide = g.add_node(OpId::cast, {d}, c, {})->outputs[0];
+  g.set_outputs({g.add_node(OpId::add, {r, wide}, {}, {})->outputs[0]});
+  const FusionPlan plan = plan_fusion(g, gpu);
+  ASSERT_EQ(plan.groups.size(), 1u);
+  ASSERT_EQ(plan.groups[0].nodes.size(), 3u);
+  EXPECT_EQ(plan.groups[0].nodes[0]->op, OpId::dropout_rng);
+  const kir::Kernel k = lower_elementwise(plan.groups[0], "kernel_0");
+  EXPECT_NE(kir::print(k).find("dropout("), std::string::npos) << kir::print(k);
+  std::ostringstream os;
+  os << cuda_prelude();
+  const CudaLaunch l = render_cuda_kernel(os, k);
+  EXPECT_EQ(l.vector, 4);  // the float32 result's 16 bytes
+  // x (in0) dropped at the flat offset from the rng_state (in1), kept below 0.8 * 2^32: in the
+  // vector loop four neighbours spell one Philox block (computed once), in the tail each
+  // element its own.
+  EXPECT_NE(os.str().find("ember_dropout<float>(v0, in1, uint64_t(q) * 1 + uint64_t(u / 4), "
+                          "u & 3, 3435973836ull, float("),
+            std::string::npos)
+      << os.str();
+  EXPECT_NE(os.str().find("ember_dropout<float>(v0, in1, uint64_t(i) >> 2, int(uint64_t(i) & 3), "
+                          "3435973836ull, float("),
+            std::string::npos)
+      << os.str();
+  if (nvrtc_available()) {
+    EXPECT_FALSE(nvrtc_compile(os.str(), "sm_90a").empty());
+  }
+}
+
 TEST(RenderCuda, BroadcastInputsReadThroughIndexMathAndMaskedOnesScalar) {
   graph::Graph g;
   graph::Value* x = input(g, {64, 96});
