@@ -96,6 +96,48 @@ TEST_F(CudaCompile, DropoutDrawsAFreshMaskAtEveryCall) {
   EXPECT_LT(kept, 2400);
 }
 
+// Dropout in a compiled training function: under capture it is dropout_rng on an rng_state,
+// which the compiler fuses with the ops around it, in the forward and in the backward. From the
+// same seed the values and grads are eager's, and exactly the elements eager drops get no grad.
+TEST_F(CudaCompile, FusedDropoutDropsWhatEagerDrops) {
+  EnableGradGuard grad;  // the fixture turns grad mode off
+  auto fn = [](const Tensor& x, const Tensor& r) {
+    return ((r + dropout(x * 2.0, 0.3, true)) * r).to(DType::Float32).sum();
+  };
+  auto f = compile(fn, compiler_opts());
+  for (DType t : {DType::Float32, DType::BFloat16}) {
+    TensorOptions o(t);
+    o.device = kGpu;
+    manual_seed(4);
+    const Tensor x0 = randn({64, 96}, o), r0 = randn({64, 96}, o);
+    std::vector<float> losses;
+    for (uint64_t seed : {31u, 32u}) {
+      const std::string what = std::string(dtype_name(t)) + " seed " + std::to_string(seed);
+      Tensor xa = x0.detach().requires_grad_(true), ra = r0.detach().requires_grad_(true);
+      Tensor xb = x0.detach().requires_grad_(true), rb = r0.detach().requires_grad_(true);
+      manual_seed(seed);
+      const Tensor got = f(xa, ra);
+      got.backward();
+      manual_seed(seed);
+      const Tensor want = fn(xb, rb);
+      want.backward();
+      // The loss sums 6144 terms in another order (a float32 sum that long moves by 1e-4 of
+      // itself); the grads are elementwise.
+      const double g = got.detach().cpu().item(), w = want.detach().cpu().item();
+      EXPECT_NEAR(g, w, (t == DType::Float32 ? 1e-3 : 2e-2) * std::abs(w)) << what;
+      EXPECT_EQ(mismatch(xa.grad(), xb.grad(), 2), "") << what;
+      EXPECT_EQ(mismatch(ra.grad(), rb.grad(), 2), "") << what;
+      const Tensor dropped = xa.grad().eq(0.0), eager_dropped = xb.grad().eq(0.0);
+      EXPECT_EQ(dropped.ne(eager_dropped).sum().item(), 0.0) << what;
+      const double share = dropped.sum().item() / double(64 * 96);
+      EXPECT_GT(share, 0.25) << what;
+      EXPECT_LT(share, 0.35) << what;
+      losses.push_back(got.detach().cpu().item<float>());
+    }
+    EXPECT_NE(losses[0], losses[1]) << dtype_name(t);  // fresh masks
+  }
+}
+
 // Attention with dropout, compiled for training: the fused op under capture takes its draws
 // from an rng_state tensor, so each call draws a fresh mask, the mask eager draws from the same
 // generator state, in the forward and again in the backward.
