@@ -345,11 +345,12 @@ void CudaCompiledGraph::run_fold(const LayerNormFold& f, std::vector<Tensor>& en
   TensorOptions o(DType::Float32);
   o.device = device_;
   Tensor dx = empty(x.sizes(), o), dw = empty(w.sizes(), o), db = empty(w.sizes(), o);
-  const layer_norm_grad::FoldLauncher defer =
-      [&](const Tensor& partials, const std::function<void()>& launch) {
-        side_reads->push_back(partials);
-        side->run(launch);
-      };
+  layer_norm_grad::FoldLauncher defer;  // made only where there is a branch to launch on
+  if (side)
+    defer = [&](const Tensor& partials, const std::function<void()>& launch) {
+      side_reads->push_back(partials);
+      side->run(launch);
+    };
   const bool done = profiled(
       device_,
       [&] {
